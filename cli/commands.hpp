@@ -1,0 +1,11 @@
+#pragma once
+// Each CLI subcommand lives in its own cli/cmd_*.cpp and registers itself on the app here.
+// Commands throw attnkit::Error for bad input; main() turns it into one line and exit code 2.
+#include <CLI/CLI.hpp>
+
+namespace attnkit::cli {
+
+void add_kv_plan_command(CLI::App& app);   // cmd_kv_plan.cpp
+void add_inspect_command(CLI::App& app);   // cmd_inspect.cpp
+
+}  // namespace attnkit::cli

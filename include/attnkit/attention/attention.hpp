@@ -1,0 +1,76 @@
+#pragma once
+// Exact scaled-dot-product attention: options, argument views, validation (shared/DESIGN.md §3).
+//
+// Layout (FlashAttention's varlen API): q [Tq, H, D], k and v [Tk, Hkv, D], out [Tq, H, D],
+// lse [H, Tq] (natural log, float32). B sequences are given by cu_seqlens_q / cu_seqlens_k (int32,
+// B+1 entries, from 0 to Tq / Tk); empty spans mean one sequence of Tq queries and Tk keys.
+// Query head h reads KV head h / G with G = H / Hkv. In a sequence with Lq queries and Lk keys,
+// query i sees key j iff  i + Lk - Lq - left <= j <= i + Lk - Lq + right  (-1 = unbounded), so
+// causal is (left, right) = (-1, 0), aligned bottom-right.
+// PyTorch: softmax(scale·q·kᵀ + mask, -1) @ v, with sinks adding exp(b_h) to the denominator.
+#include <cstdint>
+#include <span>
+
+#include "attnkit/core/tensor.hpp"
+
+namespace attnkit {
+
+struct AttentionOptions {  // what to compute; no pointers
+  float scale = 0;         // 0 → 1/sqrt(D)
+  int window_left = -1;    // keys before the diagonal that stay visible; -1 = unbounded
+  int window_right = -1;   // keys after the diagonal that stay visible; causal = 0
+  float softcap = 0;       // scores become c·tanh(s/c); 0 = off
+  float dropout_p = 0;     // probability of dropping an attention weight, in [0, 1)
+  uint64_t seed = 0;       // dropout RNG key; mask is a function of (seed, seq, head, i, j)
+
+  // Options for a causal mask: (left, right) = (-1, 0).
+  static AttentionOptions causal() { return {.window_right = 0}; }
+};
+
+struct AttentionArgs {                           // where the data is
+  ConstView3 q;                                  // [Tq, H, D]
+  ConstView3 k, v;                               // [Tk, Hkv, D], H % Hkv == 0
+  std::span<const int32_t> cu_seqlens_q;         // [B+1] or empty (one sequence)
+  std::span<const int32_t> cu_seqlens_k;         // [B+1] or empty (one sequence)
+  std::span<const float> sink_logits;            // [H] or empty; 0 everywhere = off-by-one softmax
+  View3 out;                                     // [Tq, H, D]; written by the forward
+  View2 lse;                                     // [H, Tq] or empty; written by the forward
+};
+
+struct AttentionGrads {        // backward: gradient of the loss w.r.t. out in, the rest out
+  ConstView3 d_out;            // [Tq, H, D]
+  View3 d_q;                   // [Tq, H, D]; assigned
+  View3 d_k, d_v;              // [Tk, Hkv, D]; assigned
+  std::span<float> d_sink;     // [H] or empty; assigned (only with sink_logits)
+};
+
+// Number of sequences described by args (1 when cu_seqlens are empty).
+int64_t num_sequences(const AttentionArgs& args);
+// Query/key ranges [begin, end) of sequence b, in packed token indices.
+struct SeqSpan {
+  int64_t q_begin, q_end, k_begin, k_end;
+};
+SeqSpan sequence_span(const AttentionArgs& args, int64_t b);
+// Scale actually used: opts.scale, or 1/sqrt(D) when it is 0.
+float effective_scale(const AttentionOptions& opts, int64_t head_dim);
+
+// Checks shapes, strides, cu_seqlens, sinks and options; throws attnkit::Error naming the argument.
+void validate(const AttentionOptions& opts, const AttentionArgs& args);
+// Checks the gradient views against args (shapes, sink presence); throws attnkit::Error.
+void validate_backward(const AttentionOptions& opts, const AttentionArgs& args,
+                       const AttentionGrads& grads);
+
+// Visible key range of query i (0-based in its sequence): keys [lo, hi) of Lk, possibly empty.
+struct KeyRange {
+  int64_t lo, hi;
+};
+inline KeyRange visible_keys(const AttentionOptions& o, int64_t i, int64_t lq, int64_t lk) {
+  const int64_t diag = i + lk - lq;
+  int64_t lo = o.window_left < 0 ? 0 : diag - o.window_left;
+  int64_t hi = o.window_right < 0 ? lk : diag + o.window_right + 1;
+  lo = lo < 0 ? 0 : (lo > lk ? lk : lo);
+  hi = hi > lk ? lk : hi;
+  return {lo, hi < lo ? lo : hi};
+}
+
+}  // namespace attnkit

@@ -1,0 +1,96 @@
+"""attnkit: exact attention (FlashAttention-style), KV caches and transformer models on the CPU.
+
+numpy in, numpy out. Attention functions take float32 arrays either batched ``[B, L, H, D]`` or
+packed ``[T, H, D]`` with ``cu_seqlens_q`` / ``cu_seqlens_k`` (int32, B+1 entries from 0).
+Errors raise ``attnkit.Error``, a subclass of ``ValueError``.
+"""
+import numpy as _np
+
+from . import _attnkit
+from ._attnkit import Error, num_threads, set_num_threads
+
+__all__ = [
+    "Error", "num_threads", "set_num_threads",
+    "attention_reference", "attention_reference_backward",
+]
+
+
+def _window(causal, window):
+    """(left, right) window after applying ``causal`` (which forces right = 0)."""
+    try:
+        left, right = (int(window[0]), int(window[1]))
+    except (TypeError, ValueError, IndexError):
+        raise ValueError(f"window: expected a pair (left, right), got {window!r}") from None
+    if causal:
+        right = 0
+    return left, right
+
+
+def _packed(q, k, v, cu_seqlens_q, cu_seqlens_k):
+    """Packed [T, H, D] views of q, k, v and a function restoring q's layout on outputs."""
+    q, k, v = (_np.asarray(x) for x in (q, k, v))
+    if q.ndim != k.ndim or q.ndim != v.ndim:
+        raise ValueError(f"q, k, v: ranks differ ({q.ndim}, {k.ndim}, {v.ndim})")
+    if q.ndim == 3:
+        return q, k, v, cu_seqlens_q, cu_seqlens_k, (lambda x: x), (lambda x: x)
+    if q.ndim != 4:
+        raise ValueError(f"q: expected [B, L, H, D] or packed [T, H, D], got {q.ndim} dimensions")
+    if cu_seqlens_q is not None or cu_seqlens_k is not None:
+        raise ValueError("cu_seqlens_q/cu_seqlens_k: only with packed [T, H, D] inputs")
+    if k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:
+        raise ValueError(f"k, v: batch {k.shape[0]}, {v.shape[0]} != q batch {q.shape[0]}")
+    b, lq = q.shape[:2]
+    lk = k.shape[1]
+    cu_q = _np.arange(b + 1, dtype=_np.int32) * lq
+    cu_k = _np.arange(b + 1, dtype=_np.int32) * lk
+    flat = lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
+    unflat_q = lambda x: x.reshape((b, lq) + x.shape[1:])
+    unflat_k = lambda x: x.reshape((b, lk) + x.shape[1:])
+    return flat(q), flat(k), flat(v), cu_q, cu_k, unflat_q, unflat_k
+
+
+def _lse_layout(lse, unflat_q, batched):
+    """lse [H, T] → [B, H, L] for batched inputs."""
+    if not batched:
+        return lse
+    return _np.ascontiguousarray(unflat_q(lse.T).transpose(0, 2, 1))
+
+
+def _call_forward(fn, q, k, v, causal, window, scale, softcap, sink_logits, dropout_p, seed,
+                  cu_seqlens_q, cu_seqlens_k, return_lse):
+    left, right = _window(causal, window)
+    batched = _np.ndim(q) == 4
+    qp, kp, vp, cu_q, cu_k, unflat_q, _ = _packed(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    out, lse = fn(qp, kp, vp, cu_q, cu_k, sink_logits, left, right,
+                  0.0 if scale is None else float(scale), float(softcap), float(dropout_p),
+                  int(seed))
+    out = unflat_q(out)
+    return (out, _lse_layout(lse, unflat_q, batched)) if return_lse else out
+
+
+def attention_reference(q, k, v, *, causal=False, window=(-1, -1), scale=None, softcap=0.0,
+                        sink_logits=None, dropout_p=0.0, seed=0, cu_seqlens_q=None,
+                        cu_seqlens_k=None, return_lse=False):
+    """Reference attention (double accumulation): softmax(scale·q·kᵀ + mask)·v.
+
+    q [B, L, H, D] or packed [T, H, D]; k, v [B, S, Hkv, D] or [Tk, Hkv, D] with H % Hkv == 0.
+    Returns out like q, and lse ([B, H, L] or [H, T], natural log) if ``return_lse``.
+    """
+    return _call_forward(_attnkit._attention_reference, q, k, v, causal, window, scale, softcap,
+                         sink_logits, dropout_p, seed, cu_seqlens_q, cu_seqlens_k, return_lse)
+
+
+def attention_reference_backward(dout, q, k, v, *, causal=False, window=(-1, -1), scale=None,
+                                 softcap=0.0, sink_logits=None, dropout_p=0.0, seed=0,
+                                 cu_seqlens_q=None, cu_seqlens_k=None):
+    """Gradients of attention_reference: (dq, dk, dv, dsink), dsink None without sinks."""
+    left, right = _window(causal, window)
+    qp, kp, vp, cu_q, cu_k, unflat_q, unflat_k = _packed(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    dout = _np.asarray(dout)
+    if dout.shape != _np.shape(q):
+        raise ValueError(f"dout: shape {dout.shape} != q shape {_np.shape(q)}")
+    doutp = dout.reshape(qp.shape)
+    dq, dk, dv, ds = _attnkit._attention_reference_backward(
+        doutp, qp, kp, vp, cu_q, cu_k, sink_logits, left, right,
+        0.0 if scale is None else float(scale), float(softcap), float(dropout_p), int(seed))
+    return unflat_q(dq), unflat_k(dk), unflat_k(dv), ds

@@ -1,0 +1,12 @@
+#pragma once
+// The Python module is assembled from one bind_*.cpp per library area.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+namespace attnkit::python {
+
+void bind_attention(pybind11::module_& m);   // bind_attention.cpp
+void bind_io(pybind11::module_& m);          // bind_io.cpp
+void bind_kv(pybind11::module_& m);          // bind_kv.cpp
+
+}  // namespace attnkit::python

@@ -1,0 +1,17 @@
+// attnkit._attnkit: the compiled half of the Python module (python/attnkit/__init__.py wraps it).
+#include <pybind11/pybind11.h>
+
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/parallel.hpp"
+#include "bindings.hpp"
+
+PYBIND11_MODULE(_attnkit, m) {
+  m.doc() = "attnkit: exact attention, KV caches and transformer models on the CPU";
+  // attnkit::Error surfaces as attnkit.Error, a subclass of ValueError.
+  pybind11::register_exception<attnkit::Error>(m, "Error", PyExc_ValueError);
+  m.def("set_num_threads", &attnkit::set_num_threads, "Sets attnkit's thread count (<= 0: default).");
+  m.def("num_threads", &attnkit::num_threads, "attnkit's thread count.");
+  attnkit::python::bind_attention(m);
+  attnkit::python::bind_io(m);
+  attnkit::python::bind_kv(m);
+}

@@ -1,0 +1,119 @@
+// Validation and sequence bookkeeping shared by every attention backend.
+#include "attnkit/attention/attention.hpp"
+
+#include <cmath>
+
+#include "attnkit/core/error.hpp"
+
+namespace attnkit {
+namespace {
+
+void check_cu_seqlens(std::span<const int32_t> cu, int64_t total, const char* name) {
+  check(cu.size() >= 2, name, ": needs at least 2 entries (B+1), got ", cu.size());
+  check(cu[0] == 0, name, ": must start at 0, got ", cu[0]);
+  for (size_t i = 1; i < cu.size(); ++i)
+    check(cu[i] >= cu[i - 1], name, ": must be non-decreasing, but entry ", i, " = ", cu[i],
+          " < entry ", i - 1, " = ", cu[i - 1]);
+  check(cu.back() == total, name, ": must end at the token count ", total, ", ends at ",
+        cu.back());
+}
+
+void check_view(const ConstView3& t, const char* name) {
+  check(t.data != nullptr || t.numel() == 0, name, ": null data");
+  for (int d = 0; d < 3; ++d) check(t.shape[d] >= 0, name, ": negative extent in dim ", d);
+  check(t.inner_contiguous(), name, ": last dimension must be contiguous (stride 1), got stride ",
+        t.stride[2]);
+}
+
+void check_finite(const ConstView3& t, const char* name) {
+  for (int64_t i = 0; i < t.shape[0]; ++i)
+    for (int64_t j = 0; j < t.shape[1]; ++j) {
+      const float* p = t.ptr(i, j);
+      float acc = 0;
+      for (int64_t d = 0; d < t.shape[2]; ++d) acc += p[d] * 0.0f;  // NaN or inf make acc NaN
+      if (acc != 0) {
+        for (int64_t d = 0; d < t.shape[2]; ++d)
+          check(std::isfinite(p[d]), name, ": non-finite value ", p[d], " at [", i, ", ", j, ", ",
+                d, "]");
+      }
+    }
+}
+
+}  // namespace
+
+int64_t num_sequences(const AttentionArgs& a) {
+  return a.cu_seqlens_q.empty() ? 1 : int64_t(a.cu_seqlens_q.size()) - 1;
+}
+
+SeqSpan sequence_span(const AttentionArgs& a, int64_t b) {
+  if (a.cu_seqlens_q.empty()) return {0, a.q.shape[0], 0, a.k.shape[0]};
+  return {a.cu_seqlens_q[b], a.cu_seqlens_q[b + 1], a.cu_seqlens_k[b], a.cu_seqlens_k[b + 1]};
+}
+
+float effective_scale(const AttentionOptions& o, int64_t head_dim) {
+  return o.scale != 0 ? o.scale : float(1.0 / std::sqrt(double(head_dim)));
+}
+
+void validate(const AttentionOptions& o, const AttentionArgs& a) {
+  check_view(a.q, "q");
+  check_view(a.k, "k");
+  check_view(a.v, "v");
+  check_finite(a.q, "q");
+  check_finite(a.k, "k");
+  check_finite(a.v, "v");
+  const int64_t h = a.q.shape[1], d = a.q.shape[2], hkv = a.k.shape[1];
+  check(h >= 1, "q: needs at least one head, got H = ", h);
+  check(d >= 1, "q: head dim must be >= 1, got ", d);
+  check(hkv >= 1, "k: needs at least one head, got Hkv = ", hkv);
+  check(h % hkv == 0, "k: query heads H = ", h, " must be a multiple of KV heads Hkv = ", hkv);
+  check(a.k.shape[2] == d, "k: head dim ", a.k.shape[2], " != q head dim ", d);
+  check(a.v.shape[0] == a.k.shape[0] && a.v.shape[1] == hkv && a.v.shape[2] == d,
+        "v: shape [", a.v.shape[0], ", ", a.v.shape[1], ", ", a.v.shape[2], "] != k shape [",
+        a.k.shape[0], ", ", hkv, ", ", d, "]");
+  if (!a.out.empty()) {  // the reference backward recomputes out and may leave it empty
+    check_view(a.out, "out");
+    check(a.out.shape == a.q.shape, "out: shape must equal q's [", a.q.shape[0], ", ", h, ", ",
+          d, "]");
+  }
+  if (!a.lse.empty())
+    check(a.lse.shape[0] == h && a.lse.shape[1] == a.q.shape[0], "lse: shape must be [H, Tq] = [",
+          h, ", ", a.q.shape[0], "], got [", a.lse.shape[0], ", ", a.lse.shape[1], "]");
+  check(a.cu_seqlens_q.empty() == a.cu_seqlens_k.empty(),
+        "cu_seqlens_q and cu_seqlens_k: give both or neither");
+  if (!a.cu_seqlens_q.empty()) {
+    check_cu_seqlens(a.cu_seqlens_q, a.q.shape[0], "cu_seqlens_q");
+    check_cu_seqlens(a.cu_seqlens_k, a.k.shape[0], "cu_seqlens_k");
+    check(a.cu_seqlens_q.size() == a.cu_seqlens_k.size(), "cu_seqlens_k: has ",
+          a.cu_seqlens_k.size(), " entries, cu_seqlens_q has ", a.cu_seqlens_q.size());
+  }
+  if (!a.sink_logits.empty()) {
+    check(int64_t(a.sink_logits.size()) == h, "sink_logits: needs H = ", h, " entries, got ",
+          a.sink_logits.size());
+    for (float b : a.sink_logits) check(std::isfinite(b), "sink_logits: must be finite, got ", b);
+  }
+  check(std::isfinite(o.scale) && o.scale >= 0, "scale: must be finite and >= 0 (0 = 1/sqrt(D)), got ",
+        o.scale);
+  check(std::isfinite(o.softcap) && o.softcap >= 0, "softcap: must be finite and >= 0, got ",
+        o.softcap);
+  check(o.dropout_p >= 0 && o.dropout_p < 1, "dropout_p: must be in [0, 1), got ", o.dropout_p);
+  check(o.window_left >= -1, "window_left: must be >= -1, got ", o.window_left);
+  check(o.window_right >= -1, "window_right: must be >= -1, got ", o.window_right);
+}
+
+void validate_backward(const AttentionOptions& o, const AttentionArgs& a,
+                       const AttentionGrads& g) {
+  validate(o, a);
+  check_view(g.d_out, "d_out");
+  check_view(g.d_q, "d_q");
+  check_view(g.d_k, "d_k");
+  check_view(g.d_v, "d_v");
+  check(g.d_out.shape == a.q.shape, "d_out: shape must equal q's");
+  check_finite(g.d_out, "d_out");
+  check(g.d_q.shape == a.q.shape, "d_q: shape must equal q's");
+  check(g.d_k.shape == a.k.shape, "d_k: shape must equal k's");
+  check(g.d_v.shape == a.v.shape, "d_v: shape must equal v's");
+  check(g.d_sink.size() == a.sink_logits.size(), "d_sink: needs ", a.sink_logits.size(),
+        " entries (one per sink logit), got ", g.d_sink.size());
+}
+
+}  // namespace attnkit

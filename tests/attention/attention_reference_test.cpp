@@ -1,0 +1,149 @@
+// Reference attention against first principles: finite differences in double for every gradient,
+// the sink and fully-masked-row rules, and validation errors.
+#include "attnkit/attention/attention_reference.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "attention/attention_problem.hpp"
+#include "attnkit/core/error.hpp"
+
+namespace attnkit {
+namespace {
+
+using testing::Problem;
+using testing::ProblemShape;
+
+// loss = Σ out · d_out, computed in double from a fresh forward.
+double loss(Problem& p, const AttentionOptions& o) {
+  attention_reference(o, p.args());
+  double l = 0;
+  for (int64_t i = 0; i < p.out.size(); ++i) l += double(p.out.data()[i]) * p.d_out.data()[i];
+  return l;
+}
+
+// Central difference of the loss w.r.t. *x; the step is what float storage actually moved.
+double numeric_grad(Problem& p, const AttentionOptions& o, float* x) {
+  const float saved = *x;
+  const float h = 1e-2f;
+  *x = saved + h;
+  const double up = loss(p, o), x_up = *x;
+  *x = saved - h;
+  const double down = loss(p, o), x_down = *x;
+  *x = saved;
+  return (up - down) / (x_up - x_down);
+}
+
+struct Case {
+  const char* name;
+  ProblemShape shape;
+  AttentionOptions opts;
+};
+
+void check_gradients(const Case& c) {
+  Problem p(c.shape, 7);
+  attention_reference_backward(c.opts, p.args(), p.grads());
+  ASSERT_TRUE(p.guards_intact());
+  double worst = 0, scale = 0;
+  auto sweep = [&](testing::Guarded& x, const testing::Guarded& g, int64_t row, int64_t used) {
+    for (int64_t i = 0; i < x.size(); ++i) {
+      if (i % row >= used) continue;  // padding between strided rows is not an input
+      const double num = numeric_grad(p, c.opts, &x.data()[i]);
+      const double ana = g.data()[(i / row) * used + i % row];
+      worst = std::max(worst, std::abs(num - ana));
+      scale = std::max(scale, std::abs(num));
+    }
+  };
+  const auto& s = c.shape;
+  sweep(p.q, p.d_q, p.row(s.h), s.h * s.d);
+  sweep(p.k, p.d_k, p.row(s.hkv), s.hkv * s.d);
+  sweep(p.v, p.d_v, p.row(s.hkv), s.hkv * s.d);
+  for (size_t h = 0; h < p.sinks.size(); ++h) {
+    const double num = numeric_grad(p, c.opts, &p.sinks[h]);
+    worst = std::max(worst, std::abs(num - p.d_sink[h]));
+    scale = std::max(scale, std::abs(num));
+  }
+  // Central differences with h = 1e-2 on float inputs: truncation O(h²) and float rounding of the
+  // outputs (~1e-7 relative) divided by 2h bound the error near 1e-4 of the gradient's scale.
+  EXPECT_LT(worst, 2e-3 * std::max(1.0, scale)) << c.name << " scale " << scale;
+}
+
+TEST(AttentionReference, GradientsMatchFiniteDifferences) {
+  const Case cases[] = {
+      {"mha", {{5}, {5}, 2, 2, 4}, {}},
+      {"gqa causal", {{6}, {6}, 4, 2, 3}, AttentionOptions::causal()},
+      {"mqa lq<lk causal", {{3}, {7}, 3, 1, 4}, AttentionOptions::causal()},
+      {"lq>lk causal (masked rows)", {{6}, {3}, 2, 1, 4}, AttentionOptions::causal()},
+      {"window", {{7}, {7}, 2, 1, 3}, {.window_left = 2, .window_right = 1}},
+      {"softcap", {{5}, {6}, 2, 2, 4}, {.scale = 0.9f, .softcap = 1.5f}},
+      {"sinks", {{5}, {5}, 4, 2, 3, true}, AttentionOptions::causal()},
+      {"varlen empty", {{3, 0, 4}, {2, 3, 4}, 2, 1, 3, true}, AttentionOptions::causal()},
+      {"strided", {{4}, {5}, 2, 1, 4, false, 3}, {}},
+      {"dropout", {{5}, {6}, 2, 1, 4}, {.dropout_p = 0.3f, .seed = 42}},
+  };
+  for (const auto& c : cases) check_gradients(c);
+}
+
+TEST(AttentionReference, RowsWithSinkSumBelowOne) {
+  Problem p({{6}, {6}, 2, 1, 4, true}, 3);
+  for (int64_t i = 0; i < p.v.size(); ++i) p.v.data()[i] = 1.0f;  // out = Σ_j P_j
+  auto a = p.args();
+  attention_reference(AttentionOptions::causal(), a);
+  for (int64_t t = 0; t < p.tq; ++t)
+    for (int64_t h = 0; h < 2; ++h) {
+      const double expected = 1.0 - std::exp(double(p.sinks[size_t(h)]) - a.lse(h, t));
+      EXPECT_NEAR(a.out(t, h, 0), expected, 1e-6);
+      EXPECT_LT(a.out(t, h, 0), 1.0f);
+    }
+}
+
+TEST(AttentionReference, FullyMaskedRowsGiveZerosAndMinusInfLse) {
+  // Lq = 5 > Lk = 2 with a bottom-right causal mask: queries 0..2 see no key.
+  Problem p({{5}, {2}, 2, 1, 4}, 5);
+  auto a = p.args();
+  attention_reference(AttentionOptions::causal(), a);
+  attention_reference_backward(AttentionOptions::causal(), a, p.grads());
+  for (int64_t t = 0; t < 5; ++t)
+    for (int64_t h = 0; h < 2; ++h) {
+      const bool masked = t < 3;
+      EXPECT_EQ(std::isinf(a.lse(h, t)) && a.lse(h, t) < 0, masked);
+      for (int64_t e = 0; e < 4; ++e) {
+        EXPECT_FALSE(std::isnan(a.out(t, h, e)));
+        if (masked) {
+          EXPECT_EQ(a.out(t, h, e), 0.0f);
+          EXPECT_EQ(p.grads().d_q(t, h, e), 0.0f);
+        }
+      }
+    }
+}
+
+TEST(AttentionReference, RejectsBadArguments) {
+  Problem p({{4}, {4}, 3, 2, 4}, 1);  // H = 3 not a multiple of Hkv = 2
+  EXPECT_THROW(attention_reference({}, p.args()), Error);
+  Problem ok({{2, 2}, {2, 2}, 2, 1, 4}, 1);
+  ok.cu_q = {0, 3, 2, 4};
+  ok.cu_k = {0, 2, 2, 4};
+  try {
+    attention_reference({}, ok.args());
+    ADD_FAILURE() << "decreasing cu_seqlens_q accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cu_seqlens_q"), std::string::npos) << e.what();
+  }
+  Problem nan({{3}, {3}, 2, 1, 4}, 1);
+  nan.k.data()[5] = std::numeric_limits<float>::quiet_NaN();
+  try {
+    attention_reference({}, nan.args());
+    ADD_FAILURE() << "NaN in k accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("k: non-finite"), std::string::npos) << e.what();
+  }
+  Problem good({{3}, {3}, 2, 1, 4}, 1);
+  EXPECT_THROW(attention_reference({.dropout_p = 1.0f}, good.args()), Error);
+  EXPECT_THROW(attention_reference({.window_left = -2}, good.args()), Error);
+}
+
+}  // namespace
+}  // namespace attnkit
