@@ -4,6 +4,9 @@
 
 #include <array>
 #include <cmath>
+#include <string>
+#include <tuple>
+#include <utility>
 
 #include "attnkit/core/error.hpp"
 
@@ -12,21 +15,28 @@ namespace {
 
 constexpr int64_t kScaleBytes = 4;   // one float32 scale per token per KV head, for K and for V
 
-// a · b, or attnkit::Error saying which quantity overflowed and from what.
-int64_t checked_mul(int64_t a, int64_t b, std::string_view what) {
-  int64_t r = 0;
-  if (__builtin_mul_overflow(a, b, &r)) {
-    fail("kv_plan: ", what, " overflows a 64-bit byte count (", a, " * ", b, ")");
-  }
+// a · b; false if it does not fit in int64.
+bool mul(int64_t a, int64_t b, int64_t& out) { return !__builtin_mul_overflow(a, b, &out); }
+
+// Bytes per token for `kv_heads` heads of `shape`: 2·L·kv_heads·(D·b + int8 scale bytes).
+int64_t bytes_per_token_for(const KVShape& s, int64_t kv_heads) {
+  const bool scales = s.dtype == KVDType::int8;
+  int64_t per_head = 0, k_and_v = 0, r = 0;
+  const bool ok = mul(s.head_dim, kv_dtype_bytes(s.dtype), per_head) &&
+                  !__builtin_add_overflow(per_head, scales ? kScaleBytes : 0, &per_head) &&
+                  mul(2, s.layers, k_and_v) && mul(k_and_v, kv_heads, k_and_v) &&
+                  mul(k_and_v, per_head, r);
+  check(ok, "kv_plan: bytes per token 2*layers*kv_heads*head_dim*b overflows 64 bits (layers=",
+        s.layers, ", kv_heads=", kv_heads, ", head_dim=", s.head_dim, ", b=", kv_dtype_bytes(s.dtype), ")");
   return r;
 }
 
-// Bytes per token for `kv_heads` heads of `shape` (K and V, all layers, int8 scales included).
-int64_t bytes_per_token_for(const KVShape& s, int64_t kv_heads, std::string_view what) {
-  const int64_t per_head = s.dtype == KVDType::int8
-      ? checked_mul(s.head_dim, kv_dtype_bytes(s.dtype), what) + kScaleBytes
-      : checked_mul(s.head_dim, kv_dtype_bytes(s.dtype), what);
-  return checked_mul(checked_mul(2 * s.layers, kv_heads, what), per_head, what);
+// bytes · count for an option `name` (context, batch, tp), or an error naming that option.
+int64_t times(int64_t bytes, int64_t count, std::string_view what, std::string_view name) {
+  int64_t r = 0;
+  check(mul(bytes, count, r), "kv_plan: ", what, " overflows 64 bits (", bytes, " bytes * ", name,
+        " ", count, "); reduce ", name);
+  return r;
 }
 
 void check_positive(int64_t v, std::string_view name) {
@@ -109,29 +119,29 @@ void validate(const KVPlanOptions& o) {
 
 int64_t kv_bytes_per_token(const KVShape& shape) {
   validate(shape);
-  return bytes_per_token_for(shape, shape.kv_heads, "bytes per token (2*layers*kv_heads*head_dim*b)");
+  return bytes_per_token_for(shape, shape.kv_heads);
 }
 
 KVPlanRow kv_plan(const KVShape& shape, const KVPlanOptions& opts) {
   validate(shape);
   validate(opts);
+  KVPlanRow r;
+  std::tie(r.kv_heads_per_shard, r.replication) = shard_kv_heads(shape.kv_heads, opts.tp);
   check(shape.heads % opts.tp == 0, "kv_plan: heads (", shape.heads, ") must be divisible by tp (",
         opts.tp, "): query heads are split evenly across shards");
-  KVPlanRow r;
   r.kv_heads = shape.kv_heads;
   r.bytes_per_token = kv_bytes_per_token(shape);
   r.scale_bytes_per_token = shape.dtype == KVDType::int8
       ? 2 * shape.layers * shape.kv_heads * kScaleBytes   // <= bytes_per_token: cannot overflow
       : 0;
-  r.bytes_per_sequence = checked_mul(r.bytes_per_token, opts.context, "bytes per sequence (bytes per token * context)");
-  r.bytes_batch = checked_mul(r.bytes_per_sequence, opts.batch, "bytes per batch (bytes per sequence * batch)");
+  r.bytes_per_sequence = times(r.bytes_per_token, opts.context, "bytes per sequence", "context");
+  r.bytes_batch = times(r.bytes_per_sequence, opts.batch, "bytes per batch", "batch");
 
-  std::tie(r.kv_heads_per_shard, r.replication) = shard_kv_heads(shape.kv_heads, opts.tp);
-  // A shard's cache is bytes_per_token scaled to its heads; it divides the whole when Hkv >= P.
-  r.shard_bytes_per_token = bytes_per_token_for(shape, r.kv_heads_per_shard, "shard bytes per token");
-  r.shard_bytes_per_sequence = checked_mul(r.shard_bytes_per_token, opts.context, "shard bytes per sequence");
-  r.shard_bytes_batch = checked_mul(r.shard_bytes_per_sequence, opts.batch, "shard bytes per batch");
-  r.total_bytes_batch = checked_mul(r.shard_bytes_batch, opts.tp, "bytes across shards");
+  // A shard's cache is bytes_per_token scaled to its heads: a 1/P slice when Hkv >= P.
+  r.shard_bytes_per_token = bytes_per_token_for(shape, r.kv_heads_per_shard);
+  r.shard_bytes_per_sequence = r.shard_bytes_per_token * opts.context;   // <= bytes_per_sequence
+  r.shard_bytes_batch = r.shard_bytes_per_sequence * opts.batch;        // <= bytes_batch
+  r.total_bytes_batch = times(r.shard_bytes_batch, opts.tp, "bytes across shards", "tp");
   // Shards read their slices in parallel, each at its own device's bandwidth.
   r.read_seconds = double(r.shard_bytes_batch) / opts.bandwidth;
   r.sequences_in_budget = opts.memory / r.shard_bytes_per_sequence;
@@ -162,6 +172,53 @@ std::vector<std::string> kv_preset_names() {
   std::vector<std::string> names;
   for (const KVPreset& p : kPresets) names.emplace_back(p.name);
   return names;
+}
+
+KVPlanInputs resolve(const KVPlanRequest& req) {
+  std::optional<KVPreset> preset;
+  if (!req.preset.empty()) {
+    preset = kv_preset(req.preset);
+    if (!preset) {
+      std::string known;
+      for (const KVPreset& p : kPresets) known += (known.empty() ? "" : ", ") + std::string(p.name);
+      fail("kv_plan: unknown preset '", req.preset, "' (known: ", known, ")");
+    }
+  }
+  auto pick = [&](const std::optional<int64_t>& given, int64_t KVShape::*member,
+                  std::string_view name) -> int64_t {
+    if (given) return *given;
+    if (preset) return (*preset).shape.*member;
+    fail("kv_plan: ", name, " is required when no preset is given");
+  };
+  KVPlanInputs in;
+  in.shape.layers = pick(req.layers, &KVShape::layers, "layers");
+  in.shape.heads = pick(req.heads, &KVShape::heads, "heads");
+  in.shape.head_dim = pick(req.head_dim, &KVShape::head_dim, "head_dim");
+  in.shape.kv_heads = req.kv_heads ? *req.kv_heads : preset ? preset->shape.kv_heads : in.shape.heads;
+  in.shape.dtype = req.dtype ? *req.dtype : preset ? preset->shape.dtype : KVDType::f16;
+  check(req.context || preset, "kv_plan: context is required when no preset is given");
+  in.options.context = req.context ? *req.context : preset->context;
+  in.options.batch = req.batch;
+  in.options.tp = req.tp;
+  in.options.bandwidth = req.bandwidth;
+  in.options.memory = req.memory;
+  return in;
+}
+
+std::vector<KVPlanField> kv_plan_fields(const KVPlanInputs& in) {
+  return {
+      {"layers", in.shape.layers},
+      {"heads", in.shape.heads},
+      {"kv_heads", in.shape.kv_heads},
+      {"head_dim", in.shape.head_dim},
+      {"dtype", kv_dtype_name(in.shape.dtype)},
+      {"bytes_per_element", kv_dtype_bytes(in.shape.dtype)},
+      {"context", in.options.context},
+      {"batch", in.options.batch},
+      {"tp", in.options.tp},
+      {"bandwidth", in.options.bandwidth},
+      {"memory", in.options.memory},
+  };
 }
 
 std::vector<KVPlanField> kv_plan_fields(const KVPlanRow& r) {

@@ -72,7 +72,7 @@ class SafetensorsFile {
   // Length N of the JSON header in bytes (including any padding).
   uint64_t header_size() const { return header_size_; }
   // Length of the data section in bytes (sum of all tensors' byte ranges).
-  uint64_t data_size() const { return file_.size() - 8 - header_size_; }
+  uint64_t data_size() const { return file_.empty() ? 0 : file_.size() - 8 - header_size_; }
 
  private:
   SafetensorsFile() = default;

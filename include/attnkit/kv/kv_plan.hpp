@@ -103,12 +103,36 @@ std::optional<KVPreset> kv_preset(std::string_view name);
 // The preset names, in display order.
 std::vector<std::string> kv_preset_names();
 
+// Inputs as a user gives them (CLI options, Python keywords): a preset and/or explicit values.
+struct KVPlanRequest {
+  std::string preset;                           // "" = none
+  std::optional<int64_t> layers, heads, head_dim;   // override the preset's; required without one
+  std::optional<int64_t> kv_heads;              // default: the preset's, else heads (MHA)
+  std::optional<KVDType> dtype;                 // default: the preset's, else f16
+  std::optional<int64_t> context;               // default: the preset's; required without one
+  int64_t batch = 1;
+  int64_t tp = 1;
+  double bandwidth = kDefaultKVBandwidth;       // bytes/s per device
+  int64_t memory = kDefaultKVMemory;            // bytes per device
+};
+
+// A request resolved to a shape and options (explicit values win over the preset's).
+struct KVPlanInputs {
+  KVShape shape;
+  KVPlanOptions options;
+};
+// Resolves `req`; throws attnkit::Error for an unknown preset or a missing required value.
+KVPlanInputs resolve(const KVPlanRequest& req);
+
 // One output field: the key shared by the CLI's --json and the Python dict, and its value.
 struct KVPlanField {
   std::string_view key;
-  std::variant<int64_t, double> value;
+  std::variant<int64_t, double, std::string_view> value;
 };
-// The fields of a row in output order (the keys of KVPlanRow's members).
+// The inputs in output order: layers, heads, kv_heads, head_dim, dtype, bytes_per_element,
+// context, batch, tp, bandwidth (B/s), memory (B).
+std::vector<KVPlanField> kv_plan_fields(const KVPlanInputs& in);
+// The fields of a row in output order (the names of KVPlanRow's members).
 std::vector<KVPlanField> kv_plan_fields(const KVPlanRow& row);
 
 }  // namespace attnkit

@@ -1,0 +1,37 @@
+#pragma once
+// Exact attention, tiled with an online softmax (FlashAttention-2 schedule) on the CPU.
+// Same result as attention_reference (softmax(scale·q·kᵀ + mask)·v with sinks, softcap, dropout)
+// up to float32 rounding, without ever materialising the Tq×Tk score matrix: extra memory is
+// O(tile) per thread plus O(H·Tq) floats in the backward.
+//
+// Schedule: the G query heads of a KV group are stacked into one tile (rows = query positions ×
+// G, position-major), so each K/V tile is read once per group and the GEMMs are G times taller.
+// Key tiles outside the mask are skipped; tiles crossing the mask edge are cut into sub-blocks of
+// kDiagonalBlock positions, each multiplied only against the keys it can see.
+#include <cstdint>
+
+#include "attnkit/attention/attention.hpp"
+
+namespace attnkit {
+
+struct FlashTiles {                                // tile sizes, in tokens
+  static constexpr int64_t kRowsPerTile = 1024;     // stacked rows (positions × G) in a query tile
+  static constexpr int64_t kMaxQueryTile = 256;     // query positions per tile, at most
+  static constexpr int64_t kKeyTile = 512;          // keys per forward key tile
+  static constexpr int64_t kDiagonalBlock = 32;     // positions per sub-block on the mask edge
+  static constexpr int64_t kBwdRowsPerTile = 256;   // stacked rows per backward query tile
+  static constexpr int64_t kBwdKeyTile = 128;       // keys per backward key tile
+  static_assert(kDiagonalBlock <= kMaxQueryTile && kKeyTile % 8 == 0 && kBwdKeyTile % 8 == 0);
+};
+
+// Forward: fills args.out [Tq, H, D] and, if given, args.lse [H, Tq] (needed by the backward).
+// Parallel over (sequence, KV head, query tile); bitwise identical for any thread count.
+void flash_attention(const AttentionOptions& opts, const AttentionArgs& args);
+
+// Backward from args.out and args.lse of the forward: assigns grads.d_q, d_k, d_v and d_sink.
+// dK/dV are accumulated per KV head over its group with no H-sized temporary. Bitwise identical
+// for any thread count (the schedule depends only on the shape).
+void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs& args,
+                              const AttentionGrads& grads);
+
+}  // namespace attnkit

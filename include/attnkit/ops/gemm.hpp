@@ -1,0 +1,32 @@
+#pragma once
+// Single-precision GEMM: the only place attnkit calls BLAS (OpenBLAS, OpenMP build).
+// PyTorch: C = alpha · op(A) @ op(B) + beta · C, row-major, op(X) = X or X.T.
+#include <cstdint>
+
+namespace attnkit {
+
+// C[m, n] = alpha·op(A)·op(B) + beta·C, row-major; op(A) is [m, k], op(B) is [k, n]; lda, ldb, ldc
+// are row strides in elements of A, B, C as stored (before op). beta = 0 ignores C's contents.
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+           int64_t ldc);
+
+// The same product computed with scalar loops in double: the reference for sgemm.
+void sgemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                     float* c, int64_t ldc);
+
+// Sets BLAS's own thread count for the scope's lifetime. Kernels that call sgemm from their own
+// parallel_for hold a scope of 1 so that BLAS never starts threads inside a one-thread region.
+class BlasThreadsScope {
+ public:
+  explicit BlasThreadsScope(int n);
+  ~BlasThreadsScope();
+  BlasThreadsScope(const BlasThreadsScope&) = delete;
+  BlasThreadsScope& operator=(const BlasThreadsScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+}  // namespace attnkit

@@ -1,0 +1,66 @@
+#pragma once
+// Internal pieces shared by the flash forward and backward: the per-call context, gathering a
+// stacked query tile (rows = positions × G, position-major), and masking a block of scores.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "attnkit/attention/flash_attention.hpp"
+#include "attnkit/core/rng.hpp"
+
+namespace attnkit::flash {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct Context {
+  const AttentionOptions& opts;
+  const AttentionArgs& args;
+  int64_t h, hkv, g, d;
+  float scale;
+  bool has_sink;
+
+  Context(const AttentionOptions& o, const AttentionArgs& a)
+      : opts(o), args(a), h(a.q.shape[1]), hkv(a.k.shape[1]), g(h / hkv), d(a.q.shape[2]),
+        scale(effective_scale(o, a.q.shape[2])), has_sink(!a.sink_logits.empty()) {}
+
+  // Row stride of K or V for sgemm (BLAS wants ld >= D even for a single row).
+  int64_t ld(const ConstView3& t) const { return std::max<int64_t>(t.stride[0], d); }
+};
+
+// Query positions per forward/backward tile for group size g.
+inline int64_t positions_per_tile(int64_t rows_per_tile, int64_t g, int64_t max_positions) {
+  return std::clamp<int64_t>(rows_per_tile / g, 1, max_positions);
+}
+
+// dst[(i - i0)·G + g, :] = factor · src(token_base + i, hk·G + g, :) for i in [i0, i1).
+inline void gather_rows(const ConstView3& src, const Context& c, int64_t token_base, int64_t hk,
+                        int64_t i0, int64_t i1, float factor, float* dst) {
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t gg = 0; gg < c.g; ++gg) {
+      const float* s = src.ptr(token_base + i, hk * c.g + gg);
+      float* o = dst + ((i - i0) * c.g + gg) * c.d;
+      for (int64_t e = 0; e < c.d; ++e) o[e] = factor * s[e];
+    }
+}
+
+// Sets x[j] = -inf for keys k0 + j outside query i's visible range (x holds keys [k0, k0 + n)).
+inline void mask_row(float* x, int64_t n, int64_t k0, const KeyRange& vis) {
+  const int64_t lo = std::clamp<int64_t>(vis.lo - k0, 0, n);
+  const int64_t hi = std::clamp<int64_t>(vis.hi - k0, lo, n);
+  std::fill(x, x + lo, kNegInf);
+  std::fill(x + hi, x + n, kNegInf);
+}
+
+// Multiplies x[j] (probabilities of keys k0 + j for query i, head hq, sequence b) by the dropout
+// factor: 0 if dropped, 1/(1-p) if kept. The mask is the reference's (seed, b, hq, i, j).
+inline void apply_dropout(float* x, int64_t n, int64_t k0, const AttentionOptions& o, int64_t b,
+                          int64_t hq, int64_t i) {
+  const float keep_scale = 1.0f / (1.0f - o.dropout_p);
+  for (int64_t j = 0; j < n; ++j)
+    x[j] *= dropout_keep(o.seed, o.dropout_p, uint32_t(b), uint32_t(hq), uint32_t(i),
+                         uint32_t(k0 + j))
+                ? keep_scale
+                : 0.0f;
+}
+
+}  // namespace attnkit::flash

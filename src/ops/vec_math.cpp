@@ -1,0 +1,78 @@
+// Highway implementations of the row primitives (static dispatch: the target this file is
+// compiled for, AVX2 + FMA under -march=native here). Tails are handled with a masked load.
+#include "attnkit/ops/vec_math.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+namespace attnkit {
+namespace hn = hwy::HWY_NAMESPACE;
+
+namespace {
+using D = hn::ScalableTag<float>;
+}
+
+float row_max(const float* x, int64_t n) {
+  const D d;
+  const int64_t lanes = int64_t(hn::Lanes(d));
+  auto acc = hn::Set(d, -std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + lanes <= n; j += lanes) acc = hn::Max(acc, hn::LoadU(d, x + j));
+  float m = hn::GetLane(hn::MaxOfLanes(d, acc));
+  for (; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+float exp_sub_sum(float* x, int64_t n, float m) {
+  const D d;
+  const int64_t lanes = int64_t(hn::Lanes(d));
+  const auto vm = hn::Set(d, m);
+  // Highway's Exp is accurate down to about -87; below that (and for -inf, a masked score) the
+  // true value is under 1e-38 of the row maximum's term: emit exactly 0.
+  const auto lo = hn::Set(d, -87.0f);
+  auto sum = hn::Zero(d);
+  int64_t j = 0;
+  for (; j + lanes <= n; j += lanes) {
+    const auto t = hn::Sub(hn::LoadU(d, x + j), vm);
+    const auto e = hn::IfThenZeroElse(hn::Lt(t, lo), hn::Exp(d, hn::Max(t, lo)));
+    hn::StoreU(e, d, x + j);
+    sum = hn::Add(sum, e);
+  }
+  float s = hn::GetLane(hn::SumOfLanes(d, sum));
+  for (; j < n; ++j) {
+    const float t = x[j] - m;
+    x[j] = t < -87.0f ? 0.0f : std::exp(t);
+    s += x[j];
+  }
+  return s;
+}
+
+void softcap_inplace(float* x, int64_t n, float c) {
+  const D d;
+  const int64_t lanes = int64_t(hn::Lanes(d));
+  const auto vc = hn::Set(d, c), inv = hn::Set(d, 1.0f / c);
+  int64_t j = 0;
+  for (; j + lanes <= n; j += lanes)
+    hn::StoreU(hn::Mul(vc, hn::Tanh(d, hn::Mul(hn::LoadU(d, x + j), inv))), d, x + j);
+  for (; j < n; ++j) x[j] = c * std::tanh(x[j] / c);
+}
+
+void scale_inplace(float* x, int64_t n, float a) {
+  for (int64_t j = 0; j < n; ++j) x[j] *= a;
+}
+
+float dot(const float* x, const float* y, int64_t n) {
+  const D d;
+  const int64_t lanes = int64_t(hn::Lanes(d));
+  auto acc = hn::Zero(d);
+  int64_t j = 0;
+  for (; j + lanes <= n; j += lanes) acc = hn::MulAdd(hn::LoadU(d, x + j), hn::LoadU(d, y + j), acc);
+  float s = hn::GetLane(hn::SumOfLanes(d, acc));
+  for (; j < n; ++j) s += x[j] * y[j];
+  return s;
+}
+
+}  // namespace attnkit

@@ -1,0 +1,164 @@
+// Flash attention forward and backward against the reference over the STYLE.md grid: lengths
+// that hit tile tails, Lq != Lk both ways, GQA ratios, head dims, masks, sinks, softcap, dropout,
+// varlen with empty sequences, strided views, 1 and 2 threads, both dQ schedules.
+#include "attnkit/attention/flash_attention.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "attention/attention_problem.hpp"
+#include "attnkit/attention/attention_reference.hpp"
+#include "attnkit/core/parallel.hpp"
+
+namespace attnkit {
+namespace {
+
+using testing::Guarded;
+using testing::max_abs;
+using testing::max_abs_diff;
+using testing::Problem;
+using testing::ProblemShape;
+
+struct Case {
+  std::string name;
+  ProblemShape shape;
+  AttentionOptions opts;
+};
+
+// Compares flash with the reference. Bar: float32 accumulation over n terms of magnitude ~|x| has
+// error ~ sqrt(n)·2^-24·|x|; we allow 64·sqrt(n)·2^-24 of the output's scale.
+void compare(const Case& c, int threads) {
+  ThreadCountScope scope(threads);
+  Problem ref(c.shape, 11), fl(c.shape, 11);
+  attention_reference(c.opts, ref.args());
+  attention_reference_backward(c.opts, ref.args(), ref.grads());
+  flash_attention(c.opts, fl.args());
+  flash_attention_backward(c.opts, fl.args(), fl.grads());
+  ASSERT_TRUE(fl.guards_intact()) << c.name;
+  int64_t longest = 1;
+  for (size_t b = 0; b < c.shape.lq.size(); ++b)
+    longest = std::max<int64_t>({longest, c.shape.lq[b], c.shape.lk[b]});
+  const double tol = 64 * std::sqrt(double(longest * c.shape.d)) * 0x1p-24;
+  auto expect_close = [&](const Guarded& x, const Guarded& y, const char* what) {
+    const double err = max_abs_diff(x.data(), y.data(), x.size());
+    const double scale = std::max(1.0, max_abs(y.data(), y.size()));
+    EXPECT_LE(err, tol * scale) << c.name << " [" << what << "] threads=" << threads;
+  };
+  expect_close(fl.out, ref.out, "out");
+  expect_close(fl.lse, ref.lse, "lse");
+  expect_close(fl.d_q, ref.d_q, "dq");
+  expect_close(fl.d_k, ref.d_k, "dk");
+  expect_close(fl.d_v, ref.d_v, "dv");
+  for (size_t h = 0; h < fl.d_sink.size(); ++h)
+    EXPECT_NEAR(fl.d_sink[h], ref.d_sink[h], tol * std::max(1.0f, std::abs(ref.d_sink[h])))
+        << c.name << " dsink";
+}
+
+std::vector<Case> grid() {
+  std::vector<Case> cases;
+  const AttentionOptions causal = AttentionOptions::causal();
+  for (int l : {1, 7, 17, 63, 65, 113, 512})
+    for (int hkv : {4, 2, 1}) {
+      const bool is_causal = (l + hkv) % 2 == 1;
+      cases.push_back({"L=" + std::to_string(l) + " Hkv=" + std::to_string(hkv) +
+                           (is_causal ? " causal" : ""),
+                       {{l}, {l}, 4, hkv, 16}, is_causal ? causal : AttentionOptions{}});
+    }
+  for (auto [lq, lk] : {std::pair{7, 113}, {113, 7}, {65, 600}, {600, 65}, {1, 513}})
+    cases.push_back({"Lq=" + std::to_string(lq) + " Lk=" + std::to_string(lk) + " causal",
+                     {{lq}, {lk}, 4, 2, 8}, causal});
+  for (int d : {32, 64, 80, 128, 256, 20})
+    cases.push_back({"D=" + std::to_string(d), {{70}, {70}, 2, 1, d}, causal});
+  cases.push_back({"window", {{300}, {300}, 4, 2, 16}, {.window_left = 40, .window_right = 3}});
+  cases.push_back({"window left only", {{600}, {600}, 2, 1, 16}, {.window_left = 100, .window_right = 0}});
+  cases.push_back({"sinks causal", {{130}, {130}, 4, 1, 16, true}, causal});
+  cases.push_back({"softcap", {{90}, {120}, 4, 4, 16}, {.scale = 0.7f, .softcap = 2.0f}});
+  cases.push_back({"dropout", {{70}, {90}, 4, 2, 16}, {.dropout_p = 0.2f, .seed = 3}});
+  cases.push_back({"varlen empty", {{0, 37, 5, 0, 80}, {3, 37, 0, 0, 100}, 4, 2, 16, true}, causal});
+  cases.push_back({"varlen fused dq", {{33, 9, 70, 2}, {40, 9, 70, 1}, 4, 2, 16}, causal});
+  cases.push_back({"strided", {{50}, {60}, 4, 2, 16, false, 24}, causal});
+  cases.push_back({"mha fused dq", {{100}, {100}, 8, 8, 16}, causal});
+  cases.push_back({"G=32 tile of 32 positions", {{70}, {70}, 32, 1, 8}, causal});
+  return cases;
+}
+
+TEST(FlashAttention, MatchesReferenceOneThread) {
+  for (const auto& c : grid()) compare(c, 1);
+}
+
+TEST(FlashAttention, MatchesReferenceTwoThreads) {
+  for (const auto& c : grid()) compare(c, 2);
+}
+
+TEST(FlashAttention, BitwiseIdenticalForAnyThreadCount) {
+  for (const char* name : {"fused", "split"}) {
+    const ProblemShape shape = std::string(name) == "fused"
+                                   ? ProblemShape{{300, 200}, {300, 250}, 8, 4, 32, true}
+                                   : ProblemShape{{700}, {700}, 4, 1, 32, true};
+    Problem one(shape, 5), three(shape, 5);
+    const auto opts = AttentionOptions::causal();
+    {
+      ThreadCountScope s(1);
+      flash_attention(opts, one.args());
+      flash_attention_backward(opts, one.args(), one.grads());
+    }
+    {
+      ThreadCountScope s(3);
+      flash_attention(opts, three.args());
+      flash_attention_backward(opts, three.args(), three.grads());
+    }
+    for (auto [x, y] : {std::pair{&one.out, &three.out}, {&one.d_q, &three.d_q},
+                        {&one.d_k, &three.d_k}, {&one.d_v, &three.d_v}})
+      EXPECT_EQ(x->raw, y->raw) << name;
+    EXPECT_EQ(one.d_sink, three.d_sink) << name;
+  }
+}
+
+TEST(FlashAttention, FullyMaskedRowsAreZeroNotNaN) {
+  Problem p({{40}, {10}, 2, 1, 8}, 2);  // bottom-right causal: queries 0..29 see no key
+  flash_attention(AttentionOptions::causal(), p.args());
+  flash_attention_backward(AttentionOptions::causal(), p.args(), p.grads());
+  auto a = p.args();
+  for (int64_t t = 0; t < 30; ++t)
+    for (int64_t h = 0; h < 2; ++h) {
+      EXPECT_TRUE(std::isinf(a.lse(h, t)) && a.lse(h, t) < 0);
+      for (int64_t e = 0; e < 8; ++e) {
+        EXPECT_EQ(a.out(t, h, e), 0.0f);
+        EXPECT_EQ(p.grads().d_q(t, h, e), 0.0f);
+      }
+    }
+}
+
+TEST(FlashAttention, DropoutRateMatchesP) {
+  // With v = one-hot columns per key, out[i, j] = P_ij·Z_ij: count zeros among visible entries.
+  const int64_t l = 256;
+  ProblemShape shape{{int32_t(l)}, {int32_t(l)}, 2, 1, int64_t(l)};
+  Problem p(shape, 4);
+  for (int64_t j = 0; j < l; ++j)
+    for (int64_t e = 0; e < l; ++e) p.v.data()[j * l + e] = j == e ? 1.0f : 0.0f;
+  const AttentionOptions o{.dropout_p = 0.3f, .seed = 17};
+  flash_attention(o, p.args());
+  int64_t dropped = 0, total = 0;
+  auto a = p.args();
+  for (int64_t i = 0; i < l; ++i)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t j = 0; j < l; ++j) {
+        dropped += a.out(i, h, j) == 0.0f;
+        ++total;
+      }
+  EXPECT_NEAR(double(dropped) / double(total), 0.3, 0.01);
+}
+
+TEST(FlashAttention, RejectsMissingLseInBackward) {
+  Problem p({{8}, {8}, 2, 1, 8}, 2);
+  auto a = p.args();
+  flash_attention({}, a);
+  a.lse = {};
+  EXPECT_THROW(flash_attention_backward({}, a, p.grads()), Error);
+}
+
+}  // namespace
+}  // namespace attnkit
