@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "attnkit 0.1.0");
   attnkit::cli::add_kv_plan_command(app);
   attnkit::cli::add_inspect_command(app);
+  attnkit::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

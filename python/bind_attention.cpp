@@ -5,6 +5,8 @@
 
 #include "array_views.hpp"
 #include "attnkit/attention/attention_reference.hpp"
+#include "attnkit/attention/flash_attention.hpp"
+#include "attnkit/core/rng.hpp"
 #include "bindings.hpp"
 
 namespace attnkit::python {
@@ -122,6 +124,46 @@ void bind_attention(py::module_& m) {
       "dout"_a, "q"_a, "k"_a, "v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "sink_logits"_a,
       "window_left"_a, "window_right"_a, "scale"_a, "softcap"_a, "dropout_p"_a, "seed"_a,
       "Gradients of reference attention on packed arrays -> (dq, dk, dv, dsink or None).");
+  m.def(
+      "dropout_keep_mask",
+      [](uint64_t seed, float p, int64_t seq, int64_t head, int64_t lq, int64_t lk) {
+        check(p >= 0 && p < 1, "p: must be in [0, 1), got ", p);
+        check(lq >= 0 && lk >= 0 && seq >= 0 && head >= 0, "seq, head, lq, lk: must be >= 0");
+        py::array_t<bool> keep({lq, lk});
+        bool* out = keep.mutable_data();
+        for (int64_t i = 0; i < lq; ++i)
+          for (int64_t j = 0; j < lk; ++j)
+            out[i * lk + j] = dropout_keep(seed, p, uint32_t(seq), uint32_t(head), uint32_t(i),
+                                           uint32_t(j));
+        return keep;
+      },
+      "seed"_a, "p"_a, "seq"_a, "head"_a, "lq"_a, "lk"_a,
+      "Dropout keep mask [lq, lk] (bool) that attention uses for (seed, sequence, head).");
+  m.def(
+      "_flash_attention",
+      [](py::object q, py::object k, py::object v, py::object cu_q, py::object cu_k,
+         py::object sinks, int wl, int wr, float scale, float softcap, float dropout_p,
+         uint64_t seed) {
+        return run_forward(&flash_attention, make_call(q, k, v, cu_q, cu_k, sinks, wl, wr, scale,
+                                                       softcap, dropout_p, seed));
+      },
+      "q"_a, "k"_a, "v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "sink_logits"_a, "window_left"_a,
+      "window_right"_a, "scale"_a, "softcap"_a, "dropout_p"_a, "seed"_a,
+      "Flash attention on packed [T, H, D] float32 arrays -> (out [T, H, D], lse [H, T]).");
+  m.def(
+      "_flash_attention_backward",
+      [](py::object dout, py::object q, py::object k, py::object v, py::object out,
+         py::object lse, py::object cu_q, py::object cu_k, py::object sinks, int wl, int wr,
+         float scale, float softcap, float dropout_p, uint64_t seed) {
+        return run_backward(&flash_attention_backward,
+                            make_call(q, k, v, cu_q, cu_k, sinks, wl, wr, scale, softcap,
+                                      dropout_p, seed),
+                            dout, out, lse);
+      },
+      "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a,
+      "sink_logits"_a, "window_left"_a, "window_right"_a, "scale"_a, "softcap"_a, "dropout_p"_a,
+      "seed"_a,
+      "Gradients of flash attention from its out and lse -> (dq, dk, dv, dsink or None).");
 }
 
 }  // namespace attnkit::python

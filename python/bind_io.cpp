@@ -137,9 +137,7 @@ void save_safetensors_py(const py::object& path, const py::dict& tensors, const 
            std::string(py::str(a.dtype())),
            "; supported: float64 float32 float16 int64 int32 int16 int8 uint64 uint32 uint16 uint8 bool");
     // order="C" copies non-contiguous input; an explicit '<' dtype byte-swaps big-endian input.
-    const py::object target = np.attr("dtype")(numpy_format(*dtype) == std::string("<f4") && *dtype != DType::f32
-                                                    ? "<f4"
-                                                    : numpy_format(*dtype));
+    const py::object target = np.attr("dtype")(numpy_format(*dtype));  // never BF16/F8 here
     py::array c = np.attr("asarray")(a, py::arg("dtype") = target, py::arg("order") = "C");
     std::vector<int64_t> shape(c.shape(), c.shape() + c.ndim());
     to_write.push_back({name, *dtype, std::move(shape),

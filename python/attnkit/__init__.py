@@ -7,11 +7,12 @@ Errors raise ``attnkit.Error``, a subclass of ``ValueError``.
 import numpy as _np
 
 from . import _attnkit
-from ._attnkit import Error, num_threads, set_num_threads
+from ._attnkit import Error, dropout_keep_mask, kv_plan, kv_presets, num_threads, set_num_threads
 
 __all__ = [
-    "Error", "num_threads", "set_num_threads",
+    "Error", "num_threads", "set_num_threads", "dropout_keep_mask", "kv_plan", "kv_presets",
     "attention_reference", "attention_reference_backward",
+    "flash_attention", "flash_attention_backward",
 ]
 
 
@@ -84,13 +85,58 @@ def attention_reference_backward(dout, q, k, v, *, causal=False, window=(-1, -1)
                                  softcap=0.0, sink_logits=None, dropout_p=0.0, seed=0,
                                  cu_seqlens_q=None, cu_seqlens_k=None):
     """Gradients of attention_reference: (dq, dk, dv, dsink), dsink None without sinks."""
+    return _call_backward(None, dout, q, k, v, None, None, causal, window, scale, softcap,
+                          sink_logits, dropout_p, seed, cu_seqlens_q, cu_seqlens_k)
+
+
+def _call_backward(fn, dout, q, k, v, out, lse, causal, window, scale, softcap, sink_logits,
+                   dropout_p, seed, cu_seqlens_q, cu_seqlens_k):
     left, right = _window(causal, window)
+    batched = _np.ndim(q) == 4
     qp, kp, vp, cu_q, cu_k, unflat_q, unflat_k = _packed(q, k, v, cu_seqlens_q, cu_seqlens_k)
     dout = _np.asarray(dout)
     if dout.shape != _np.shape(q):
         raise ValueError(f"dout: shape {dout.shape} != q shape {_np.shape(q)}")
-    doutp = dout.reshape(qp.shape)
-    dq, dk, dv, ds = _attnkit._attention_reference_backward(
-        doutp, qp, kp, vp, cu_q, cu_k, sink_logits, left, right,
-        0.0 if scale is None else float(scale), float(softcap), float(dropout_p), int(seed))
+    opts = (sink_logits, left, right, 0.0 if scale is None else float(scale), float(softcap),
+            float(dropout_p), int(seed))
+    if fn is None:
+        dq, dk, dv, ds = _attnkit._attention_reference_backward(
+            dout.reshape(qp.shape), qp, kp, vp, cu_q, cu_k, *opts)
+    else:
+        out = _np.asarray(out)
+        lse = _np.asarray(lse)
+        if out.shape != _np.shape(q):
+            raise ValueError(f"out: shape {out.shape} != q shape {_np.shape(q)}")
+        if batched:  # [B, H, L] → [H, B·L]
+            if lse.ndim != 3:
+                raise ValueError(f"lse: expected [B, H, L] for batched inputs, got {lse.shape}")
+            lse = lse.transpose(1, 0, 2).reshape(lse.shape[1], -1)
+        dq, dk, dv, ds = fn(dout.reshape(qp.shape), qp, kp, vp, out.reshape(qp.shape), lse,
+                            cu_q, cu_k, *opts)
     return unflat_q(dq), unflat_k(dk), unflat_k(dv), ds
+
+
+def flash_attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, softcap=0.0,
+                    sink_logits=None, dropout_p=0.0, seed=0, cu_seqlens_q=None,
+                    cu_seqlens_k=None, return_lse=False):
+    """Exact attention, tiled with an online softmax (never materialises the score matrix).
+
+    Same arguments and result as attention_reference, up to float32 rounding. q [B, L, H, D] or
+    packed [T, H, D]; k, v [B, S, Hkv, D] or [Tk, Hkv, D]; causal is aligned bottom-right;
+    window=(left, right) with -1 unbounded; sink_logits [H]; dropout keyed by (seed, seq, head,
+    i, j). Returns out, and lse ([B, H, L] or [H, T]) if ``return_lse`` (needed for backward).
+    """
+    return _call_forward(_attnkit._flash_attention, q, k, v, causal, window, scale, softcap,
+                         sink_logits, dropout_p, seed, cu_seqlens_q, cu_seqlens_k, return_lse)
+
+
+def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, window=(-1, -1),
+                             scale=None, softcap=0.0, sink_logits=None, dropout_p=0.0, seed=0,
+                             cu_seqlens_q=None, cu_seqlens_k=None):
+    """Gradients of flash_attention from its out and lse: (dq, dk, dv, dsink or None).
+
+    Pass the same options as the forward (dropout regenerates the forward's mask from seed).
+    """
+    return _call_backward(_attnkit._flash_attention_backward, dout, q, k, v, out, lse, causal,
+                          window, scale, softcap, sink_logits, dropout_p, seed, cu_seqlens_q,
+                          cu_seqlens_k)

@@ -105,8 +105,8 @@ struct TempFile {
 };
 
 void fsync_directory_of(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string dir = parent.empty() ? std::string(".") : parent.string();
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) fail(path, ": written, but cannot open directory ", dir, " to fsync: ", errno_text(errno));
   const int rc = ::fsync(fd);

@@ -11,7 +11,7 @@
 // split evenly when Hkv >= P (Hkv % P == 0), otherwise each shard holds one KV head and each KV
 // head is replicated P / Hkv times (P % Hkv == 0), as in Megatron-LM and vLLM.
 // All sizes are int64 bytes computed with overflow checks; bad input throws attnkit::Error naming
-// the field (the same names as the CLI options and the Python keywords).
+// the field by its Python keyword (the CLI option is the same name with - for _: kv_heads, --kv-heads).
 #include <cstdint>
 #include <optional>
 #include <span>

@@ -1,0 +1,22 @@
+#pragma once
+// This machine's roofline, measured in the calling process: FMA throughput, memory read
+// bandwidth and OpenBLAS sgemm rate, so benchmarks can report fractions of peaks measured in the
+// same run (these machines are shared and noisy: never quote a stored figure).
+#include <cstdint>
+
+namespace attnkit {
+
+// Peak single-precision FMA rate in GFLOP/s (2 flops per lane per FMA) with `threads` threads,
+// from independent register-resident FMA chains; best of a few repeats.
+double measure_fma_gflops(int threads);
+// Sustained memory read bandwidth in GB/s (1e9 bytes/s) with `threads` threads over `bytes`
+// (default 512 MiB, far beyond the caches); best of a few repeats.
+double measure_read_gbps(int threads, int64_t bytes = int64_t(512) << 20);
+// OpenBLAS sgemm rate in GFLOP/s (2·n³ flops) for square n×n matrices with `threads` threads;
+// best of a few repeats.
+double measure_sgemm_gflops(int threads, int64_t n = 2048);
+
+// Wall-clock seconds from a monotonic clock.
+double now_seconds();
+
+}  // namespace attnkit

@@ -1,0 +1,104 @@
+// Roofline probes: an FMA throughput loop, a streaming read, and OpenBLAS sgemm.
+#include "attnkit/tools/roofline.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "attnkit/core/parallel.hpp"
+#include "attnkit/ops/gemm.hpp"
+#include "hwy/highway.h"
+
+namespace attnkit {
+namespace hn = hwy::HWY_NAMESPACE;
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+
+// 2·lanes·12·iters flops; 12 independent chains hide the FMA latency (4 cycles × 2 ports + slack).
+float fma_chains(int64_t iters, float seed) {
+  const hn::ScalableTag<float> d;
+  const auto m = hn::Set(d, 0.999999f), a = hn::Set(d, 1e-7f);
+  auto x0 = hn::Set(d, seed), x1 = hn::Set(d, seed + 1), x2 = hn::Set(d, seed + 2),
+       x3 = hn::Set(d, seed + 3), x4 = hn::Set(d, seed + 4), x5 = hn::Set(d, seed + 5),
+       x6 = hn::Set(d, seed + 6), x7 = hn::Set(d, seed + 7), x8 = hn::Set(d, seed + 8),
+       x9 = hn::Set(d, seed + 9), x10 = hn::Set(d, seed + 10), x11 = hn::Set(d, seed + 11);
+  for (int64_t i = 0; i < iters; ++i) {
+    x0 = hn::MulAdd(x0, m, a); x1 = hn::MulAdd(x1, m, a); x2 = hn::MulAdd(x2, m, a);
+    x3 = hn::MulAdd(x3, m, a); x4 = hn::MulAdd(x4, m, a); x5 = hn::MulAdd(x5, m, a);
+    x6 = hn::MulAdd(x6, m, a); x7 = hn::MulAdd(x7, m, a); x8 = hn::MulAdd(x8, m, a);
+    x9 = hn::MulAdd(x9, m, a); x10 = hn::MulAdd(x10, m, a); x11 = hn::MulAdd(x11, m, a);
+  }
+  auto s = hn::Add(hn::Add(hn::Add(x0, x1), hn::Add(x2, x3)), hn::Add(hn::Add(x4, x5), hn::Add(x6, x7)));
+  s = hn::Add(s, hn::Add(hn::Add(x8, x9), hn::Add(x10, x11)));
+  return hn::GetLane(hn::SumOfLanes(d, s));
+}
+
+template <class F>
+double best_of(int repeats, F&& f) {
+  double best = 1e300;
+  for (int r = 0; r < repeats; ++r) {
+    const double t0 = now_seconds();
+    f();
+    best = std::min(best, now_seconds() - t0);
+  }
+  return best;
+}
+
+}  // namespace
+
+double measure_fma_gflops(int threads) {
+  const int64_t iters = 20'000'000;
+  const double lanes = double(hn::Lanes(hn::ScalableTag<float>()));
+  volatile float sink = 0;
+  ThreadCountScope scope(threads);
+  std::vector<float> partial(static_cast<size_t>(threads));
+  const double t = best_of(3, [&] {
+    parallel_for(threads, [&](int64_t i) { partial[size_t(i)] = fma_chains(iters, float(i)); });
+    sink = partial[0];
+  });
+  return 2.0 * lanes * 12.0 * double(iters) * threads / t * 1e-9;
+}
+
+double measure_read_gbps(int threads, int64_t bytes) {
+  const int64_t n = bytes / int64_t(sizeof(float));
+  const int64_t chunks = n / 4096;
+  ThreadCountScope scope(threads);
+  std::vector<float> data(static_cast<size_t>(n)), partial(static_cast<size_t>(chunks));
+  parallel_for(chunks, [&](int64_t c) {  // first touch by the reading threads
+    for (int64_t i = c * 4096; i < (c + 1) * 4096; ++i) data[size_t(i)] = float(i & 1023);
+  });
+  volatile float sink = 0;
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = int64_t(hn::Lanes(d));
+  const double t = best_of(5, [&] {
+    parallel_for(chunks, [&](int64_t c) {
+      auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+      const float* p = data.data() + c * 4096;
+      for (int64_t j = 0; j < 4096; j += 4 * lanes) {
+        a0 = hn::Add(a0, hn::Load(d, p + j));
+        a1 = hn::Add(a1, hn::Load(d, p + j + lanes));
+        a2 = hn::Add(a2, hn::Load(d, p + j + 2 * lanes));
+        a3 = hn::Add(a3, hn::Load(d, p + j + 3 * lanes));
+      }
+      partial[size_t(c)] = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+    });
+    sink = partial[0];
+  });
+  return double(chunks * 4096) * sizeof(float) / t * 1e-9;
+}
+
+double measure_sgemm_gflops(int threads, int64_t n) {
+  std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(a.size(), 0.25f), c(a.size());
+  BlasThreadsScope blas(threads);
+  sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm-up
+  const double t = best_of(3, [&] {
+    sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  });
+  return 2.0 * double(n) * double(n) * double(n) / t * 1e-9;
+}
+
+}  // namespace attnkit
