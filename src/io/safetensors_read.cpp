@@ -26,7 +26,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr uint64_t kMaxHeaderSize = 100'000'000;  // bytes; the limit Hugging Face's reader uses
 constexpr int kMaxJsonNesting = 64;  // the schema needs 3; deeper input is hostile, stop early
 constexpr size_t kMaxQuoted = 120;   // bytes of a name echoed in an error message
 
@@ -147,6 +146,43 @@ std::map<std::string, std::string> parse_metadata(const json& v, const Reporter&
   return out;
 }
 
+// The "shape" array as dimensions; each must be an integer in [0, 2^63).
+std::vector<int64_t> parse_shape(const std::string& t, const json& shape, const Reporter& bad) {
+  if (!shape.is_array()) bad(t, ": shape is not a JSON array (it is ", shape.type_name(), ")");
+  std::vector<int64_t> dims;
+  dims.reserve(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const json& d = shape[i];
+    if (!d.is_number_integer()) bad(t, ": shape[", i, "] is not an integer (it is ", d.type_name(), ")");
+    if (!d.is_number_unsigned() && d.get<int64_t>() < 0)
+      bad(t, ": negative dimension ", d.get<int64_t>(), " in shape[", i, "]");
+    const uint64_t u = d.get<uint64_t>();
+    if (u > uint64_t(std::numeric_limits<int64_t>::max()))
+      bad(t, ": shape[", i, "] = ", u, " exceeds the largest dimension 2^63 - 1");
+    dims.push_back(int64_t(u));
+  }
+  return dims;
+}
+
+// {numel, numel × dtype size} of a parsed shape, rejecting 64-bit overflow. Overflow is judged
+// on the non-zero dimensions, so [2^40, 2^40, 0] is rejected too (numpy would refuse it).
+std::pair<uint64_t, uint64_t> checked_size(const std::string& t, const std::vector<int64_t>& dims,
+                                           DType dtype, const Reporter& bad) {
+  uint64_t count = 1;
+  bool has_zero = false;
+  for (int64_t d : dims) {
+    if (d == 0) has_zero = true;
+    else if (__builtin_mul_overflow(count, uint64_t(d), &count) ||
+             count > uint64_t(std::numeric_limits<int64_t>::max()))
+      bad(t, ": element count of shape overflows 64 bits");
+  }
+  const uint64_t numel = has_zero ? 0 : count;
+  uint64_t nbytes = 0;
+  if (__builtin_mul_overflow(numel, uint64_t(dtype_size(dtype)), &nbytes))
+    bad(t, ": byte size ", numel, " x ", dtype_size(dtype), " overflows 64 bits");
+  return {numel, nbytes};
+}
+
 // Validates one tensor entry against the schema and its own byte range (not yet against others).
 TensorInfo parse_entry(const std::string& name, const json& v, uint64_t data_len,
                        const Reporter& bad) {
@@ -156,7 +192,6 @@ TensorInfo parse_entry(const std::string& name, const json& v, uint64_t data_len
   for (const char* key : {"dtype", "shape", "data_offsets"})
     if (!v.contains(key)) bad(t, ": missing \"", key, "\"");
   const json& dt = v.at("dtype");
-  const json& shape = v.at("shape");
   const json& offsets = v.at("data_offsets");
 
   TensorInfo info;
@@ -165,32 +200,8 @@ TensorInfo parse_entry(const std::string& name, const json& v, uint64_t data_len
   const auto dtype = parse_dtype(dt.get_ref<const std::string&>());
   if (!dtype) bad(t, ": unknown dtype ", quote_name(dt.get_ref<const std::string&>()));
   info.dtype = *dtype;
-
-  if (!shape.is_array()) bad(t, ": shape is not a JSON array (it is ", shape.type_name(), ")");
-  info.shape.reserve(shape.size());
-  for (size_t i = 0; i < shape.size(); ++i) {
-    const json& d = shape[i];
-    if (!d.is_number_integer()) bad(t, ": shape[", i, "] is not an integer (it is ", d.type_name(), ")");
-    if (!d.is_number_unsigned() && d.get<int64_t>() < 0)
-      bad(t, ": negative dimension ", d.get<int64_t>(), " in shape[", i, "]");
-    const uint64_t u = d.get<uint64_t>();
-    if (u > uint64_t(std::numeric_limits<int64_t>::max()))
-      bad(t, ": shape[", i, "] = ", u, " overflows 64-bit element count");
-    info.shape.push_back(int64_t(u));
-  }
-  // Overflow is judged on the non-zero dimensions, so [2^40, 2^40, 0] is rejected too.
-  uint64_t count = 1;
-  bool has_zero = false;
-  for (int64_t d : info.shape) {
-    if (d == 0) has_zero = true;
-    else if (__builtin_mul_overflow(count, uint64_t(d), &count) ||
-             count > uint64_t(std::numeric_limits<int64_t>::max()))
-      bad(t, ": element count of shape overflows 64 bits");
-  }
-  const uint64_t numel = has_zero ? 0 : count;
-  uint64_t nbytes = 0;
-  if (__builtin_mul_overflow(numel, uint64_t(dtype_size(info.dtype)), &nbytes))
-    bad(t, ": byte size ", numel, " x ", dtype_size(info.dtype), " overflows 64 bits");
+  info.shape = parse_shape(t, v.at("shape"), bad);
+  const auto [numel, nbytes] = checked_size(t, info.shape, info.dtype, bad);
 
   if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
       !offsets[1].is_number_unsigned())
@@ -326,7 +337,8 @@ void SafetensorsFile::validate() {
   if (n > size - 8)
     bad("header length ", n, " exceeds file size ", size, " (at most ", size - 8,
         " bytes follow the length prefix)");
-  if (n > kMaxHeaderSize) bad("header length ", n, " exceeds the limit of ", kMaxHeaderSize, " bytes");
+  if (n > kSafetensorsMaxHeaderSize)
+    bad("header length ", n, " exceeds the limit of ", kSafetensorsMaxHeaderSize, " bytes");
   header_size_ = n;
   const std::string_view text(reinterpret_cast<const char*>(file_.data() + 8), size_t(n));
   if (const size_t at = find_invalid_utf8(text); at != std::string_view::npos)

@@ -76,6 +76,8 @@ std::string build_header(const std::string& path, std::span<const TensorToWrite>
     fail(path, ": a tensor name or metadata string is not valid UTF-8");
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // data section starts 8-byte aligned
+  check(text.size() <= kSafetensorsMaxHeaderSize, path, ": header of ", text.size(),
+        " bytes exceeds the limit of ", kSafetensorsMaxHeaderSize, " bytes that readers accept");
   return text;
 }
 

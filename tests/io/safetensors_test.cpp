@@ -281,7 +281,8 @@ int run(const std::string& command) {
 
 TEST_F(SafetensorsIo, CliInspectListsTensorsAndFailsCleanly) {
   const std::string cli = ATTNKIT_CLI_PATH;
-  if (cli.empty()) GTEST_SKIP() << "CLI not built";
+  if (cli.empty()) GTEST_SKIP() << "configured without the CLI";
+  ASSERT_TRUE(fs::exists(cli)) << cli << " missing: build the attnkit_cli target first";
   const std::string p = path("model.safetensors");
   save_small(p);
   const std::string out = path("out.txt"), err = path("err.txt");

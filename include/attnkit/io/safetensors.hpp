@@ -23,6 +23,9 @@
 
 namespace attnkit {
 
+// Largest JSON header accepted (and written), in bytes; the limit Hugging Face's reader uses.
+inline constexpr uint64_t kSafetensorsMaxHeaderSize = 100'000'000;
+
 // One tensor's header entry; byte offsets are relative to the start of the data section.
 struct TensorInfo {
   std::string name;

@@ -1,0 +1,93 @@
+// Google Benchmark: flash attention forward/backward and the naive path, H = 32, Hkv = 8,
+// D = 128, causal. Counters: GFLOP/s of unmasked work and its fraction of OpenBLAS sgemm
+// measured once in this process (same threads). Run: build/attnkit_bench --benchmark_min_time=1
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "attnkit/attention/attention_naive.hpp"
+#include "attnkit/attention/flash_attention.hpp"
+#include "attnkit/core/parallel.hpp"
+#include "attnkit/tools/roofline.hpp"
+
+namespace attnkit {
+namespace {
+
+constexpr int64_t kH = 32, kHkv = 8, kD = 128;
+
+double sgemm_rate() {
+  static const double rate = measure_sgemm_gflops(num_threads());
+  return rate;
+}
+
+struct Data {
+  int64_t l;
+  std::vector<float> q, k, v, out, lse, dout, dq, dk, dv;
+  explicit Data(int64_t len) : l(len) {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> n01;
+    auto fill = [&](std::vector<float>& x, int64_t n) {
+      x.resize(static_cast<size_t>(n));
+      for (auto& e : x) e = n01(rng);
+    };
+    fill(q, l * kH * kD), fill(k, l * kHkv * kD), fill(v, l * kHkv * kD), fill(dout, l * kH * kD);
+    out.resize(q.size()), lse.resize(static_cast<size_t>(kH * l));
+    dq.resize(q.size()), dk.resize(k.size()), dv.resize(v.size());
+  }
+  AttentionArgs args() {
+    return {.q = ConstView3::contiguous(q.data(), {l, kH, kD}),
+            .k = ConstView3::contiguous(k.data(), {l, kHkv, kD}),
+            .v = ConstView3::contiguous(v.data(), {l, kHkv, kD}),
+            .out = View3::contiguous(out.data(), {l, kH, kD}),
+            .lse = View2::contiguous(lse.data(), {kH, l})};
+  }
+  AttentionGrads grads() {
+    return {.d_out = ConstView3::contiguous(dout.data(), {l, kH, kD}),
+            .d_q = View3::contiguous(dq.data(), {l, kH, kD}),
+            .d_k = View3::contiguous(dk.data(), {l, kHkv, kD}),
+            .d_v = View3::contiguous(dv.data(), {l, kHkv, kD})};
+  }
+  double causal_flops(double per_pair) const {  // unmasked (query, key) pairs × heads
+    return per_pair * kD * double(l) * double(l + 1) / 2 * kH;
+  }
+};
+
+// GFLOP/s of `flops` per iteration, and the same rate as a fraction of sgemm (both are rates,
+// so Google Benchmark divides them by the measured time per iteration).
+void report(benchmark::State& state, double flops) {
+  using benchmark::Counter;
+  state.counters["GFLOP/s"] = Counter(flops * 1e-9, Counter::kIsIterationInvariantRate);
+  state.counters["frac_sgemm"] = Counter(flops * 1e-9 / sgemm_rate(), Counter::kIsIterationInvariantRate);
+  state.counters["sgemm_GFLOP/s"] = sgemm_rate();
+}
+
+void BM_FlashForwardCausal(benchmark::State& state) {
+  Data d(state.range(0));
+  auto a = d.args();
+  for (auto _ : state) flash_attention(AttentionOptions::causal(), a);
+  report(state, d.causal_flops(4));
+}
+
+void BM_FlashBackwardCausal(benchmark::State& state) {
+  Data d(state.range(0));
+  auto a = d.args();
+  flash_attention(AttentionOptions::causal(), a);
+  for (auto _ : state) flash_attention_backward(AttentionOptions::causal(), a, d.grads());
+  report(state, d.causal_flops(10));
+}
+
+void BM_NaiveForwardCausal(benchmark::State& state) {
+  Data d(state.range(0));
+  auto a = d.args();
+  a.lse = {};
+  for (auto _ : state) attention_naive(AttentionOptions::causal(), a);
+  report(state, d.causal_flops(4));
+}
+
+BENCHMARK(BM_FlashForwardCausal)->Arg(256)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_FlashBackwardCausal)->Arg(256)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_NaiveForwardCausal)->Arg(256)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace attnkit

@@ -1,0 +1,44 @@
+#pragma once
+// Decode attention: a few new query tokens per sequence against a KV cache (kv/kv_cache.hpp).
+// Each work item reads one chunk of a sequence's cache in address order (token by token, all KV
+// heads of a token together), converts it to float32 in small blocks, and serves all G query
+// heads of each KV head from that one read (split-KV, "flash-decoding"); chunks are merged with
+// their logsumexps. Same semantics as flash attention with Lq = n new queries and Lk = the cached
+// tokens in cache order: the n queries are the last n cached tokens, causal/window masks are
+// aligned bottom-right on cache positions, plus softcap, sinks and optional rope-on-read.
+#include <cstdint>
+#include <span>
+
+#include "attnkit/attention/attention.hpp"
+#include "attnkit/kv/kv_cache.hpp"
+
+namespace attnkit {
+
+struct DecodeOptions {
+  AttentionOptions attention = AttentionOptions::causal();  // dropout must be 0
+  float rope_theta = 0;  // > 0: rotate q and the cached keys by their cache positions (StreamingLLM)
+};
+
+struct DecodeArgs {
+  ConstView3 q;                    // [B·n, H, D]: n new queries per sequence, sequence-major
+  std::span<const int64_t> seqs;   // [B] cache sequence ids
+  const KVCache* cache = nullptr;
+  int64_t layer = 0;
+  std::span<const float> sink_logits;  // [H] or empty
+  View3 out;                       // [B·n, H, D]
+  View2 lse;                       // [H, B·n] or empty
+};
+
+struct DecodeTiles {
+  static constexpr int64_t kChunk = 512;          // cache tokens per work item (split-KV)
+  static constexpr int64_t kBlockFloats = 16384;  // floats of K (and of V) converted per block
+};
+
+// Fast path: split-KV over (sequence, chunk), results independent of the thread count.
+void decode_attention(const DecodeOptions& opts, const DecodeArgs& args);
+// Reference: gathers the cache to float32 in cache order, applies rope, calls attention_reference.
+void decode_attention_reference(const DecodeOptions& opts, const DecodeArgs& args);
+// Checks the arguments (shapes, sequences, layer, options); throws attnkit::Error.
+void validate(const DecodeOptions& opts, const DecodeArgs& args);
+
+}  // namespace attnkit

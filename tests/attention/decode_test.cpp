@@ -1,0 +1,197 @@
+// Decode attention against flash attention over the full history (dense), against attention over
+// exactly the sink + window tokens at cache positions (sink policy, through ring wrap-around),
+// paged against dense for interleaved sequences, storage dtypes within their rounding bounds.
+#include "attnkit/attention/decode.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "attention/attention_problem.hpp"
+#include "attnkit/attention/attention_reference.hpp"
+#include "attnkit/attention/flash_attention.hpp"
+#include "attnkit/core/parallel.hpp"
+#include "attnkit/ops/rope.hpp"
+
+namespace attnkit {
+namespace {
+
+std::vector<float> randn(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = dist(rng);
+  return x;
+}
+
+struct Decoded {
+  std::vector<float> out, lse;
+};
+
+Decoded run(bool fast, const DecodeOptions& o, const KVCache& cache, std::span<const int64_t> seqs,
+            const std::vector<float>& q, int64_t h, int64_t d, std::span<const float> sinks = {}) {
+  const int64_t rows = int64_t(q.size()) / (h * d);
+  Decoded r{std::vector<float>(q.size()), std::vector<float>(static_cast<size_t>(h * rows))};
+  DecodeArgs a{.q = ConstView3::contiguous(q.data(), {rows, h, d}), .seqs = seqs, .cache = &cache,
+               .layer = 0, .sink_logits = sinks,
+               .out = View3::contiguous(r.out.data(), {rows, h, d}),
+               .lse = View2::contiguous(r.lse.data(), {h, rows})};
+  (fast ? decode_attention : decode_attention_reference)(o, a);
+  return r;
+}
+
+double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  return testing::max_abs_diff(a.data(), b.data(), int64_t(a.size()));
+}
+
+TEST(Decode, DenseEqualsFlashAttentionOverTheHistory) {
+  const int64_t h = 8, hkv = 2, d = 64, len = 1300, n = 3;
+  KVCache cache({.kv_heads = hkv, .head_dim = d, .capacity = 2000, .dtype = DType::f32});
+  const int64_t s = cache.add_sequence();
+  const auto k = randn(len * hkv * d, 1), v = randn(len * hkv * d, 2), q = randn(n * h * d, 3);
+  cache.append(s, 0, ConstView3::contiguous(k.data(), {700, hkv, d}),
+               ConstView3::contiguous(v.data(), {700, hkv, d}));
+  cache.append(s, 0, ConstView3::contiguous(k.data() + 700 * hkv * d, {len - 700, hkv, d}),
+               ConstView3::contiguous(v.data() + 700 * hkv * d, {len - 700, hkv, d}));
+  const std::vector<int64_t> seqs{s};
+  const std::vector<float> sinks{0.5f, -1, 2, 0, 0, 1, -3, 0.25f};
+  for (const auto& opts : {AttentionOptions::causal(), AttentionOptions{.window_left = 100, .window_right = 0},
+                           AttentionOptions{.softcap = 3}}) {
+    const auto got = run(true, {.attention = opts}, cache, seqs, q, h, d, sinks);
+    std::vector<float> out(q.size()), lse(static_cast<size_t>(h * n));
+    flash_attention(opts, {.q = ConstView3::contiguous(q.data(), {n, h, d}),
+                           .k = ConstView3::contiguous(k.data(), {len, hkv, d}),
+                           .v = ConstView3::contiguous(v.data(), {len, hkv, d}),
+                           .sink_logits = sinks,
+                           .out = View3::contiguous(out.data(), {n, h, d}),
+                           .lse = View2::contiguous(lse.data(), {h, n})});
+    EXPECT_LT(max_diff(got.out, out), 2e-6);
+    EXPECT_LT(max_diff(got.lse, lse), 2e-5);
+  }
+}
+
+TEST(Decode, SinkPolicyEqualsAttentionOverSinksAndWindowAtCachePositions) {
+  const int64_t h = 4, hkv = 2, d = 16, n_sink = 4, window = 37, total = 300;
+  KVCache cache({.kv_heads = hkv, .head_dim = d, .dtype = DType::f32, .policy = KVPolicy::sink,
+                 .window = window, .n_sink = n_sink});
+  const int64_t s = cache.add_sequence();
+  const auto k = randn(total * hkv * d, 4), v = randn(total * hkv * d, 5);
+  const std::vector<int64_t> seqs{s};
+  const DecodeOptions o{.rope_theta = 10000};
+  for (int64_t t = 0; t < total; ++t) {  // generation: append one token, then attend with it
+    cache.append(s, 0, ConstView3::contiguous(k.data() + t * hkv * d, {1, hkv, d}),
+                 ConstView3::contiguous(v.data() + t * hkv * d, {1, hkv, d}));
+    if (t % 41 != 40 && t != total - 1) continue;
+    const auto q = randn(h * d, uint32_t(100 + t));
+    const auto got = run(true, o, cache, seqs, q, h, d);
+    // Expected: exactly the first n_sink and the last `window` tokens, rotated by cache position.
+    std::vector<int64_t> keep;
+    for (int64_t p = 0; p <= t; ++p)
+      if (p < n_sink || p > t - window) keep.push_back(p);
+    const int64_t m = int64_t(keep.size());
+    std::vector<float> kk(static_cast<size_t>(m * hkv * d)), vv(kk.size()), qq = q, out(q.size());
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t e = 0; e < hkv * d; ++e) {
+        kk[size_t(i * hkv * d + e)] = k[size_t(keep[size_t(i)] * hkv * d + e)];
+        vv[size_t(i * hkv * d + e)] = v[size_t(keep[size_t(i)] * hkv * d + e)];
+      }
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t hh = 0; hh < hkv; ++hh) rope_rotate_at(&kk[size_t((i * hkv + hh) * d)], d, double(i), 10000);
+    for (int64_t hh = 0; hh < h; ++hh) rope_rotate_at(&qq[size_t(hh * d)], d, double(m - 1), 10000);
+    attention_reference(AttentionOptions::causal(),
+                        {.q = ConstView3::contiguous(qq.data(), {1, h, d}),
+                         .k = ConstView3::contiguous(kk.data(), {m, hkv, d}),
+                         .v = ConstView3::contiguous(vv.data(), {m, hkv, d}),
+                         .out = View3::contiguous(out.data(), {1, h, d})});
+    EXPECT_LT(max_diff(got.out, out), 2e-6) << "t=" << t;
+  }
+}
+
+TEST(Decode, PagedEqualsDenseForInterleavedSequences) {
+  const int64_t h = 6, hkv = 3, d = 32;
+  KVCache dense({.kv_heads = hkv, .head_dim = d, .capacity = 600, .dtype = DType::f16, .max_sequences = 3});
+  KVCache paged({.kv_heads = hkv, .head_dim = d, .capacity = 600, .dtype = DType::f16,
+                 .policy = KVPolicy::paged, .block_size = 16, .max_sequences = 3});
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(dense.add_sequence()), paged.add_sequence();
+  const int64_t lens[3] = {37, 513, 200};
+  const auto k = randn(1400 * hkv * d, 6);
+  for (int64_t step = 0; step < 600; step += 7)  // interleave chunks of 7 tokens across sequences
+    for (int64_t s = 0; s < 3; ++s) {
+      const int64_t n = std::min<int64_t>(7, lens[s] - step);
+      if (n <= 0) continue;
+      const auto kv = ConstView3::contiguous(k.data() + (s * 600 + step) * hkv * d, {n, hkv, d});
+      dense.append(s, 0, kv, kv);
+      paged.append(s, 0, kv, kv);
+    }
+  const auto q = randn(3 * 2 * h * d, 8);  // 2 new queries per sequence
+  const auto a = run(true, {}, dense, ids, q, h, d), b = run(true, {}, paged, ids, q, h, d);
+  EXPECT_LT(max_diff(a.out, b.out), 1e-6);
+  const auto r = run(false, {}, paged, ids, q, h, d);
+  EXPECT_LT(max_diff(b.out, r.out), 2e-6);
+}
+
+TEST(Decode, StorageDtypesWithinTheirQuantisationBounds) {
+  const int64_t h = 8, hkv = 2, d = 64, len = 500;
+  const auto k = randn(len * hkv * d, 9), v = randn(len * hkv * d, 10), q = randn(h * d, 11);
+  KVCache exact({.kv_heads = hkv, .head_dim = d, .capacity = len, .dtype = DType::f32});
+  exact.add_sequence();
+  exact.append(0, 0, ConstView3::contiguous(k.data(), {len, hkv, d}), ConstView3::contiguous(v.data(), {len, hkv, d}));
+  const std::vector<int64_t> seqs{0};
+  const auto want = run(false, {}, exact, seqs, q, h, d);
+  double qnorm1 = 0, kmax = 0, vmax = 0;
+  for (float x : q) qnorm1 = std::max(qnorm1, double(std::abs(x)));
+  qnorm1 *= d;  // ‖q_h‖₁ <= D·max|q|
+  for (float x : k) kmax = std::max(kmax, double(std::abs(x)));
+  for (float x : v) vmax = std::max(vmax, double(std::abs(x)));
+  for (auto [dt, u] : {std::pair{DType::f16, 0x1p-11}, {DType::bf16, 0x1p-8}, {DType::i8, 1.0 / 254}}) {
+    KVCache c({.kv_heads = hkv, .head_dim = d, .capacity = len, .dtype = dt});
+    c.add_sequence();
+    c.append(0, 0, ConstView3::contiguous(k.data(), {len, hkv, d}), ConstView3::contiguous(v.data(), {len, hkv, d}));
+    const auto fast = run(true, {}, c, seqs, q, h, d), ref = run(false, {}, c, seqs, q, h, d);
+    EXPECT_LT(max_diff(fast.out, ref.out), 2e-6) << dtype_name(dt);  // same stored values
+    // Stored values move by at most u·max|x| (relative half-ulp, or half an int8 step of the row
+    // max); a score moves by δs <= scale·‖q‖₁·u·max|k|, the output by <= u·max|v| + 2·δs·max|v|.
+    const double ds = qnorm1 / std::sqrt(double(d)) * u * kmax;
+    EXPECT_LT(max_diff(fast.out, want.out), u * vmax + 2 * ds * vmax) << dtype_name(dt);
+  }
+}
+
+TEST(Decode, SameBitsForAnyThreadCount) {
+  const int64_t h = 8, hkv = 8, d = 32, len = 3000;
+  KVCache cache({.kv_heads = hkv, .head_dim = d, .capacity = len, .dtype = DType::bf16});
+  cache.add_sequence();
+  const auto k = randn(len * hkv * d, 12), q = randn(h * d, 13);
+  cache.append(0, 0, ConstView3::contiguous(k.data(), {len, hkv, d}), ConstView3::contiguous(k.data(), {len, hkv, d}));
+  const std::vector<int64_t> seqs{0};
+  Decoded one, two;
+  {
+    ThreadCountScope t(1);
+    one = run(true, {}, cache, seqs, q, h, d);
+  }
+  {
+    ThreadCountScope t(2);
+    two = run(true, {}, cache, seqs, q, h, d);
+  }
+  EXPECT_EQ(one.out, two.out);
+}
+
+TEST(Decode, RejectsBadArguments) {
+  KVCache cache({.kv_heads = 2, .head_dim = 8, .capacity = 10, .dtype = DType::f32, .max_sequences = 2});
+  cache.add_sequence();
+  const std::vector<float> kv(2 * 2 * 8, 1.0f), q(4 * 8, 1.0f);
+  cache.append(0, 0, ConstView3::contiguous(kv.data(), {2, 2, 8}), ConstView3::contiguous(kv.data(), {2, 2, 8}));
+  const std::vector<int64_t> ok{0}, freed{1};
+  EXPECT_NO_THROW(run(true, {}, cache, ok, q, 4, 8));
+  EXPECT_THROW(run(true, {}, cache, freed, q, 4, 8), Error);                     // not active
+  EXPECT_THROW(run(true, {}, cache, ok, std::vector<float>(3 * 8), 3, 8), Error);  // 3 % 2 heads
+  const std::vector<float> three(3 * 4 * 8, 1.0f);
+  EXPECT_THROW(run(true, {}, cache, ok, three, 4, 8), Error);  // 3 queries, 2 cached tokens
+  DecodeArgs bad{.q = ConstView3::contiguous(q.data(), {1, 4, 8}), .seqs = ok, .cache = &cache, .layer = 1};
+  EXPECT_THROW(decode_attention({}, bad), Error);  // layer out of range
+}
+
+}  // namespace
+}  // namespace attnkit
