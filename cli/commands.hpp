@@ -8,5 +8,6 @@ namespace attnkit::cli {
 void add_kv_plan_command(CLI::App& app);   // cmd_kv_plan.cpp
 void add_inspect_command(CLI::App& app);   // cmd_inspect.cpp
 void add_bench_command(CLI::App& app);     // cmd_bench.cpp
+void add_bench_decode_command(CLI::App& bench);  // cmd_bench_decode.cpp (decode, roofline)
 
 }  // namespace attnkit::cli

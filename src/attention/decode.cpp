@@ -1,14 +1,16 @@
 // Split-KV decode (flash-decoding) over a KV cache. Loop nest of one work item (a sequence and a
 // chunk of its cache, read in address order):
-//   for each block of bt tokens:            K[bt, Hkv, D] → float32 Kf[Hkv][bt][D] (+ rope)
-//     for each KV head hk:                  S[n·G, bt] = Q_hk·Kf[hk]ᵀ; softcap; mask; online softmax
-//     V[bt, Hkv, D] → float32 Vf[Hkv][bt][D]
-//     for each KV head hk:                  O_hk[n·G, D] += P·Vf[hk]
-// The G query heads of a KV head share each converted K/V row, so arithmetic intensity grows with
-// G. Chunks of kChunk tokens are merged with their (max, sum) pairs; the chunking depends on the
+//   for each block of bt tokens:            prefetch K[bt, Hkv, D] and V in address order
+//     for each KV head hk:                  S[n·G, bt] = Q_hk·K[:, hk]ᵀ; softcap; mask; online softmax
+//     for each KV head hk:                  O_hk[n·G, D] += P·V[:, hk]
+// Stored K/V are converted in registers (no float32 copy of the cache); each block of bt tokens
+// (<= kStageBytes of cache) is first prefetched in address order, then consumed head by head.
+// The G query heads of a KV head share each converted K/V vector, so arithmetic intensity grows
+// with G. Chunks of kChunk tokens are merged with their (max, sum) pairs; the chunking depends on the
 // cache contents only, so results do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "attnkit/attention/decode.hpp"
@@ -25,50 +27,187 @@ namespace {
 
 using flash::kNegInf;
 
-// s[r·bt + t] = q_r·k_t for r < rows, t < bt; q [rows, d], k [bt, d] contiguous.
-void block_scores(const float* q, int64_t rows, const float* k, int64_t bt, int64_t d, float* s) {
-  const hn::ScalableTag<float> df;
-  const int64_t lanes = int64_t(hn::Lanes(df)), dv = d - d % lanes;
-  for (int64_t t = 0; t < bt; ++t) {
-    const float* kt = k + t * d;
-    int64_t r = 0;
-    for (; r + 4 <= rows; r += 4) {  // four rows share each load of k
-      const float* q0 = q + r * d;
-      auto a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
-      for (int64_t e = 0; e < dv; e += lanes) {
-        const auto kv = hn::LoadU(df, kt + e);
-        a0 = hn::MulAdd(hn::LoadU(df, q0 + e), kv, a0);
-        a1 = hn::MulAdd(hn::LoadU(df, q0 + d + e), kv, a1);
-        a2 = hn::MulAdd(hn::LoadU(df, q0 + 2 * d + e), kv, a2);
-        a3 = hn::MulAdd(hn::LoadU(df, q0 + 3 * d + e), kv, a3);
-      }
-      float r4[4] = {hn::GetLane(hn::SumOfLanes(df, a0)), hn::GetLane(hn::SumOfLanes(df, a1)),
-                     hn::GetLane(hn::SumOfLanes(df, a2)), hn::GetLane(hn::SumOfLanes(df, a3))};
-      for (int64_t e = dv; e < d; ++e)
-        for (int j = 0; j < 4; ++j) r4[j] += q0[j * d + e] * kt[e];
-      for (int j = 0; j < 4; ++j) s[(r + j) * bt + t] = r4[j];
-    }
-    for (; r < rows; ++r) s[r * bt + t] = dot(q + r * d, kt, d);
+// Horizontal sums of four vectors: {Σa0, Σa1, Σa2, Σa3} in one 4-lane vector. Halves wide
+// vectors down to 128 bits, then finishes with two interleave-add rounds.
+template <class D, class V>
+HWY_INLINE auto reduce4(D d, V a0, V a1, V a2, V a3) {
+  if constexpr (hn::MaxLanes(D()) > 4) {
+    const hn::Half<D> dh;
+    return reduce4(dh, hn::Add(hn::LowerHalf(dh, a0), hn::UpperHalf(dh, a0)),
+                   hn::Add(hn::LowerHalf(dh, a1), hn::UpperHalf(dh, a1)),
+                   hn::Add(hn::LowerHalf(dh, a2), hn::UpperHalf(dh, a2)),
+                   hn::Add(hn::LowerHalf(dh, a3), hn::UpperHalf(dh, a3)));
+  } else {
+    const hn::Repartition<double, D> dd;
+    const auto t0 = hn::Add(hn::InterleaveLower(d, a0, a1), hn::InterleaveUpper(d, a0, a1));
+    const auto t1 = hn::Add(hn::InterleaveLower(d, a2, a3), hn::InterleaveUpper(d, a2, a3));
+    const auto lo = hn::BitCast(d, hn::InterleaveLower(dd, hn::BitCast(dd, t0), hn::BitCast(dd, t1)));
+    const auto hi = hn::BitCast(d, hn::InterleaveUpper(dd, hn::BitCast(dd, t0), hn::BitCast(dd, t1)));
+    return hn::Add(lo, hi);
   }
 }
 
-// o[r, :] += Σ_t p[r·bt + t]·v[t, :] for r < rows; v [bt, d], o [rows, d] contiguous.
-void block_accumulate(const float* p, int64_t rows, const float* v, int64_t bt, int64_t d, float* o) {
-  const hn::ScalableTag<float> df;
-  const int64_t lanes = int64_t(hn::Lanes(df)), dv = d - d % (2 * lanes);
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Loaders: a vector of float32 from stored elements, converted in registers (no f32 copy).
+struct LoadF32 {
+  static constexpr int64_t kBytes = 4;
+  static VF load(const std::byte* p) { return hn::LoadU(DF(), reinterpret_cast<const float*>(p)); }
+  static float one(const std::byte* p) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+};
+struct LoadF16 {
+  static constexpr int64_t kBytes = 2;
+  static VF load(const std::byte* p) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(DF(), hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+  }
+  static float one(const std::byte* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return f16_to_f32(h);
+  }
+};
+struct LoadBF16 {
+  static constexpr int64_t kBytes = 2;
+  static VF load(const std::byte* p) {
+    const hn::Rebind<uint16_t, DF> d16;
+    const hn::RebindToUnsigned<DF> d32;
+    const auto wide = hn::PromoteTo(d32, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(p)));
+    return hn::BitCast(DF(), hn::ShiftLeft<16>(wide));
+  }
+  static float one(const std::byte* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return bf16_to_f32(h);
+  }
+};
+struct LoadI8 {  // the per-token-per-head scale is applied by the caller
+  static constexpr int64_t kBytes = 1;
+  static VF load(const std::byte* p) {
+    const hn::Rebind<int8_t, DF> d8;
+    return hn::ConvertTo(DF(), hn::PromoteTo(hn::RebindToSigned<DF>(), hn::LoadU(d8, reinterpret_cast<const int8_t*>(p))));
+  }
+  static float one(const std::byte* p) { return float(int8_t(*p)); }
+};
+
+// Rows of one KV head inside a stage: token t's row starts at base + t·stride bytes; int8 rows
+// carry scale[t·scale_stride].
+struct Rows {
+  const std::byte* base;
+  int64_t stride;
+  const float* scale;
+  int64_t scale_stride;
+  float scale_at(int64_t t) const { return scale ? scale[t * scale_stride] : 1.0f; }
+};
+
+// s[r·ls + t] = q_r·k_t for r < rows, t < bt (q [rows, d] float32, k stored rows). Register
+// blocks of 4 rows × 2 tokens (8 independent FMA chains) or 1 row × 4 tokens for leftover rows;
+// each converted k vector serves every row of the block.
+template <class L>
+void block_scores(const float* q, int64_t rows, const Rows& k, int64_t bt, int64_t d, float* s,
+                  int64_t ls) {
+  const DF df;
+  const hn::FixedTag<float, 4> d4;
+  const int64_t lanes = int64_t(hn::Lanes(df)), dv = d - d % lanes;
+  alignas(64) float out[4];
+  auto tail = [&](const float* x, const std::byte* y) {  // the d % lanes leftover elements
+    float acc = 0;
+    for (int64_t e = dv; e < d; ++e) acc += x[e] * L::one(y + e * L::kBytes);
+    return acc;
+  };
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {
-    for (int64_t e = 0; e < dv; e += 2 * lanes) {  // 4 rows × 2 vectors of accumulators
+    const float* q0 = q + r * d;
+    int64_t t = 0;
+    for (; t + 2 <= bt; t += 2) {
+      const std::byte* k0 = k.base + t * k.stride;
+      const std::byte* k1 = k0 + k.stride;
+      auto a00 = hn::Zero(df), a10 = a00, a20 = a00, a30 = a00;
+      auto a01 = a00, a11 = a00, a21 = a00, a31 = a00;
+      for (int64_t e = 0; e < dv; e += lanes) {
+        const auto x0 = L::load(k0 + e * L::kBytes), x1 = L::load(k1 + e * L::kBytes);
+        auto qv = hn::LoadU(df, q0 + e);
+        a00 = hn::MulAdd(qv, x0, a00), a01 = hn::MulAdd(qv, x1, a01);
+        qv = hn::LoadU(df, q0 + d + e);
+        a10 = hn::MulAdd(qv, x0, a10), a11 = hn::MulAdd(qv, x1, a11);
+        qv = hn::LoadU(df, q0 + 2 * d + e);
+        a20 = hn::MulAdd(qv, x0, a20), a21 = hn::MulAdd(qv, x1, a21);
+        qv = hn::LoadU(df, q0 + 3 * d + e);
+        a30 = hn::MulAdd(qv, x0, a30), a31 = hn::MulAdd(qv, x1, a31);
+      }
+      const float c0 = k.scale_at(t), c1 = k.scale_at(t + 1);
+      hn::Store(reduce4(df, a00, a10, a20, a30), d4, out);
+      for (int j = 0; j < 4; ++j) s[(r + j) * ls + t] = c0 * (out[j] + tail(q0 + j * d, k0));
+      hn::Store(reduce4(df, a01, a11, a21, a31), d4, out);
+      for (int j = 0; j < 4; ++j) s[(r + j) * ls + t + 1] = c1 * (out[j] + tail(q0 + j * d, k1));
+    }
+    for (; t < bt; ++t) {
+      const std::byte* k0 = k.base + t * k.stride;
+      for (int j = 0; j < 4; ++j) {
+        auto a = hn::Zero(df);
+        for (int64_t e = 0; e < dv; e += lanes)
+          a = hn::MulAdd(hn::LoadU(df, q0 + j * d + e), L::load(k0 + e * L::kBytes), a);
+        s[(r + j) * ls + t] = k.scale_at(t) * (hn::GetLane(hn::SumOfLanes(df, a)) + tail(q0 + j * d, k0));
+      }
+    }
+  }
+  for (; r < rows; ++r) {
+    const float* qr = q + r * d;
+    for (int64_t t = 0; t < bt; t += 4) {
+      const int64_t nt = std::min<int64_t>(4, bt - t);
+      const std::byte* kt[4];
+      for (int j = 0; j < 4; ++j) kt[j] = k.base + (t + std::min<int64_t>(j, nt - 1)) * k.stride;
+      auto a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t e = 0; e < dv; e += lanes) {
+        const auto qv = hn::LoadU(df, qr + e);
+        a0 = hn::MulAdd(qv, L::load(kt[0] + e * L::kBytes), a0);
+        a1 = hn::MulAdd(qv, L::load(kt[1] + e * L::kBytes), a1);
+        a2 = hn::MulAdd(qv, L::load(kt[2] + e * L::kBytes), a2);
+        a3 = hn::MulAdd(qv, L::load(kt[3] + e * L::kBytes), a3);
+      }
+      hn::Store(reduce4(df, a0, a1, a2, a3), d4, out);
+      for (int64_t j = 0; j < nt; ++j) s[r * ls + t + j] = k.scale_at(t + j) * (out[j] + tail(qr, kt[j]));
+    }
+  }
+}
+
+// o[r, :] += Σ_t p[r·lp + t]·v_t for r < rows, t < bt (v stored rows, o [rows, d] float32).
+// Blocks of 4 rows × 2 vectors of accumulators, or 1 row × 4 vectors; each converted v vector
+// serves every row of the block.
+template <class L>
+void block_accumulate(const float* p, int64_t lp, int64_t rows, const Rows& v, int64_t bt,
+                      int64_t d, float* o) {
+  const DF df;
+  const int64_t lanes = int64_t(hn::Lanes(df));
+  auto scalar_tail = [&](int64_t r0, int64_t r1, int64_t e0) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t t = 0; t < bt; ++t) {
+        const float w = p[r * lp + t] * v.scale_at(t);
+        const std::byte* vt = v.base + t * v.stride;
+        for (int64_t e = e0; e < d; ++e) o[r * d + e] += w * L::one(vt + e * L::kBytes);
+      }
+  };
+  int64_t r = 0;
+  const int64_t d2 = d - d % (2 * lanes);
+  for (; r + 4 <= rows; r += 4) {
+    for (int64_t e = 0; e < d2; e += 2 * lanes) {
       float* o0 = o + r * d + e;
       auto a00 = hn::LoadU(df, o0), a01 = hn::LoadU(df, o0 + lanes);
       auto a10 = hn::LoadU(df, o0 + d), a11 = hn::LoadU(df, o0 + d + lanes);
       auto a20 = hn::LoadU(df, o0 + 2 * d), a21 = hn::LoadU(df, o0 + 2 * d + lanes);
       auto a30 = hn::LoadU(df, o0 + 3 * d), a31 = hn::LoadU(df, o0 + 3 * d + lanes);
       for (int64_t t = 0; t < bt; ++t) {
-        const auto v0 = hn::LoadU(df, v + t * d + e), v1 = hn::LoadU(df, v + t * d + e + lanes);
-        const float* pt = p + r * bt + t;
-        const auto p0 = hn::Set(df, pt[0]), p1 = hn::Set(df, pt[bt]), p2 = hn::Set(df, pt[2 * bt]),
-                   p3 = hn::Set(df, pt[3 * bt]);
+        const std::byte* vt = v.base + t * v.stride + e * L::kBytes;
+        const auto v0 = L::load(vt), v1 = L::load(vt + lanes * L::kBytes);
+        const float c = v.scale_at(t);
+        const float* pt = p + r * lp + t;
+        const auto p0 = hn::Set(df, c * pt[0]), p1 = hn::Set(df, c * pt[lp]),
+                   p2 = hn::Set(df, c * pt[2 * lp]), p3 = hn::Set(df, c * pt[3 * lp]);
         a00 = hn::MulAdd(p0, v0, a00), a01 = hn::MulAdd(p0, v1, a01);
         a10 = hn::MulAdd(p1, v0, a10), a11 = hn::MulAdd(p1, v1, a11);
         a20 = hn::MulAdd(p2, v0, a20), a21 = hn::MulAdd(p2, v1, a21);
@@ -79,18 +218,34 @@ void block_accumulate(const float* p, int64_t rows, const float* v, int64_t bt, 
       hn::StoreU(a20, df, o0 + 2 * d), hn::StoreU(a21, df, o0 + 2 * d + lanes);
       hn::StoreU(a30, df, o0 + 3 * d), hn::StoreU(a31, df, o0 + 3 * d + lanes);
     }
-    for (int64_t e = dv; e < d; ++e)
-      for (int j = 0; j < 4; ++j) {
-        float acc = o[(r + j) * d + e];
-        for (int64_t t = 0; t < bt; ++t) acc += p[(r + j) * bt + t] * v[t * d + e];
-        o[(r + j) * d + e] = acc;
-      }
+    scalar_tail(r, r + 4, d2);
   }
-  for (; r < rows; ++r)
-    for (int64_t t = 0; t < bt; ++t) {
-      const float w = p[r * bt + t];
-      for (int64_t e = 0; e < d; ++e) o[r * d + e] += w * v[t * d + e];
+  const int64_t d4 = d - d % (4 * lanes);
+  for (; r < rows; ++r) {
+    float* orow = o + r * d;
+    const float* prow = p + r * lp;
+    for (int64_t e = 0; e < d4; e += 4 * lanes) {
+      auto a0 = hn::LoadU(df, orow + e), a1 = hn::LoadU(df, orow + e + lanes);
+      auto a2 = hn::LoadU(df, orow + e + 2 * lanes), a3 = hn::LoadU(df, orow + e + 3 * lanes);
+      for (int64_t t = 0; t < bt; ++t) {
+        const auto w = hn::Set(df, prow[t] * v.scale_at(t));
+        const std::byte* vt = v.base + t * v.stride + e * L::kBytes;
+        a0 = hn::MulAdd(w, L::load(vt), a0);
+        a1 = hn::MulAdd(w, L::load(vt + lanes * L::kBytes), a1);
+        a2 = hn::MulAdd(w, L::load(vt + 2 * lanes * L::kBytes), a2);
+        a3 = hn::MulAdd(w, L::load(vt + 3 * lanes * L::kBytes), a3);
+      }
+      hn::StoreU(a0, df, orow + e), hn::StoreU(a1, df, orow + e + lanes);
+      hn::StoreU(a2, df, orow + e + 2 * lanes), hn::StoreU(a3, df, orow + e + 3 * lanes);
     }
+    scalar_tail(r, r + 1, d4);
+  }
+}
+
+// Pulls [p, p + bytes) toward the core in address order (the cache is then consumed head by
+// head, which on its own would stride across pages and defeat the hardware prefetchers).
+void prefetch_range(const std::byte* p, int64_t bytes) {
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);
 }
 
 struct Run {  // tokens [start, start + count) of segment `seg`
@@ -135,7 +290,8 @@ class Decoder {
       : o_(o), a_(a), p_(p), cfg_(a.cache->config()), n_(a.q.shape[0] / int64_t(a.seqs.size())),
         h_(a.q.shape[1]), hkv_(cfg_.kv_heads), g_(h_ / hkv_), d_(cfg_.head_dim),
         rows_(n_ * g_), elem_(int64_t(dtype_size(cfg_.dtype))),
-        bt_(std::clamp<int64_t>(DecodeTiles::kBlockFloats / (hkv_ * d_), 1, 128)),
+        bt_(std::clamp<int64_t>(DecodeTiles::kStageBytes / (hkv_ * d_ * elem_), 4,
+                                DecodeTiles::kBlockTokens)),
         scale_(effective_scale(o.attention, d_)) {
     if (o.rope_theta > 0) {
       const int64_t most = *std::max_element(p.held.begin(), p.held.end());
@@ -143,47 +299,21 @@ class Decoder {
     }
   }
 
-  int64_t n() const { return n_; }
   int64_t scratch_bytes() const {
-    return int64_t(sizeof(float)) * (hkv_ * rows_ * d_ + hkv_ * bt_ * d_ + hkv_ * rows_ * bt_) + 3 * 64;
+    const int64_t rope_stage = rope_ ? bt_ * hkv_ * d_ : 0;
+    return int64_t(sizeof(float)) * (hkv_ * rows_ * d_ + hkv_ * rows_ * bt_ + rope_stage) + 3 * 64;
   }
   // Floats of one item's partial result: m and l for each row ([Hkv][n·G]), then O ([Hkv][n·G][D]).
   int64_t partial_floats() const { return hkv_ * rows_ * (d_ + 2); }
 
   // Runs one item, leaving its unnormalised (m, l, O) per row in `partial`.
   void run(const Item& it, Workspace& ws, float* partial) const {
-    float* m = partial;
-    float* l = partial + hkv_ * rows_;
-    float* o = partial + 2 * hkv_ * rows_;
-    float* q = ws.alloc<float>(size_t(hkv_ * rows_ * d_));   // [Hkv][n·G][D], scaled (+ rope)
-    float* kv = ws.alloc<float>(size_t(hkv_ * bt_ * d_));    // [Hkv][bt][D], K then V
-    float* s = ws.alloc<float>(size_t(hkv_ * rows_ * bt_));  // [Hkv][n·G][bt] scores → P
-    const int64_t held = p_.held[size_t(it.b)];
-    load_queries(it.b, held, q);
-    std::fill(m, m + hkv_ * rows_, kNegInf);
-    std::fill(l, l + hkv_ * rows_, 0.0f);
-    std::fill(o, o + hkv_ * rows_ * d_, 0.0f);
-    const KeyRange first = vis(0, held), last = vis(n_ - 1, held);
-    for (int64_t ri = it.run_begin; ri < it.run_end; ++ri) {
-      const Run& run = p_.runs[size_t(ri)];
-      const KVSegment& sg = p_.segs[size_t(it.b)][size_t(run.seg)];
-      for (int64_t t0 = run.start; t0 < run.start + run.count; t0 += bt_) {
-        const int64_t bt = std::min(bt_, run.start + run.count - t0);
-        const int64_t pos0 = sg.logical_start + t0;  // cache position of the block's first token
-        if (last.hi <= pos0 || first.lo >= pos0 + bt) continue;  // no query sees this block
-        const bool masked = !(last.lo <= pos0 && first.hi >= pos0 + bt);
-        convert(sg.k, sg.k_scale, t0, bt, pos0, rope_ != nullptr, kv);
-        for (int64_t hk = 0; hk < hkv_; ++hk) {
-          float* sh = s + hk * rows_ * bt;
-          block_scores(q + hk * rows_ * d_, rows_, kv + hk * bt * d_, bt, d_, sh);
-          online_softmax(sh, bt, pos0, masked, held, m + hk * rows_, l + hk * rows_,
-                         o + hk * rows_ * d_);
-        }
-        convert(sg.v, sg.v_scale, t0, bt, pos0, false, kv);
-        for (int64_t hk = 0; hk < hkv_; ++hk)
-          block_accumulate(s + hk * rows_ * bt, rows_, kv + hk * bt * d_, bt, d_,
-                           o + hk * rows_ * d_);
-      }
+    if (rope_) return run_as<LoadF32>(it, ws, partial);  // keys are rotated into a float32 stage
+    switch (cfg_.dtype) {
+      case DType::f16: return run_as<LoadF16>(it, ws, partial);
+      case DType::bf16: return run_as<LoadBF16>(it, ws, partial);
+      case DType::i8: return run_as<LoadI8>(it, ws, partial);
+      default: return run_as<LoadF32>(it, ws, partial);
     }
   }
 
@@ -216,6 +346,83 @@ class Decoder {
  private:
   KeyRange vis(int64_t i, int64_t held) const { return visible_keys(o_.attention, i, n_, held); }
 
+  template <class L>
+  void run_as(const Item& it, Workspace& ws, float* partial) const {
+    float* m = partial;
+    float* l = partial + hkv_ * rows_;
+    float* o = partial + 2 * hkv_ * rows_;
+    float* q = ws.alloc<float>(size_t(hkv_ * rows_ * d_));   // [Hkv][n·G][D], scaled (+ rope)
+    float* s = ws.alloc<float>(size_t(hkv_ * rows_ * bt_));  // [Hkv][n·G][bt] scores → P
+    float* rotated = rope_ ? ws.alloc<float>(size_t(bt_ * hkv_ * d_)) : nullptr;  // [bt][Hkv][D]
+    const int64_t held = p_.held[size_t(it.b)];
+    load_queries(it.b, held, q);
+    std::fill(m, m + hkv_ * rows_, kNegInf);
+    std::fill(l, l + hkv_ * rows_, 0.0f);
+    std::fill(o, o + hkv_ * rows_ * d_, 0.0f);
+    const KeyRange first = vis(0, held), last = vis(n_ - 1, held);
+    const int64_t token_bytes = hkv_ * d_ * elem_;
+    for (int64_t ri = it.run_begin; ri < it.run_end; ++ri) {
+      const Run& run = p_.runs[size_t(ri)];
+      const KVSegment& sg = p_.segs[size_t(it.b)][size_t(run.seg)];
+      for (int64_t t0 = run.start; t0 < run.start + run.count; t0 += bt_) {
+        const int64_t bt = std::min(bt_, run.start + run.count - t0);
+        const int64_t pos0 = sg.logical_start + t0;  // cache position of the block's first token
+        if (last.hi <= pos0 || first.lo >= pos0 + bt) continue;  // no query sees this block
+        const bool masked = !(last.lo <= pos0 && first.hi >= pos0 + bt);
+        const std::byte* kb = sg.k + t0 * token_bytes;
+        const std::byte* vb = sg.v + t0 * token_bytes;
+        // Request the whole block in address order before reading it head by head (measured
+        // here: pipelining the next block's requests was slower, not faster).
+        prefetch_range(kb, bt * token_bytes);
+        prefetch_range(vb, bt * token_bytes);
+        Rows k{kb, token_bytes, sg.k_scale ? sg.k_scale + t0 * hkv_ : nullptr, hkv_};
+        if (rotated) {
+          rotate_keys(k, bt, pos0, rotated);
+          k = {reinterpret_cast<const std::byte*>(rotated), hkv_ * d_ * 4, nullptr, 0};
+        }
+        const int64_t k_head = rotated ? d_ * 4 : d_ * elem_;
+        for (int64_t hk = 0; hk < hkv_; ++hk) {
+          const Rows kh{k.base + hk * k_head, k.stride, k.scale ? k.scale + hk : nullptr, k.scale_stride};
+          float* sh = s + hk * rows_ * bt_;
+          block_scores<L>(q + hk * rows_ * d_, rows_, kh, bt, d_, sh, bt_);
+          online_softmax(sh, bt, pos0, masked, held, m + hk * rows_, l + hk * rows_,
+                         o + hk * rows_ * d_);
+        }
+        for (int64_t hk = 0; hk < hkv_; ++hk) {
+          const Rows vh{vb + hk * d_ * elem_, token_bytes,
+                        sg.v_scale ? sg.v_scale + t0 * hkv_ + hk : nullptr, hkv_};
+          if constexpr (std::is_same_v<L, LoadF32>) {
+            if (rotated) {  // the rope path: V still has its storage dtype
+              accumulate_stored(s + hk * rows_ * bt_, vh, bt, o + hk * rows_ * d_);
+              continue;
+            }
+          }
+          block_accumulate<L>(s + hk * rows_ * bt_, bt_, rows_, vh, bt, d_, o + hk * rows_ * d_);
+        }
+      }
+    }
+  }
+
+  // P·V for the rope path, whose K stage is float32 but whose V keeps the storage dtype.
+  void accumulate_stored(const float* p, const Rows& v, int64_t bt, float* o) const {
+    switch (cfg_.dtype) {
+      case DType::f16: return block_accumulate<LoadF16>(p, bt_, rows_, v, bt, d_, o);
+      case DType::bf16: return block_accumulate<LoadBF16>(p, bt_, rows_, v, bt, d_, o);
+      case DType::i8: return block_accumulate<LoadI8>(p, bt_, rows_, v, bt, d_, o);
+      default: return block_accumulate<LoadF32>(p, bt_, rows_, v, bt, d_, o);
+    }
+  }
+
+  // K rows of a block → float32 [bt][Hkv][D], rotated by their cache positions.
+  void rotate_keys(const Rows& k, int64_t bt, int64_t pos0, float* dst) const {
+    for (int64_t t = 0; t < bt; ++t) {
+      kv_load_rows(k.base + t * k.stride, cfg_.dtype, k.scale ? k.scale + t * hkv_ : nullptr, hkv_,
+                   d_, dst + t * hkv_ * d_, d_);
+      for (int64_t hk = 0; hk < hkv_; ++hk)
+        rope_rotate(dst + (t * hkv_ + hk) * d_, d_, rope_->cos(pos0 + t), rope_->sin(pos0 + t));
+    }
+  }
+
   void load_queries(int64_t b, int64_t held, float* q) const {
     for (int64_t i = 0; i < n_; ++i)
       for (int64_t hq = 0; hq < h_; ++hq) {
@@ -230,23 +437,12 @@ class Decoder {
       }
   }
 
-  // Converts tokens [t0, t0 + bt) of a segment (read in address order) to float32 [Hkv][bt][D].
-  void convert(const std::byte* base, const float* scales, int64_t t0, int64_t bt, int64_t pos0,
-               bool rope, float* dst) const {
-    for (int64_t t = 0; t < bt; ++t)
-      for (int64_t hk = 0; hk < hkv_; ++hk) {
-        const int64_t idx = (t0 + t) * hkv_ + hk;
-        float* row = dst + (hk * bt + t) * d_;
-        kv_load_row(base + idx * d_ * elem_, cfg_.dtype, scales ? scales[idx] : 1.0f, d_, row);
-        if (rope) rope_rotate(row, d_, rope_->cos(pos0 + t), rope_->sin(pos0 + t));
-      }
-  }
-
-  // Online-softmax update of one KV head's rows with scores s [n·G, bt]; leaves P in s.
+  // Online-softmax update of one KV head's rows with scores s [n·G, bt] (row stride bt_); leaves
+  // P in s.
   void online_softmax(float* s, int64_t bt, int64_t pos0, bool masked, int64_t held, float* m,
                       float* l, float* o) const {
     for (int64_t r = 0; r < rows_; ++r) {
-      float* x = s + r * bt;
+      float* x = s + r * bt_;
       if (o_.attention.softcap > 0) softcap_inplace(x, bt, o_.attention.softcap);
       if (masked) flash::mask_row(x, bt, pos0, vis(r / g_, held));
       const float m_new = std::max(m[r], row_max(x, bt));

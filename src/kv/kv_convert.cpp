@@ -9,7 +9,9 @@
 namespace attnkit {
 namespace hn = hwy::HWY_NAMESPACE;
 
-void kv_load_row(const std::byte* src, DType dtype, float scale, int64_t n, float* dst) {
+namespace {
+
+HWY_INLINE void load_row(const std::byte* src, DType dtype, float scale, int64_t n, float* dst) {
   const hn::ScalableTag<float> df;
   const int64_t lanes = int64_t(hn::Lanes(df));
   int64_t i = 0;
@@ -56,6 +58,19 @@ void kv_load_row(const std::byte* src, DType dtype, float scale, int64_t n, floa
     default:
       fail("KVCache: unsupported storage dtype ", dtype_name(dtype));
   }
+}
+
+}  // namespace
+
+void kv_load_row(const std::byte* src, DType dtype, float scale, int64_t n, float* dst) {
+  load_row(src, dtype, scale, n, dst);
+}
+
+void kv_load_rows(const std::byte* src, DType dtype, const float* scales, int64_t rows, int64_t n,
+                  float* dst, int64_t dst_stride) {
+  const int64_t bytes = n * int64_t(dtype_size(dtype));
+  for (int64_t r = 0; r < rows; ++r)
+    load_row(src + r * bytes, dtype, scales ? scales[r] : 1.0f, n, dst + r * dst_stride);
 }
 
 }  // namespace attnkit

@@ -31,7 +31,8 @@ struct DecodeArgs {
 
 struct DecodeTiles {
   static constexpr int64_t kChunk = 512;          // cache tokens per work item (split-KV)
-  static constexpr int64_t kBlockFloats = 16384;  // floats of K (and of V) converted per block
+  static constexpr int64_t kBlockTokens = 64;          // tokens per online-softmax block, at most
+  static constexpr int64_t kStageBytes = 128 * 1024;   // cache bytes of K (and of V) per block
 };
 
 // Fast path: split-KV over (sequence, chunk), results independent of the thread count.

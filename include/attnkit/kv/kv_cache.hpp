@@ -108,6 +108,10 @@ class KVCache {
 
 // Converts n stored elements of `dtype` (f32, f16, bf16, or i8 times `scale`) to float32.
 void kv_load_row(const std::byte* src, DType dtype, float scale, int64_t n, float* dst);
+// Converts `rows` consecutive stored rows of n elements (row i scaled by scales[i] for i8; scales
+// may be null otherwise) to float32 rows at dst + i·dst_stride.
+void kv_load_rows(const std::byte* src, DType dtype, const float* scales, int64_t rows, int64_t n,
+                  float* dst, int64_t dst_stride);
 // Converts n floats to `dtype` storage; for i8 returns the scale used (max|x|/127), else 1.
 float kv_store_row(const float* src, DType dtype, int64_t n, std::byte* dst);
 

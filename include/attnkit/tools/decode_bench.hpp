@@ -1,0 +1,29 @@
+#pragma once
+// Measured decode speed: one new token per sequence against a filled KV cache, as time per token,
+// cache bytes read per second, and fractions of this machine's bandwidth and FMA peak measured in
+// the same run (`attnkit bench decode`, the demo and the report share it).
+#include <cstdint>
+
+#include "attnkit/core/dtype.hpp"
+
+namespace attnkit {
+
+struct DecodeBenchConfig {
+  int64_t heads = 32, kv_heads = 8, head_dim = 128, context = 16384, batch = 1;
+  DType dtype = DType::f16;
+  int threads = 0;   // 0 = all cores
+  int repeats = 10;  // timed decode calls; the best is reported
+};
+
+struct DecodeBenchResult {
+  double ms_per_token = 0;     // one decode call (all sequences of the batch), best of repeats
+  int64_t cache_bytes = 0;     // K/V bytes (+ int8 scales) read by one call
+  double gbps = 0;             // cache_bytes / time, 1e9 B/s
+  double gflops = 0;           // 4·H·D·S·B flops (q·k and p·v) / time
+};
+
+// Fills a one-layer cache with random values and times decode_attention; throws attnkit::Error
+// on impossible shapes.
+DecodeBenchResult run_decode_bench(const DecodeBenchConfig& config);
+
+}  // namespace attnkit
