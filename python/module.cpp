@@ -14,4 +14,5 @@ PYBIND11_MODULE(_attnkit, m) {
   attnkit::python::bind_attention(m);
   attnkit::python::bind_io(m);
   attnkit::python::bind_kv(m);
+  attnkit::python::bind_kv_cache(m);
 }

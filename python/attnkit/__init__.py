@@ -15,6 +15,7 @@ __all__ = [
     "load_safetensors", "load_safetensors_metadata", "save_safetensors",
     "attention_reference", "attention_reference_backward",
     "flash_attention", "flash_attention_backward",
+    "KVCache", "decode_attention",
 ]
 
 
@@ -142,3 +143,79 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, window=(-
     return _call_backward(_attnkit._flash_attention_backward, dout, q, k, v, out, lse, causal,
                           window, scale, softcap, sink_logits, dropout_p, seed, cu_seqlens_q,
                           cu_seqlens_k)
+
+from . import nn  # noqa: E402  (layers with explicit forward/backward; see attnkit/nn.py)
+
+
+class KVCache(_attnkit._KVCache):
+    """KV cache: per layer K and V of up to ``max_sequences`` sequences, stored as [slot, Hkv, D].
+
+    dtype: "f32", "f16", "bf16" or "int8" (a float32 scale per token per head).
+    policy: "dense" (up to ``capacity`` tokens), "window" (the last ``window`` tokens),
+    "sink" (the first ``n_sink`` tokens plus the last ``window``: StreamingLLM), or "paged"
+    (blocks of ``block_size`` tokens from a pool of ``num_blocks``; 0 = enough for
+    max_sequences × capacity). Sequences are claimed with ``add_sequence()``; a cache with
+    ``max_sequences=1`` starts with sequence 0 claimed. ``nbytes`` equals what ``kv_plan``
+    predicts for the same shape.
+    """
+
+    def __init__(self, layers, kv_heads, head_dim, capacity=0, dtype="f16", policy="dense",
+                 window=0, n_sink=0, block_size=16, num_blocks=0, max_sequences=1):
+        super().__init__(layers=layers, kv_heads=kv_heads, head_dim=head_dim, capacity=capacity,
+                         dtype=dtype, policy=policy, window=window, n_sink=n_sink,
+                         block_size=block_size, num_blocks=num_blocks,
+                         max_sequences=max_sequences)
+        if max_sequences == 1:
+            self.add_sequence()
+
+    def append(self, k, v, layer=0, seq=0):
+        """Appends k, v [n, Hkv, D] (float32) to one layer of a sequence."""
+        super().append(k, v, layer=layer, seq=seq)
+
+    def length(self, seq=0, layer=0):
+        """Tokens ever appended (the stream position)."""
+        return super().length(seq=seq, layer=layer)
+
+    def cached(self, seq=0, layer=0):
+        """Tokens currently held."""
+        return super().cached(seq=seq, layer=layer)
+
+    def positions(self, seq=0, layer=0):
+        """Stream position of every cached token, in cache order (int64 array)."""
+        return super().positions(seq=seq, layer=layer)
+
+    def gather(self, seq=0, layer=0):
+        """Cached (k, v) converted to float32, [cached, Hkv, D] each, in cache order."""
+        return super().gather(seq=seq, layer=layer)
+
+
+def decode_attention(q, cache, layer=0, *, seqs=None, causal=True, window=(-1, -1), scale=None,
+                     softcap=0.0, sink_logits=None, rope_theta=0.0, return_lse=False,
+                     reference=False):
+    """Attention of new queries against a KVCache (split-KV, K/V converted in registers).
+
+    q: [n, H, D] for one sequence or [B, n, H, D] for ``seqs`` (default: 0..B-1); the n queries
+    are the last n tokens already appended to the cache. Masks are aligned bottom-right on cache
+    positions; ``rope_theta`` > 0 rotates q and the cached keys by their cache positions
+    (StreamingLLM). Returns out like q, and lse ([H, n] or [B, H, n]) if ``return_lse``.
+    """
+    q = _np.asarray(q)
+    if q.ndim == 3:
+        batched, qp = False, q
+        seqs = [0] if seqs is None else list(seqs)
+    elif q.ndim == 4:
+        batched, qp = True, q.reshape((q.shape[0] * q.shape[1],) + q.shape[2:])
+        seqs = list(range(q.shape[0])) if seqs is None else list(seqs)
+        if len(seqs) != q.shape[0]:
+            raise ValueError(f"seqs: {len(seqs)} sequences for a batch of {q.shape[0]}")
+    else:
+        raise ValueError(f"q: expected [n, H, D] or [B, n, H, D], got {q.ndim} dimensions")
+    left, right = _window(causal, window)
+    out, lse = _attnkit._decode_attention(
+        qp, cache, int(layer), seqs, sink_logits, left, right,
+        0.0 if scale is None else float(scale), float(softcap), float(rope_theta), bool(reference))
+    if batched:
+        b, n = q.shape[:2]
+        out = out.reshape(q.shape)
+        lse = _np.ascontiguousarray(lse.reshape(lse.shape[0], b, n).transpose(1, 0, 2))
+    return (out, lse) if return_lse else out

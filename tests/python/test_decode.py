@@ -1,0 +1,145 @@
+"""attnkit.KVCache and attnkit.decode_attention against PyTorch formulations: full history
+(dense), exactly the sink + window tokens at cache positions with RoPE (sink policy), storage
+dtypes against torch's own float16/bfloat16 rounding and an int8 quantiser written here."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import attnkit
+import torch_attention as ta
+
+
+def rope_torch(x, positions, theta):
+    """Hugging Face Llama rotate_half RoPE on x [T, H, D] (float64) at the given positions."""
+    d = x.shape[-1]
+    inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    ang = torch.tensor(positions, dtype=torch.float64)[:, None] * inv[None, :]
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :]
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
+    rot = torch.cat([-x[..., d // 2:], x[..., : d // 2]], -1)
+    return x * cos + rot * sin
+
+
+def torch_decode(q, k, v, dtype, **kw):
+    out, lse = ta.attention(*(torch.tensor(x, dtype=dtype) for x in (q, k, v)), **kw)
+    return out.double().numpy(), lse.double().numpy()
+
+
+def test_dense_equals_attention_over_the_history():
+    rng = np.random.default_rng(0)
+    h, hkv, d, total, n = 8, 2, 32, 700, 3
+    k = rng.standard_normal((total, hkv, d), dtype=np.float32)
+    v = rng.standard_normal((total, hkv, d), dtype=np.float32)
+    q = rng.standard_normal((n, h, d), dtype=np.float32)
+    sinks = rng.standard_normal(h).astype(np.float32)
+    cache = attnkit.KVCache(1, hkv, d, capacity=1024, dtype="f32")
+    cache.append(k[:300], v[:300])
+    cache.append(k[300:], v[300:])
+    out, lse = attnkit.decode_attention(q, cache, sink_logits=sinks, return_lse=True)
+    kw = dict(window=(-1, 0), sinks=torch.tensor(sinks, dtype=torch.float64))
+    ref = torch_decode(q, k, v, torch.float64, **kw)
+    kw["sinks"] = torch.tensor(sinks)
+    pt = torch_decode(q, k, v, torch.float32, **kw)
+    ta.assert_within_bar(out, ref[0], pt[0], 2, "out")
+    ta.assert_within_bar(lse, ref[1], pt[1], 2, "lse")
+
+
+def test_sink_policy_with_rope_through_wraparound():
+    rng = np.random.default_rng(1)
+    h, hkv, d, n_sink, window, theta = 4, 1, 16, 4, 50, 10000.0
+    cache = attnkit.KVCache(1, hkv, d, dtype="f32", policy="sink", window=window, n_sink=n_sink)
+    k = rng.standard_normal((400, hkv, d), dtype=np.float32)
+    v = rng.standard_normal((400, hkv, d), dtype=np.float32)
+    for t in range(400):
+        cache.append(k[t:t + 1], v[t:t + 1])
+        if t not in (30, 53, 54, 199, 399):
+            continue
+        keep = [p for p in range(t + 1) if p < n_sink or p > t - window]
+        np.testing.assert_array_equal(cache.positions(), keep)
+        q = rng.standard_normal((1, h, d), dtype=np.float32)
+        out = attnkit.decode_attention(q, cache, rope_theta=theta)
+        m = len(keep)
+        kk = rope_torch(torch.tensor(k[keep], dtype=torch.float64), list(range(m)), theta)
+        qq = rope_torch(torch.tensor(q, dtype=torch.float64), [m - 1], theta)
+        ref, _ = ta.attention(qq, kk, torch.tensor(v[keep], dtype=torch.float64), window=(-1, 0))
+        np.testing.assert_allclose(out, ref.numpy(), atol=2e-6, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "int8"])
+def test_storage_dtypes_match_torch_rounding(dtype):
+    rng = np.random.default_rng(2)
+    h, hkv, d, total = 8, 4, 64, 300
+    k = rng.standard_normal((total, hkv, d), dtype=np.float32)
+    v = rng.standard_normal((total, hkv, d), dtype=np.float32)
+    q = rng.standard_normal((2, h, d), dtype=np.float32)
+    cache = attnkit.KVCache(1, hkv, d, capacity=total, dtype=dtype)
+    cache.append(k, v)
+    if dtype == "f16":
+        stored = [torch.tensor(x).half().double() for x in (k, v)]
+    elif dtype == "bf16":
+        stored = [torch.tensor(x).bfloat16().double() for x in (k, v)]
+    else:  # symmetric per-token-per-head int8: scale max|x|/127, round half to even
+        def quant(x):
+            scale = np.abs(x).max(-1, keepdims=True) / 127.0
+            return torch.tensor(np.clip(np.rint(x / scale), -127, 127) * scale, dtype=torch.float64)
+        stored = [quant(k.astype(np.float64)), quant(v.astype(np.float64))]
+    got_k, got_v = cache.gather()
+    if dtype != "int8":
+        np.testing.assert_array_equal(got_k, stored[0].float().numpy())
+    else:  # our scale is a float32 computed as amax/127.0f: allow its rounding
+        np.testing.assert_allclose(got_k, stored[0].numpy(), rtol=1e-6, atol=1e-6)
+    out = attnkit.decode_attention(q, cache)
+    ref, _ = ta.attention(torch.tensor(q, dtype=torch.float64), *stored, window=(-1, 0))
+    np.testing.assert_allclose(out, ref.numpy(), atol=5e-6 if dtype != "int8" else 2e-5, rtol=0)
+
+
+def test_batched_paged_decode_equals_dense():
+    rng = np.random.default_rng(3)
+    hkv, d = 2, 16
+    dense = attnkit.KVCache(1, hkv, d, capacity=200, dtype="bf16", max_sequences=3)
+    paged = attnkit.KVCache(1, hkv, d, capacity=200, dtype="bf16", policy="paged", block_size=8,
+                            max_sequences=3)
+    for c in (dense, paged):
+        for _ in range(3):
+            c.add_sequence()
+    for step in range(12):  # interleaved appends of different lengths
+        for s in range(3):
+            n = (s + 1) * 3
+            kv = rng.standard_normal((n, hkv, d), dtype=np.float32)
+            dense.append(kv, kv, seq=s)
+            paged.append(kv, kv, seq=s)
+    q = rng.standard_normal((3, 2, 4, d), dtype=np.float32)
+    np.testing.assert_allclose(attnkit.decode_attention(q, paged),
+                               attnkit.decode_attention(q, dense), atol=1e-6)
+    np.testing.assert_allclose(attnkit.decode_attention(q, paged),
+                               attnkit.decode_attention(q, paged, reference=True), atol=2e-6)
+
+
+def test_nbytes_equals_kv_plan():
+    cache = attnkit.KVCache(4, 8, 128, capacity=1000, dtype="int8", max_sequences=2)
+    plan = attnkit.kv_plan(layers=4, heads=32, kv_heads=8, head_dim=128, dtype="int8", context=1000, batch=2)
+    assert cache.bytes_per_token == plan["bytes_per_token"]
+    assert cache.nbytes == plan["bytes_batch"]
+
+
+def test_bad_use_raises_and_keeps_other_sequences():
+    cache = attnkit.KVCache(2, 2, 8, capacity=4, dtype="f32", max_sequences=2)
+    a, b = cache.add_sequence(), cache.add_sequence()
+    x = np.ones((3, 2, 8), np.float32)
+    cache.append(x, x, seq=a)
+    cache.append(x, x, seq=b)
+    with pytest.raises(ValueError, match="capacity"):
+        cache.append(x, x, seq=a)
+    assert cache.length(a) == 3
+    with pytest.raises(ValueError, match="must be \\[n, 2, 8\\]"):
+        cache.append(np.ones((1, 3, 8), np.float32), np.ones((1, 3, 8), np.float32), seq=a)
+    with pytest.raises(ValueError, match="layer"):
+        cache.append(x[:1], x[:1], layer=5, seq=a)
+    cache.free_sequence(a)
+    with pytest.raises(ValueError, match="not active"):
+        attnkit.decode_attention(np.ones((1, 4, 8), np.float32), cache, seqs=[a])
+    with pytest.raises(ValueError, match="policy"):
+        attnkit.KVCache(1, 1, 8, capacity=4, policy="lru")
+    np.testing.assert_array_equal(cache.gather(seq=b)[0], x)
