@@ -4,6 +4,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <array>
 #include <string>
 #include <vector>
@@ -24,9 +25,16 @@ inline py::array as_float32(const py::handle& obj, const char* name) {
                 std::string(py::str(a.dtype())));
   const bool ok = a.dtype().is(py::dtype::of<float>()) && a.ndim() >= 1 &&
                   (a.shape(a.ndim() - 1) <= 1 || a.strides(a.ndim() - 1) == 4);
-  bool aligned = true;
-  for (py::ssize_t d = 0; d < a.ndim(); ++d) aligned = aligned && a.strides(d) % 4 == 0;
-  if (ok && aligned) return a;
+  // In-place views only for row-major-like layouts: positive strides, each covering the extent
+  // of the dimensions inside it (reversed, broadcast or overlapping arrays are copied, since
+  // BLAS needs rows at a stride no smaller than their length).
+  bool plain = true;
+  for (py::ssize_t d = 0; d < a.ndim(); ++d) {
+    plain = plain && a.strides(d) % 4 == 0 && (a.shape(d) <= 1 || a.strides(d) > 0);
+    if (d + 1 < a.ndim() && a.shape(d) > 1)
+      plain = plain && a.strides(d) >= a.strides(d + 1) * std::max<py::ssize_t>(a.shape(d + 1), 1);
+  }
+  if (ok && plain) return a;
   return py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
 }
 

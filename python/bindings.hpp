@@ -9,5 +9,6 @@ void bind_attention(pybind11::module_& m);   // bind_attention.cpp
 void bind_io(pybind11::module_& m);          // bind_io.cpp
 void bind_kv(pybind11::module_& m);          // bind_kv.cpp
 void bind_kv_cache(pybind11::module_& m);    // bind_kv_cache.cpp
+void bind_nn(pybind11::module_& m);          // bind_nn.cpp
 
 }  // namespace attnkit::python

@@ -15,4 +15,5 @@ PYBIND11_MODULE(_attnkit, m) {
   attnkit::python::bind_io(m);
   attnkit::python::bind_kv(m);
   attnkit::python::bind_kv_cache(m);
+  attnkit::python::bind_nn(m);
 }

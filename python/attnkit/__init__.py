@@ -219,3 +219,5 @@ def decode_attention(q, cache, layer=0, *, seqs=None, causal=True, window=(-1, -
         out = out.reshape(q.shape)
         lse = _np.ascontiguousarray(lse.reshape(lse.shape[0], b, n).transpose(1, 0, 2))
     return (out, lse) if return_lse else out
+
+from . import nn  # noqa: E402  (layers with explicit forward/backward; see attnkit/nn.py)

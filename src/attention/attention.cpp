@@ -23,6 +23,10 @@ void check_view(const ConstView3& t, const char* name) {
   for (int d = 0; d < 3; ++d) check(t.shape[d] >= 0, name, ": negative extent in dim ", d);
   check(t.inner_contiguous(), name, ": last dimension must be contiguous (stride 1), got stride ",
         t.stride[2]);
+  // Rows of one head are read as a matrix with leading dimension stride[0] (BLAS): it must not
+  // overlap the row itself or run backwards.
+  check(t.shape[0] <= 1 || t.stride[0] >= t.shape[2], name, ": token stride ", t.stride[0],
+        " must be >= the head dim ", t.shape[2]);
 }
 
 void check_finite(const ConstView3& t, const char* name) {

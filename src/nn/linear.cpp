@@ -1,0 +1,75 @@
+// Linear layer fast path: y = x·Wᵀ + b on parallel sgemm tiles (nn_common.cpp), bias added in the
+// tile epilogue while the tile is in cache. Backward (from y = x·Wᵀ + b):
+//   d_x = d_y·W,  d_W += d_yᵀ·x,  d_b += Σ_t d_y[t, :].
+// PyTorch: torch.nn.functional.linear(x, W, b).
+#include "attnkit/nn/linear.hpp"
+
+#include <vector>
+
+#include "nn_common.hpp"
+
+namespace attnkit {
+namespace nn {
+
+void check_linear_forward(const char* fn, View2 y, ConstView2 x, ConstView2 w,
+                          std::span<const float> b) {
+  const int64_t t = x.shape[0], in = x.shape[1], out = w.shape[0];
+  check_matrix(x, fn, "x", "[T, in]", t, in);
+  check_matrix(w, fn, "w", "[out, in]", out, in);
+  check_matrix(y, fn, "y", "[T, out]", t, out);
+  check_span(b, fn, "b", "[out]", out, true);
+}
+
+void check_linear_backward(const char* fn, View2 d_x, View2 d_w, std::span<float> d_b,
+                           ConstView2 d_y, ConstView2 x, ConstView2 w) {
+  const int64_t t = x.shape[0], in = x.shape[1], out = w.shape[0];
+  check_matrix(x, fn, "x", "[T, in]", t, in);
+  check_matrix(w, fn, "w", "[out, in]", out, in);
+  check_matrix(d_y, fn, "d_y", "[T, out]", t, out);
+  if (present(d_x)) check_matrix(d_x, fn, "d_x", "[T, in]", t, in);
+  if (present(d_w)) check_matrix(d_w, fn, "d_w", "[out, in]", out, in);
+  check_span(d_b, fn, "d_b", "[out]", out, true);
+}
+
+}  // namespace nn
+
+void nn::matmul_bias(View2 y, ConstView2 x, ConstView2 w, std::span<const float> b) {
+  const int64_t t = x.shape[0], in = x.shape[1], out = w.shape[0];
+  parallel_sgemm(false, true, t, out, in, 1.0f, x.data, ld(x), w.data, ld(w), 0.0f, y.data, ld(y),
+                 [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+                   if (b.empty()) return;
+                   for (int64_t i = i0; i < i1; ++i) {
+                     float* yr = y.ptr(i);
+                     for (int64_t j = j0; j < j1; ++j) yr[j] += b[size_t(j)];
+                   }
+                 });
+}
+
+void linear_forward(View2 y, ConstView2 x, ConstView2 w, std::span<const float> b) {
+  nn::check_linear_forward("linear_forward", y, x, w, b);
+  nn::matmul_bias(y, x, w, b);
+}
+
+void linear_backward(View2 d_x, View2 d_w, std::span<float> d_b, ConstView2 d_y, ConstView2 x,
+                     ConstView2 w) {
+  nn::check_linear_backward("linear_backward", d_x, d_w, d_b, d_y, x, w);
+  const int64_t t = x.shape[0], in = x.shape[1], out = w.shape[0];
+  if (nn::present(d_x))
+    nn::parallel_sgemm(false, false, t, in, out, 1.0f, d_y.data, nn::ld(d_y), w.data, nn::ld(w),
+                       0.0f, d_x.data, nn::ld(d_x));
+  if (nn::present(d_w))
+    nn::parallel_sgemm(true, false, out, in, t, 1.0f, d_y.data, nn::ld(d_y), x.data, nn::ld(x),
+                       1.0f, d_w.data, nn::ld(d_w));
+  if (d_b.empty()) return;
+  // Column sums in double, each block of channels summing its tokens in order.
+  nn::parallel_columns(out, [&](int64_t c0, int64_t c1) {
+    std::vector<double> acc(size_t(c1 - c0), 0.0);
+    for (int64_t i = 0; i < t; ++i) {
+      const float* g = d_y.ptr(i);
+      for (int64_t c = c0; c < c1; ++c) acc[size_t(c - c0)] += double(g[c]);
+    }
+    for (int64_t c = c0; c < c1; ++c) d_b[size_t(c)] += float(acc[size_t(c - c0)]);
+  });
+}
+
+}  // namespace attnkit

@@ -1,0 +1,181 @@
+// LayerNorm and RMSNorm fast path: one task per block of rows for the statistics and d_x (row
+// sums in double, elementwise work in float), one task per block of channels for the parameter
+// gradients (tokens summed in order, in double). PyTorch: F.layer_norm(x, (C,), w, b, eps);
+// x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w.
+// Backward of y = x̂·w + b with x̂ = (x - μ)·r: with g = d_y·w,
+//   d_x = r·(g - mean(g) - x̂·mean(g·x̂))            (LayerNorm: μ and r depend on x)
+//   d_x = r·(g - x·r²·mean(g·x))                      (RMSNorm: y = x·r·w, r = (mean(x²)+eps)^-½)
+// The parameter pass runs before the d_x pass so that d_x may alias d_y.
+#include "attnkit/nn/norm.hpp"
+
+#include <cmath>
+#include <vector>
+
+#include "nn_common.hpp"
+
+namespace attnkit {
+namespace nn {
+
+void check_norm(const char* fn, ConstView2 out, const char* out_name, ConstView2 x,
+                std::span<const float> w, std::span<const float> b) {
+  const int64_t t = x.shape[0], c = x.shape[1];
+  check_matrix(x, fn, "x", "[T, C]", t, c);
+  check_matrix(out, fn, out_name, "[T, C]", t, c);
+  check_span(w, fn, "w", "[C]", c, true);
+  check_span(b, fn, "b", "[C]", c, true);
+}
+
+void check_norm_grads(const char* fn, std::span<const float> w, std::span<float> d_w,
+                      std::span<const float> b, std::span<float> d_b) {
+  check(!(w.empty() && !d_w.empty()), fn, ": d_w: given but the layer has no weight (w empty)");
+  check(!(b.empty() && !d_b.empty()), fn, ": d_b: given but the layer has no bias (b empty)");
+  check_span(std::span<const float>(d_w), fn, "d_w", "[C]", int64_t(w.size()), true);
+  check_span(std::span<const float>(d_b), fn, "d_b", "[C]", int64_t(b.size()), true);
+}
+
+void check_eps(const char* fn, float eps) {
+  check(std::isfinite(eps) && eps >= 0, fn, ": eps: expected a finite value >= 0, got ", eps);
+}
+
+}  // namespace nn
+
+namespace {
+
+inline float weight(std::span<const float> w, int64_t c) { return w.empty() ? 1.0f : w[size_t(c)]; }
+inline float bias(std::span<const float> b, int64_t c) { return b.empty() ? 0.0f : b[size_t(c)]; }
+
+// Σ_j (x[j] - m)² in double with eight independent partial sums.
+double centered_sq_sum(const float* x, int64_t n, double m) {
+  double acc[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int l = 0; l < 8; ++l) {
+      const double d = double(x[j + l]) - m;
+      acc[l] += d * d;
+    }
+  double s = 0;
+  for (; j < n; ++j) s += (double(x[j]) - m) * (double(x[j]) - m);
+  for (double p : acc) s += p;
+  return s;
+}
+
+}  // namespace
+
+void layer_norm_forward(View2 y, std::span<float> mean, std::span<float> rstd, ConstView2 x,
+                        std::span<const float> w, std::span<const float> b, float eps) {
+  const char* fn = "layer_norm_forward";
+  nn::check_norm(fn, y, "y", x, w, b);
+  nn::check_span(mean, fn, "mean", "[T]", x.shape[0]);
+  nn::check_span(rstd, fn, "rstd", "[T]", x.shape[0]);
+  nn::check_eps(fn, eps);
+  const int64_t c = x.shape[1];
+  nn::parallel_rows(x.shape[0], c, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* xr = x.ptr(t);
+      const double mu = c ? nn::sum_double(xr, c) / double(c) : 0.0;
+      const double var = c ? centered_sq_sum(xr, c, mu) / double(c) : 0.0;
+      const float m = float(mu), r = float(1.0 / std::sqrt(var + double(eps)));
+      mean[size_t(t)] = m;
+      rstd[size_t(t)] = r;
+      float* yr = y.ptr(t);
+      for (int64_t j = 0; j < c; ++j) yr[j] = (xr[j] - m) * r * weight(w, j) + bias(b, j);
+    }
+  });
+}
+
+void layer_norm_backward(View2 d_x, std::span<float> d_w, std::span<float> d_b, ConstView2 d_y,
+                         ConstView2 x, std::span<const float> w, std::span<const float> mean,
+                         std::span<const float> rstd) {
+  const char* fn = "layer_norm_backward";
+  nn::check_norm(fn, d_x, "d_x", x, w, {});
+  nn::check_matrix(d_y, fn, "d_y", "[T, C]", x.shape[0], x.shape[1]);
+  nn::check_span(mean, fn, "mean", "[T]", x.shape[0]);
+  nn::check_span(rstd, fn, "rstd", "[T]", x.shape[0]);
+  nn::check_span(std::span<const float>(d_b), fn, "d_b", "[C]", x.shape[1], true);
+  nn::check_norm_grads(fn, w, d_w, {}, {});
+  const int64_t tokens = x.shape[0], c = x.shape[1];
+  if (!d_w.empty() || !d_b.empty())
+    nn::parallel_columns(c, [&](int64_t c0, int64_t c1) {
+      std::vector<double> acc_w(size_t(c1 - c0), 0.0), acc_b(size_t(c1 - c0), 0.0);
+      for (int64_t t = 0; t < tokens; ++t) {
+        const float *xr = x.ptr(t), *g = d_y.ptr(t);
+        const float m = mean[size_t(t)], r = rstd[size_t(t)];
+        for (int64_t j = c0; j < c1; ++j) {
+          acc_w[size_t(j - c0)] += double(g[j]) * double((xr[j] - m) * r);
+          acc_b[size_t(j - c0)] += double(g[j]);
+        }
+      }
+      for (int64_t j = c0; j < c1; ++j) {
+        if (!d_w.empty()) d_w[size_t(j)] += float(acc_w[size_t(j - c0)]);
+        if (!d_b.empty()) d_b[size_t(j)] += float(acc_b[size_t(j - c0)]);
+      }
+    });
+  nn::parallel_rows(tokens, c, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float *xr = x.ptr(t), *g = d_y.ptr(t);
+      const float m = mean[size_t(t)], r = rstd[size_t(t)];
+      double sum_g = 0, sum_gx = 0;
+      for (int64_t j = 0; j < c; ++j) {
+        const double gw = double(g[j]) * double(weight(w, j));
+        sum_g += gw;
+        sum_gx += gw * double((xr[j] - m) * r);
+      }
+      const float a = c ? float(sum_g / double(c)) : 0.0f;
+      const float bb = c ? float(sum_gx / double(c)) : 0.0f;
+      float* dx = d_x.ptr(t);
+      for (int64_t j = 0; j < c; ++j) dx[j] = r * (g[j] * weight(w, j) - a - (xr[j] - m) * r * bb);
+    }
+  });
+}
+
+void rms_norm_forward(View2 y, std::span<float> rstd, ConstView2 x, std::span<const float> w,
+                      float eps) {
+  const char* fn = "rms_norm_forward";
+  nn::check_norm(fn, y, "y", x, w, {});
+  nn::check_span(rstd, fn, "rstd", "[T]", x.shape[0]);
+  nn::check_eps(fn, eps);
+  const int64_t c = x.shape[1];
+  nn::parallel_rows(x.shape[0], c, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* xr = x.ptr(t);
+      const double ms = c ? nn::dot_double(xr, xr, c) / double(c) : 0.0;
+      const float r = float(1.0 / std::sqrt(ms + double(eps)));
+      rstd[size_t(t)] = r;
+      float* yr = y.ptr(t);
+      for (int64_t j = 0; j < c; ++j) yr[j] = xr[j] * r * weight(w, j);
+    }
+  });
+}
+
+void rms_norm_backward(View2 d_x, std::span<float> d_w, ConstView2 d_y, ConstView2 x,
+                       std::span<const float> w, std::span<const float> rstd) {
+  const char* fn = "rms_norm_backward";
+  nn::check_norm(fn, d_x, "d_x", x, w, {});
+  nn::check_matrix(d_y, fn, "d_y", "[T, C]", x.shape[0], x.shape[1]);
+  nn::check_span(rstd, fn, "rstd", "[T]", x.shape[0]);
+  nn::check_norm_grads(fn, w, d_w, {}, {});
+  const int64_t tokens = x.shape[0], c = x.shape[1];
+  if (!d_w.empty())
+    nn::parallel_columns(c, [&](int64_t c0, int64_t c1) {
+      std::vector<double> acc(size_t(c1 - c0), 0.0);
+      for (int64_t t = 0; t < tokens; ++t) {
+        const float *xr = x.ptr(t), *g = d_y.ptr(t);
+        const float r = rstd[size_t(t)];
+        for (int64_t j = c0; j < c1; ++j) acc[size_t(j - c0)] += double(g[j]) * double(xr[j] * r);
+      }
+      for (int64_t j = c0; j < c1; ++j) d_w[size_t(j)] += float(acc[size_t(j - c0)]);
+    });
+  nn::parallel_rows(tokens, c, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float *xr = x.ptr(t), *g = d_y.ptr(t);
+      const float r = rstd[size_t(t)];
+      double sum_gx = 0;
+      for (int64_t j = 0; j < c; ++j) sum_gx += double(g[j]) * double(weight(w, j)) * double(xr[j]);
+      const float k = c ? float(sum_gx / double(c) * double(r) * double(r)) : 0.0f;
+      float* dx = d_x.ptr(t);
+      for (int64_t j = 0; j < c; ++j) dx[j] = r * (g[j] * weight(w, j) - xr[j] * k);
+    }
+  });
+}
+
+}  // namespace attnkit

@@ -1,0 +1,148 @@
+// Linear layer: fast path vs reference on tail shapes (worst-case float-sum bars), gradients of
+// the reference by finite differences, the += / = contract, thread-count determinism and errors.
+#include "attnkit/nn/linear.hpp"
+
+#include <gtest/gtest.h>
+
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/parallel.hpp"
+#include "nn/nn_testing.hpp"
+
+namespace attnkit {
+namespace {
+
+using nn_testing::kU;
+using nn_testing::Mat;
+
+struct LinearCase {
+  Mat x, w, d_y;
+  std::vector<float> b;
+  LinearCase(int64_t t, int64_t in, int64_t out, bool bias, uint32_t seed)
+      : x(Mat(t, in).randn(seed)),
+        w(Mat(out, in).randn(seed + 1)),
+        d_y(Mat(t, out).randn(seed + 2)),
+        b(bias ? nn_testing::randn_vec(out, seed + 3) : std::vector<float>{}) {}
+};
+
+TEST(NnLinear, FastMatchesReferenceOnTailShapes) {
+  for (int64_t t : {1, 7, 65})
+    for (int64_t in : {1, 17, 64})
+      for (int64_t out : {1, 17, 64})
+        for (bool bias : {false, true}) {
+          SCOPED_TRACE(testing::Message()
+                       << "T=" << t << " in=" << in << " out=" << out << " bias=" << bias);
+          LinearCase c(t, in, out, bias, uint32_t(t * 131 + in * 7 + out));
+          Mat y(t, out), y_ref(t, out), mag(t, out);
+          linear_forward(y.view(), c.x.cview(), c.w.cview(), c.b);
+          linear_forward_reference(y_ref.view(), c.x.cview(), c.w.cview(), c.b);
+          const Mat ax = c.x.abs(), aw = c.w.abs();
+          const auto ab = nn_testing::abs_vec(c.b);
+          linear_forward_reference(mag.view(), ax.cview(), aw.cview(), ab);
+          // An in-term float dot product plus the bias: at most (in + 2) roundings per term.
+          nn_testing::expect_within(
+              y, y_ref, [&](int64_t i, int64_t j) { return double(in + 2) * kU * mag.at(i, j); },
+              "y");
+
+          // Backward into non-zero parameter gradients: checks += (and d_x's =, by pre-filling it).
+          Mat d_x(t, in), d_x_ref(t, in), d_w = Mat(out, in).randn(5), d_w_ref = d_w;
+          d_x.randn(9);
+          std::vector<float> d_b = bias ? nn_testing::randn_vec(out, 6) : std::vector<float>{};
+          std::vector<float> d_b_ref = d_b;
+          linear_backward(d_x.view(), d_w.view(), d_b, c.d_y.cview(), c.x.cview(), c.w.cview());
+          linear_backward_reference(d_x_ref.view(), d_w_ref.view(), d_b_ref, c.d_y.cview(),
+                                    c.x.cview(), c.w.cview());
+          Mat m_dx(t, in), m_dw = Mat(out, in).randn(5).abs();
+          std::vector<float> m_db =
+              nn_testing::abs_vec(bias ? nn_testing::randn_vec(out, 6) : std::vector<float>{});
+          const Mat ady = c.d_y.abs();
+          linear_backward_reference(m_dx.view(), m_dw.view(), m_db, ady.cview(), ax.cview(),
+                                    aw.cview());
+          nn_testing::expect_within(
+              d_x, d_x_ref,
+              [&](int64_t i, int64_t j) { return double(out + 2) * kU * m_dx.at(i, j); }, "d_x");
+          nn_testing::expect_within(
+              d_w, d_w_ref,
+              [&](int64_t i, int64_t j) { return double(t + 3) * kU * m_dw.at(i, j); }, "d_w");
+          // d_b is summed in double and rounded once, then added to the prior value.
+          nn_testing::expect_within(
+              d_b, d_b_ref, [&](size_t i) { return 3 * kU * m_db[i]; }, "d_b");
+        }
+}
+
+TEST(NnLinear, ReferenceGradientsMatchFiniteDifferences) {
+  for (bool bias : {false, true}) {
+    LinearCase c(3, 5, 4, bias, 11);
+    const Mat r = Mat(3, 4).randn(12);
+    auto loss = [&] {
+      Mat y(3, 4);
+      linear_forward_reference(y.view(), c.x.cview(), c.w.cview(), c.b);
+      return nn_testing::weighted_sum(y, r);
+    };
+    Mat d_x(3, 5), d_w(4, 5);
+    std::vector<float> d_b(bias ? 4 : 0, 0.0f);
+    linear_backward_reference(d_x.view(), d_w.view(), d_b, r.cview(), c.x.cview(), c.w.cview());
+    nn_testing::GradCheck g;
+    g.sweep(loss, c.x, d_x);
+    g.sweep(loss, c.w, d_w);
+    g.sweep(loss, c.b, d_b);
+    g.expect_ok(bias ? "linear with bias" : "linear");
+  }
+}
+
+TEST(NnLinear, OptionalGradientsAreSkipped) {
+  LinearCase c(4, 6, 5, true, 21);
+  Mat d_w(5, 6);
+  std::vector<float> d_b(5, 0.0f);
+  linear_backward({}, d_w.view(), d_b, c.d_y.cview(), c.x.cview(), c.w.cview());  // no d_x
+  Mat d_x(4, 6);
+  linear_backward(d_x.view(), {}, {}, c.d_y.cview(), c.x.cview(), c.w.cview());  // frozen W, b
+  Mat d_x_ref(4, 6), d_w_ref(5, 6);
+  std::vector<float> d_b_ref(5, 0.0f);
+  linear_backward_reference(d_x_ref.view(), d_w_ref.view(), d_b_ref, c.d_y.cview(), c.x.cview(),
+                            c.w.cview());
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 6; ++j) EXPECT_NEAR(d_x.at(i, j), d_x_ref.at(i, j), 1e-5);
+  for (int64_t i = 0; i < 5; ++i) EXPECT_NEAR(d_b[size_t(i)], d_b_ref[size_t(i)], 1e-5);
+}
+
+TEST(NnLinear, BitwiseIdenticalForAnyThreadCount) {
+  // Several GEMM tiles in every dimension (tiles are 256 x 512) and several bias column blocks.
+  LinearCase c(300, 130, 600, true, 31);
+  auto run = [&](int threads) {
+    ThreadCountScope scope(threads);
+    Mat y(300, 600), d_x(300, 130), d_w(600, 130);
+    std::vector<float> d_b(600, 0.0f);
+    linear_forward(y.view(), c.x.cview(), c.w.cview(), c.b);
+    linear_backward(d_x.view(), d_w.view(), d_b, c.d_y.cview(), c.x.cview(), c.w.cview());
+    return std::make_tuple(y, d_x, d_w, d_b);
+  };
+  const auto one = run(1), many = run(3);
+  EXPECT_TRUE(nn_testing::bitwise_equal(std::get<0>(one), std::get<0>(many)));
+  EXPECT_TRUE(nn_testing::bitwise_equal(std::get<1>(one), std::get<1>(many)));
+  EXPECT_TRUE(nn_testing::bitwise_equal(std::get<2>(one), std::get<2>(many)));
+  EXPECT_EQ(std::get<3>(one), std::get<3>(many));
+}
+
+TEST(NnLinear, RejectsMismatchedShapesNamingTheArgument) {
+  LinearCase c(4, 6, 5, true, 41);
+  Mat y(4, 5), bad_w(5, 7);
+  try {
+    linear_forward(y.view(), c.x.cview(), bad_w.cview(), c.b);
+    ADD_FAILURE() << "w [5, 7] accepted for x [4, 6]";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "linear_forward: w: expected shape [out, in] = [5, 6], got [5, 7]"),
+              std::string::npos)
+        << e.what();
+  }
+  std::vector<float> short_b(4);
+  EXPECT_THROW(linear_forward(y.view(), c.x.cview(), c.w.cview(), short_b), Error);
+  Mat wrong_y(4, 4);
+  EXPECT_THROW(linear_forward(wrong_y.view(), c.x.cview(), c.w.cview(), c.b), Error);
+  View2 strided = y.view();
+  strided.stride[1] = 2;
+  EXPECT_THROW(linear_forward(strided, c.x.cview(), c.w.cview(), c.b), Error);
+}
+
+}  // namespace
+}  // namespace attnkit
