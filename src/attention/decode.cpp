@@ -50,6 +50,16 @@ HWY_INLINE auto reduce4(D d, V a0, V a1, V a2, V a3) {
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
+// Register blocking: AVX-512 has 32 vector registers, AVX2 16.
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kTok = 4;   // tokens per score block (4 rows × 4 tokens of accumulators)
+constexpr int kVecs = 4;  // vectors per P·V block (4 rows × 4 vectors)
+#else
+constexpr int kTok = 2;
+constexpr int kVecs = 2;
+#endif
+#define HWY_UNROLL_ALL _Pragma("GCC unroll 16")
+
 // Loaders: a vector of float32 from stored elements, converted in registers (no f32 copy).
 struct LoadF32 {
   static constexpr int64_t kBytes = 4;
@@ -106,7 +116,7 @@ struct Rows {
 };
 
 // s[r·ls + t] = q_r·k_t for r < rows, t < bt (q [rows, d] float32, k stored rows). Register
-// blocks of 4 rows × 2 tokens (8 independent FMA chains) or 1 row × 4 tokens for leftover rows;
+// blocks of 4 rows × kTok tokens (independent FMA chains) or 1 row × 4 tokens for leftover rows;
 // each converted k vector serves every row of the block.
 template <class L>
 void block_scores(const float* q, int64_t rows, const Rows& k, int64_t bt, int64_t d, float* s,
@@ -124,27 +134,25 @@ void block_scores(const float* q, int64_t rows, const Rows& k, int64_t bt, int64
   for (; r + 4 <= rows; r += 4) {
     const float* q0 = q + r * d;
     int64_t t = 0;
-    for (; t + 2 <= bt; t += 2) {
-      const std::byte* k0 = k.base + t * k.stride;
-      const std::byte* k1 = k0 + k.stride;
-      auto a00 = hn::Zero(df), a10 = a00, a20 = a00, a30 = a00;
-      auto a01 = a00, a11 = a00, a21 = a00, a31 = a00;
+    for (; t + kTok <= bt; t += kTok) {  // 4 rows × kTok tokens of accumulators
+      const std::byte* kt[kTok];
+      VF acc[4][kTok];
+      HWY_UNROLL_ALL for (int j = 0; j < kTok; ++j) kt[j] = k.base + (t + j) * k.stride;
+      HWY_UNROLL_ALL for (int i = 0; i < 4; ++i)
+        HWY_UNROLL_ALL for (int j = 0; j < kTok; ++j) acc[i][j] = hn::Zero(df);
       for (int64_t e = 0; e < dv; e += lanes) {
-        const auto x0 = L::load(k0 + e * L::kBytes), x1 = L::load(k1 + e * L::kBytes);
-        auto qv = hn::LoadU(df, q0 + e);
-        a00 = hn::MulAdd(qv, x0, a00), a01 = hn::MulAdd(qv, x1, a01);
-        qv = hn::LoadU(df, q0 + d + e);
-        a10 = hn::MulAdd(qv, x0, a10), a11 = hn::MulAdd(qv, x1, a11);
-        qv = hn::LoadU(df, q0 + 2 * d + e);
-        a20 = hn::MulAdd(qv, x0, a20), a21 = hn::MulAdd(qv, x1, a21);
-        qv = hn::LoadU(df, q0 + 3 * d + e);
-        a30 = hn::MulAdd(qv, x0, a30), a31 = hn::MulAdd(qv, x1, a31);
+        VF x[kTok];
+        HWY_UNROLL_ALL for (int j = 0; j < kTok; ++j) x[j] = L::load(kt[j] + e * L::kBytes);
+        HWY_UNROLL_ALL for (int i = 0; i < 4; ++i) {
+          const auto qv = hn::LoadU(df, q0 + i * d + e);
+          HWY_UNROLL_ALL for (int j = 0; j < kTok; ++j) acc[i][j] = hn::MulAdd(qv, x[j], acc[i][j]);
+        }
       }
-      const float c0 = k.scale_at(t), c1 = k.scale_at(t + 1);
-      hn::Store(reduce4(df, a00, a10, a20, a30), d4, out);
-      for (int j = 0; j < 4; ++j) s[(r + j) * ls + t] = c0 * (out[j] + tail(q0 + j * d, k0));
-      hn::Store(reduce4(df, a01, a11, a21, a31), d4, out);
-      for (int j = 0; j < 4; ++j) s[(r + j) * ls + t + 1] = c1 * (out[j] + tail(q0 + j * d, k1));
+      HWY_UNROLL_ALL for (int j = 0; j < kTok; ++j) {
+        hn::Store(reduce4(df, acc[0][j], acc[1][j], acc[2][j], acc[3][j]), d4, out);
+        const float c = k.scale_at(t + j);
+        for (int i = 0; i < 4; ++i) s[(r + i) * ls + t + j] = c * (out[i] + tail(q0 + i * d, kt[j]));
+      }
     }
     for (; t < bt; ++t) {
       const std::byte* k0 = k.base + t * k.stride;
@@ -177,8 +185,8 @@ void block_scores(const float* q, int64_t rows, const Rows& k, int64_t bt, int64
 }
 
 // o[r, :] += Σ_t p[r·lp + t]·v_t for r < rows, t < bt (v stored rows, o [rows, d] float32).
-// Blocks of 4 rows × 2 vectors of accumulators, or 1 row × 4 vectors; each converted v vector
-// serves every row of the block.
+// Blocks of 4 rows × kVecs vectors of accumulators, or 1 row × 4 vectors; each converted v
+// vector serves every row of the block.
 template <class L>
 void block_accumulate(const float* p, int64_t lp, int64_t rows, const Rows& v, int64_t bt,
                       int64_t d, float* o) {
@@ -193,32 +201,28 @@ void block_accumulate(const float* p, int64_t lp, int64_t rows, const Rows& v, i
       }
   };
   int64_t r = 0;
-  const int64_t d2 = d - d % (2 * lanes);
+  const int64_t dk = d - d % (kVecs * lanes);
   for (; r + 4 <= rows; r += 4) {
-    for (int64_t e = 0; e < d2; e += 2 * lanes) {
+    for (int64_t e = 0; e < dk; e += kVecs * lanes) {  // 4 rows × kVecs vectors of accumulators
       float* o0 = o + r * d + e;
-      auto a00 = hn::LoadU(df, o0), a01 = hn::LoadU(df, o0 + lanes);
-      auto a10 = hn::LoadU(df, o0 + d), a11 = hn::LoadU(df, o0 + d + lanes);
-      auto a20 = hn::LoadU(df, o0 + 2 * d), a21 = hn::LoadU(df, o0 + 2 * d + lanes);
-      auto a30 = hn::LoadU(df, o0 + 3 * d), a31 = hn::LoadU(df, o0 + 3 * d + lanes);
+      VF acc[4][kVecs];
+      HWY_UNROLL_ALL for (int i = 0; i < 4; ++i)
+        HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) acc[i][j] = hn::LoadU(df, o0 + i * d + j * lanes);
       for (int64_t t = 0; t < bt; ++t) {
         const std::byte* vt = v.base + t * v.stride + e * L::kBytes;
-        const auto v0 = L::load(vt), v1 = L::load(vt + lanes * L::kBytes);
-        const float c = v.scale_at(t);
+        VF x[kVecs];
+        HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) x[j] = L::load(vt + j * lanes * L::kBytes);
         const float* pt = p + r * lp + t;
-        const auto p0 = hn::Set(df, c * pt[0]), p1 = hn::Set(df, c * pt[lp]),
-                   p2 = hn::Set(df, c * pt[2 * lp]), p3 = hn::Set(df, c * pt[3 * lp]);
-        a00 = hn::MulAdd(p0, v0, a00), a01 = hn::MulAdd(p0, v1, a01);
-        a10 = hn::MulAdd(p1, v0, a10), a11 = hn::MulAdd(p1, v1, a11);
-        a20 = hn::MulAdd(p2, v0, a20), a21 = hn::MulAdd(p2, v1, a21);
-        a30 = hn::MulAdd(p3, v0, a30), a31 = hn::MulAdd(p3, v1, a31);
+        HWY_UNROLL_ALL for (int i = 0; i < 4; ++i) {
+          const float w = std::is_same_v<L, LoadI8> ? v.scale_at(t) * pt[i * lp] : pt[i * lp];
+          const auto pv = hn::Set(df, w);
+          HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) acc[i][j] = hn::MulAdd(pv, x[j], acc[i][j]);
+        }
       }
-      hn::StoreU(a00, df, o0), hn::StoreU(a01, df, o0 + lanes);
-      hn::StoreU(a10, df, o0 + d), hn::StoreU(a11, df, o0 + d + lanes);
-      hn::StoreU(a20, df, o0 + 2 * d), hn::StoreU(a21, df, o0 + 2 * d + lanes);
-      hn::StoreU(a30, df, o0 + 3 * d), hn::StoreU(a31, df, o0 + 3 * d + lanes);
+      HWY_UNROLL_ALL for (int i = 0; i < 4; ++i)
+        HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) hn::StoreU(acc[i][j], df, o0 + i * d + j * lanes);
     }
-    scalar_tail(r, r + 4, d2);
+    scalar_tail(r, r + 4, dk);
   }
   const int64_t d4 = d - d % (4 * lanes);
   for (; r < rows; ++r) {
@@ -292,6 +296,7 @@ class Decoder {
         rows_(n_ * g_), elem_(int64_t(dtype_size(cfg_.dtype))),
         bt_(std::clamp<int64_t>(DecodeTiles::kStageBytes / (hkv_ * d_ * elem_), 4,
                                 DecodeTiles::kBlockTokens)),
+        sub_(std::clamp<int64_t>(DecodeTiles::kSubBlockBytes / (hkv_ * d_ * elem_), 4, bt_)),
         scale_(effective_scale(o.attention, d_)) {
     if (o.rope_theta > 0) {
       const int64_t most = *std::max_element(p.held.begin(), p.held.end());
@@ -381,23 +386,34 @@ class Decoder {
           k = {reinterpret_cast<const std::byte*>(rotated), hkv_ * d_ * 4, nullptr, 0};
         }
         const int64_t k_head = rotated ? d_ * 4 : d_ * elem_;
-        for (int64_t hk = 0; hk < hkv_; ++hk) {
-          const Rows kh{k.base + hk * k_head, k.stride, k.scale ? k.scale + hk : nullptr, k.scale_stride};
-          float* sh = s + hk * rows_ * bt_;
-          block_scores<L>(q + hk * rows_ * d_, rows_, kh, bt, d_, sh, bt_);
-          online_softmax(sh, bt, pos0, masked, held, m + hk * rows_, l + hk * rows_,
-                         o + hk * rows_ * d_);
-        }
-        for (int64_t hk = 0; hk < hkv_; ++hk) {
-          const Rows vh{vb + hk * d_ * elem_, token_bytes,
-                        sg.v_scale ? sg.v_scale + t0 * hkv_ + hk : nullptr, hkv_};
-          if constexpr (std::is_same_v<L, LoadF32>) {
-            if (rotated) {  // the rope path: V still has its storage dtype
-              accumulate_stored(s + hk * rows_ * bt_, vh, bt, o + hk * rows_ * d_);
-              continue;
-            }
+        // Sub-blocks of `sub_` tokens, all heads each: the cache is consumed close to address
+        // order, so the hardware prefetchers see forward streams.
+        for (int64_t u0 = 0; u0 < bt; u0 += sub_) {
+          const int64_t u = std::min(sub_, bt - u0);
+          for (int64_t hk = 0; hk < hkv_; ++hk) {
+            const Rows kh{k.base + u0 * k.stride + hk * k_head, k.stride,
+                          k.scale ? k.scale + u0 * k.scale_stride + hk : nullptr, k.scale_stride};
+            block_scores<L>(q + hk * rows_ * d_, rows_, kh, u, d_, s + hk * rows_ * bt_ + u0, bt_);
           }
-          block_accumulate<L>(s + hk * rows_ * bt_, bt_, rows_, vh, bt, d_, o + hk * rows_ * d_);
+        }
+        for (int64_t hk = 0; hk < hkv_; ++hk)
+          online_softmax(s + hk * rows_ * bt_, bt, pos0, masked, held, m + hk * rows_,
+                         l + hk * rows_, o + hk * rows_ * d_);
+        for (int64_t u0 = 0; u0 < bt; u0 += sub_) {
+          const int64_t u = std::min(sub_, bt - u0);
+          for (int64_t hk = 0; hk < hkv_; ++hk) {
+            const Rows vh{vb + u0 * token_bytes + hk * d_ * elem_, token_bytes,
+                          sg.v_scale ? sg.v_scale + (t0 + u0) * hkv_ + hk : nullptr, hkv_};
+            const float* p = s + hk * rows_ * bt_ + u0;
+            float* oh = o + hk * rows_ * d_;
+            if constexpr (std::is_same_v<L, LoadF32>) {
+              if (rotated) {  // the rope path: K was rotated into float32, V keeps its dtype
+                accumulate_stored(p, vh, u, oh);
+                continue;
+              }
+            }
+            block_accumulate<L>(p, bt_, rows_, vh, u, d_, oh);
+          }
         }
       }
     }
@@ -465,7 +481,7 @@ class Decoder {
   const DecodeArgs& a_;
   const Plan& p_;
   const KVCacheConfig& cfg_;
-  int64_t n_, h_, hkv_, g_, d_, rows_, elem_, bt_;
+  int64_t n_, h_, hkv_, g_, d_, rows_, elem_, bt_, sub_;
   float scale_;
   std::shared_ptr<const RopeTable> rope_;
 };
