@@ -18,7 +18,7 @@ void print_attention(const AttentionBenchConfig& c, const AttentionBenchResult& 
     nlohmann::json j = {
         {"batch", c.batch}, {"heads", c.heads}, {"kv_heads", c.kv_heads},
         {"head_dim", c.head_dim}, {"seq", c.seq}, {"causal", c.causal},
-        {"threads", num_threads()}, {"ms", r.fwd_ms}, {"gflops", r.fwd_gflops},
+        {"threads", r.threads}, {"ms", r.fwd_ms}, {"gflops", r.fwd_gflops},
         {"fraction_of_sgemm", frac}, {"sgemm_gflops", r.sgemm_gflops},
         {"naive_ms", r.naive_ms > 0 ? nlohmann::json(r.naive_ms) : nlohmann::json(nullptr)},
         {"speedup_vs_naive", r.naive_ms > 0 ? nlohmann::json(r.naive_ms / r.fwd_ms) : nlohmann::json(nullptr)},
@@ -36,7 +36,7 @@ void print_attention(const AttentionBenchConfig& c, const AttentionBenchResult& 
   }
   std::printf("attention B=%lld L=%lld H=%lld Hkv=%lld D=%lld%s, %d threads\n",
               (long long)c.batch, (long long)c.seq, (long long)c.heads, (long long)c.kv_heads,
-              (long long)c.head_dim, c.causal ? " causal" : "", num_threads());
+              (long long)c.head_dim, c.causal ? " causal" : "", r.threads);
   std::printf("  sgemm (n=2048, this run)   %8.1f GFLOP/s\n", r.sgemm_gflops);
   std::printf("  flash forward   %9.2f ms %8.1f GFLOP/s  %5.1f%% of sgemm\n", r.fwd_ms,
               r.fwd_gflops, 100 * frac);

@@ -9,12 +9,16 @@
 
 namespace attnkit {
 namespace {
-std::atomic<int> g_threads{0};  // 0 = OpenMP default
-}
+std::atomic<int> g_threads{0};  // 0 = the default below
+// OpenMP's default thread count, captured when the library loads: OpenBLAS's OpenMP build
+// implements openblas_set_num_threads(n) with omp_set_num_threads(n), so reading
+// omp_get_max_threads() later (inside a BlasThreadsScope(1), say) would silently give 1.
+const int g_default_threads = omp_get_max_threads();
+}  // namespace
 
 int num_threads() {
   const int n = g_threads.load();
-  return n > 0 ? n : omp_get_max_threads();
+  return n > 0 ? n : g_default_threads;
 }
 
 void set_num_threads(int n) { g_threads.store(n > 0 ? n : 0); }

@@ -112,7 +112,8 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& c) {
     attention_naive(opts, naive_args);
     r.naive_ms = best_ms(c.repeats, [&] { attention_naive(opts, naive_args); });
   }
-  r.sgemm_gflops = measure_sgemm_gflops(num_threads());
+  r.threads = num_threads();
+  r.sgemm_gflops = measure_sgemm_gflops(r.threads);
   return r;
 }
 

@@ -7,6 +7,7 @@
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/core/rng.hpp"
 #include "attnkit/core/workspace.hpp"
+#include "attnkit/ops/gemm.hpp"
 
 namespace attnkit {
 namespace {
@@ -48,6 +49,17 @@ TEST(Parallel, RunsEveryIndexOnceAndRethrows) {
                  if (i == 7) throw std::runtime_error("boom");
                }),
                std::runtime_error);
+}
+
+TEST(Parallel, DefaultThreadCountSurvivesBlasThreadScopes) {
+  // OpenBLAS's OpenMP build sets OpenMP's thread count from openblas_set_num_threads: attnkit's
+  // default must not follow it, or every kernel run under BlasThreadsScope(1) goes serial.
+  const int before = num_threads();
+  {
+    BlasThreadsScope blas(1);
+    EXPECT_EQ(num_threads(), before);
+  }
+  EXPECT_EQ(num_threads(), before);
 }
 
 TEST(Workspace, AlignsAndBoundsAllocations) {

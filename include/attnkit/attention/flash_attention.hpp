@@ -15,7 +15,7 @@
 namespace attnkit {
 
 struct FlashTiles {                                // tile sizes, in tokens
-  static constexpr int64_t kRowsPerTile = 1024;     // stacked rows (positions × G) in a query tile
+  static constexpr int64_t kRowsPerTile = 512;     // stacked rows (positions × G) in a query tile
   static constexpr int64_t kMaxQueryTile = 256;     // query positions per tile, at most
   static constexpr int64_t kKeyTile = 512;          // keys per forward key tile
   static constexpr int64_t kDiagonalBlock = 32;     // positions per sub-block on the mask edge

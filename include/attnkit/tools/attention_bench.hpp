@@ -26,6 +26,7 @@ struct AttentionBenchResult {
   int64_t naive_scratch_bytes = 0;       // scores + repeated K/V the naive path needs
   int64_t peak_rss_delta_bytes = 0;      // process peak RSS growth during the first forward
   std::string naive_skipped;             // why the naive path was not run, if it was not
+  int threads = 0;                       // threads used
 };
 
 // Runs the benchmark; throws attnkit::Error for impossible configurations.
