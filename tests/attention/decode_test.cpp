@@ -14,17 +14,12 @@
 #include "attnkit/attention/flash_attention.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/rope.hpp"
+#include "test_random.hpp"
 
 namespace attnkit {
 namespace {
 
-std::vector<float> randn(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist;
-  std::vector<float> x(static_cast<size_t>(n));
-  for (auto& v : x) v = dist(rng);
-  return x;
-}
+using testing::randn;
 
 struct Decoded {
   std::vector<float> out, lse;

@@ -10,17 +10,12 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/kv/kv_plan.hpp"
+#include "test_random.hpp"
 
 namespace attnkit {
 namespace {
 
-std::vector<float> randn(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist;
-  std::vector<float> x(static_cast<size_t>(n));
-  for (auto& v : x) v = dist(rng);
-  return x;
-}
+using testing::randn;
 
 ConstView3 view(const std::vector<float>& x, int64_t n, int64_t hkv, int64_t d) {
   return ConstView3::contiguous(x.data(), {n, hkv, d});
