@@ -1,0 +1,51 @@
+#pragma once
+// GPT (decoder-only, Llama architecture) configuration: Hugging Face `LlamaConfig` keys, plus
+// attnkit's own keys for what Llama lacks (output gate, attention sinks, sliding window), so a
+// Hugging Face Llama directory's config.json loads as is and ours stays readable by HF tools
+// (they ignore unknown keys).
+//
+//   HF keys: vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+//            num_key_value_heads (default: num_attention_heads), head_dim (default:
+//            hidden_size / num_attention_heads), max_position_embeddings, rms_norm_eps,
+//            rope_theta, tie_word_embeddings, hidden_act ("silu" only), attention_bias.
+//   attnkit: attnkit_gate ("none" | "headwise" | "elementwise"), attnkit_gate_source ("input" |
+//            "query"), attnkit_sink ("none" | "learned" | "off_by_one"), attnkit_window (keys
+//            before the diagonal each query sees; -1 = full causal).
+#include <cstdint>
+#include <string>
+
+namespace attnkit {
+
+enum class GateMode : uint8_t { none, headwise, elementwise };
+enum class GateSource : uint8_t { input, query };
+enum class SinkMode : uint8_t { none, learned, off_by_one };
+
+struct GptConfig {
+  int64_t vocab_size = 261;            // V (the byte tokenizer's 256 bytes + specials)
+  int64_t hidden_size = 256;           // C
+  int64_t intermediate_size = 683;     // F, SwiGLU width
+  int64_t num_hidden_layers = 6;       // L
+  int64_t num_attention_heads = 8;     // H
+  int64_t num_key_value_heads = 2;     // Hkv
+  int64_t head_dim = 32;               // D
+  int64_t max_position_embeddings = 256;  // training context
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  bool tie_word_embeddings = true;
+  bool attention_bias = false;
+  GateMode gate = GateMode::none;
+  GateSource gate_source = GateSource::input;
+  SinkMode sink = SinkMode::none;
+  int64_t window = -1;
+};
+
+// Parses config.json text; throws attnkit::Error naming the key for missing/invalid values.
+GptConfig parse_gpt_config(const std::string& json_text);
+// Serialises to config.json text (HF keys + attnkit keys, model_type "llama").
+std::string gpt_config_to_json(const GptConfig& config);
+// Checks divisibility and ranges; throws attnkit::Error naming the key.
+void validate(const GptConfig& config);
+// Number of parameters of the model this config describes.
+int64_t gpt_parameter_count(const GptConfig& config);
+
+}  // namespace attnkit

@@ -1,0 +1,66 @@
+// GPT config: a Hugging Face Llama config.json parses, ours round-trips, bad values are named.
+#include "attnkit/models/gpt_config.hpp"
+
+#include <gtest/gtest.h>
+
+#include "attnkit/core/error.hpp"
+
+namespace attnkit {
+namespace {
+
+// Keys as a Hugging Face LlamaConfig writes them (TinyLlama-like shape, shortened).
+constexpr const char* kLlamaConfig = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+  "hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 32,
+  "num_hidden_layers": 22, "num_key_value_heads": 4, "max_position_embeddings": 2048,
+  "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": false,
+  "vocab_size": 32000, "torch_dtype": "bfloat16", "bos_token_id": 1
+})";
+
+TEST(GptConfig, ParsesHuggingFaceLlamaConfig) {
+  const GptConfig c = parse_gpt_config(kLlamaConfig);
+  EXPECT_EQ(c.hidden_size, 2048);
+  EXPECT_EQ(c.num_key_value_heads, 4);
+  EXPECT_EQ(c.head_dim, 64);  // hidden_size / num_attention_heads
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.gate, GateMode::none);
+  // TinyLlama-1.1B's published parameter count: 1,100,048,384.
+  EXPECT_EQ(gpt_parameter_count(c), 1100048384);
+}
+
+TEST(GptConfig, RoundTripsAttnkitKeys) {
+  GptConfig c;
+  c.gate = GateMode::elementwise;
+  c.gate_source = GateSource::query;
+  c.sink = SinkMode::learned;
+  c.window = 64;
+  const GptConfig back = parse_gpt_config(gpt_config_to_json(c));
+  EXPECT_EQ(back.gate, GateMode::elementwise);
+  EXPECT_EQ(back.gate_source, GateSource::query);
+  EXPECT_EQ(back.sink, SinkMode::learned);
+  EXPECT_EQ(back.window, 64);
+  EXPECT_EQ(back.num_key_value_heads, c.num_key_value_heads);
+  EXPECT_EQ(back.head_dim, c.head_dim);
+}
+
+TEST(GptConfig, BadValuesNameTheKey) {
+  auto message = [](const std::string& text) {
+    try {
+      parse_gpt_config(text);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string base = R"("vocab_size": 10, "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1)";
+  EXPECT_NE(message("{" + base + R"(, "num_attention_heads": 4, "num_key_value_heads": 3})").find("num_key_value_heads"), std::string::npos);
+  EXPECT_NE(message("{" + base + R"(, "num_attention_heads": 3})").find("hidden_size"), std::string::npos);
+  EXPECT_NE(message(R"({"hidden_size": 8})").find("vocab_size"), std::string::npos);
+  EXPECT_NE(message("{" + base + R"(, "num_attention_heads": 2, "hidden_act": "gelu"})").find("hidden_act"), std::string::npos);
+  EXPECT_NE(message("{" + base + R"(, "num_attention_heads": 2, "attnkit_gate": "sometimes"})").find("attnkit_gate"), std::string::npos);
+  EXPECT_NE(message("[1, 2]").find("object"), std::string::npos);
+  EXPECT_NE(message("{nope").find("JSON"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace attnkit
