@@ -9,5 +9,6 @@ void add_kv_plan_command(CLI::App& app);   // cmd_kv_plan.cpp
 void add_inspect_command(CLI::App& app);   // cmd_inspect.cpp
 void add_bench_command(CLI::App& app);     // cmd_bench.cpp
 void add_bench_decode_command(CLI::App& bench);  // cmd_bench_decode.cpp (decode, roofline)
+void add_train_command(CLI::App& app);     // cmd_train.cpp (train gpt, eval)
 
 }  // namespace attnkit::cli

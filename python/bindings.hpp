@@ -6,9 +6,12 @@
 namespace attnkit::python {
 
 void bind_attention(pybind11::module_& m);   // bind_attention.cpp
+void bind_attention_block(pybind11::module_& m);  // bind_attention_block.cpp
 void bind_io(pybind11::module_& m);          // bind_io.cpp
 void bind_kv(pybind11::module_& m);          // bind_kv.cpp
 void bind_kv_cache(pybind11::module_& m);    // bind_kv_cache.cpp
+void bind_models(pybind11::module_& m);      // bind_models.cpp
 void bind_nn(pybind11::module_& m);          // bind_nn.cpp
+void bind_train(pybind11::module_& m);       // bind_train.cpp
 
 }  // namespace attnkit::python

@@ -12,8 +12,11 @@ PYBIND11_MODULE(_attnkit, m) {
   m.def("set_num_threads", &attnkit::set_num_threads, "Sets attnkit's thread count (<= 0: default).");
   m.def("num_threads", &attnkit::num_threads, "attnkit's thread count.");
   attnkit::python::bind_attention(m);
+  attnkit::python::bind_attention_block(m);
   attnkit::python::bind_io(m);
   attnkit::python::bind_kv(m);
   attnkit::python::bind_kv_cache(m);
+  attnkit::python::bind_models(m);
   attnkit::python::bind_nn(m);
+  attnkit::python::bind_train(m);
 }

@@ -15,7 +15,7 @@ __all__ = [
     "load_safetensors", "load_safetensors_metadata", "save_safetensors",
     "attention_reference", "attention_reference_backward",
     "flash_attention", "flash_attention_backward",
-    "KVCache", "decode_attention",
+    "KVCache", "decode_attention", "Model", "load_model",
 ]
 
 
@@ -144,6 +144,40 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, window=(-
                           window, scale, softcap, sink_logits, dropout_p, seed, cu_seqlens_q,
                           cu_seqlens_k)
 
+class Model:
+    """A GPT (Llama-architecture) model: ``logits``, ``loss_and_grads``, ``save``, ``config``."""
+
+    def __init__(self, impl):
+        self._impl = impl
+
+    @property
+    def config(self):
+        """The config.json contents as a dict (Hugging Face Llama keys + attnkit keys)."""
+        import json
+        return json.loads(self._impl.config_json())
+
+    def logits(self, tokens, cu_seqlens=None):
+        """logits [T, vocab] float32 for int token ids [T] (packed sequences: cu_seqlens)."""
+        return self._impl.logits(_np.asarray(tokens), cu_seqlens)
+
+    def loss_and_grads(self, tokens, targets, cu_seqlens=None):
+        """(mean next-token loss, {parameter name: gradient}) for one batch; targets -1 = ignore."""
+        return self._impl.loss_and_grads(_np.asarray(tokens), _np.asarray(targets), cu_seqlens)
+
+    def parameters(self):
+        """{Hugging Face tensor name: float32 array} (copies)."""
+        return self._impl.parameters()
+
+    def save(self, directory):
+        """Writes config.json and model.safetensors to ``directory`` atomically."""
+        self._impl.save(str(directory))
+
+
+def load_model(directory):
+    """Loads a model directory (config.json + model.safetensors, Hugging Face Llama names)."""
+    return Model(_attnkit._GptModel.load(str(directory)))
+
+
 from . import nn  # noqa: E402  (layers with explicit forward/backward; see attnkit/nn.py)
 
 
@@ -221,3 +255,4 @@ def decode_attention(q, cache, layer=0, *, seqs=None, causal=True, window=(-1, -
     return (out, lse) if return_lse else out
 
 from . import nn  # noqa: E402  (layers with explicit forward/backward; see attnkit/nn.py)
+from . import train  # noqa: E402,F401  (AdamW, schedule, clipping; see attnkit/train.py)

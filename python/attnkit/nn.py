@@ -222,3 +222,8 @@ def logits(h, w, b=None, *, reference=False):
     """Inference logits [..., V] = h [..., C] @ w.T + b."""
     h2, lead = _rows(h, "h")
     return _C.nn_logits_forward(h2, w, b, reference).reshape(lead + (_np.shape(w)[0],))
+
+from .block import (attention_block, attention_block_backward, fuse_qkv,  # noqa: E402
+                    positions_from_cu_seqlens)
+
+__all__ += ["attention_block", "attention_block_backward", "fuse_qkv", "positions_from_cu_seqlens"]

@@ -44,11 +44,11 @@ E get_enum(const json& j, const char* key, E fallback, const std::pair<const cha
 }
 
 constexpr std::pair<const char*, GateMode> kGates[] = {
-    {"none", GateMode::none}, {"headwise", GateMode::headwise}, {"elementwise", GateMode::elementwise}};
-constexpr std::pair<const char*, GateSource> kSources[] = {{"input", GateSource::input},
-                                                           {"query", GateSource::query}};
+    {"none", GateMode::kNone}, {"headwise", GateMode::kHeadwise}, {"elementwise", GateMode::kElementwise}};
+constexpr std::pair<const char*, GateSource> kSources[] = {{"input", GateSource::kInput},
+                                                           {"query", GateSource::kQuery}};
 constexpr std::pair<const char*, SinkMode> kSinks[] = {
-    {"none", SinkMode::none}, {"learned", SinkMode::learned}, {"off_by_one", SinkMode::off_by_one}};
+    {"none", SinkMode::kNone}, {"learned", SinkMode::kLearned}, {"off_by_one", SinkMode::kOffByOne}};
 
 template <class E, size_t N>
 const char* name_of(E e, const std::pair<const char*, E> (&names)[N]) {
@@ -105,9 +105,9 @@ GptConfig parse_gpt_config(const std::string& text) {
   c.rope_theta = get_number(j, "rope_theta", 10000.0);
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", false);
   c.attention_bias = get_bool(j, "attention_bias", false);
-  c.gate = get_enum(j, "attnkit_gate", GateMode::none, kGates);
-  c.gate_source = get_enum(j, "attnkit_gate_source", GateSource::input, kSources);
-  c.sink = get_enum(j, "attnkit_sink", SinkMode::none, kSinks);
+  c.gate = get_enum(j, "attnkit_gate", GateMode::kNone, kGates);
+  c.gate_source = get_enum(j, "attnkit_gate_source", GateSource::kInput, kSources);
+  c.sink = get_enum(j, "attnkit_sink", SinkMode::kNone, kSinks);
   c.window = get_int(j, "attnkit_window", -1, false);
   validate(c);
   return c;
@@ -142,10 +142,10 @@ int64_t gpt_parameter_count(const GptConfig& c) {
                 D = c.head_dim, F = c.intermediate_size, V = c.vocab_size;
   int64_t attn = C * (H + 2 * Hkv) * D + H * D * C;
   if (c.attention_bias) attn += (H + 2 * Hkv) * D;
-  if (c.gate == GateMode::headwise) attn += c.gate_source == GateSource::input ? H * C + H : H * D + H;
-  if (c.gate == GateMode::elementwise)
-    attn += c.gate_source == GateSource::input ? H * D * C + H * D : H * D * D + H * D;
-  if (c.sink == SinkMode::learned) attn += H;
+  if (c.gate == GateMode::kHeadwise) attn += c.gate_source == GateSource::kInput ? H * C + H : H * D + H;
+  if (c.gate == GateMode::kElementwise)
+    attn += c.gate_source == GateSource::kInput ? H * D * C + H * D : H * D * D + H * D;
+  if (c.sink == SinkMode::kLearned) attn += H;
   const int64_t layer = attn + 3 * C * F + 2 * C;
   return V * C + c.num_hidden_layers * layer + C + (c.tie_word_embeddings ? 0 : V * C);
 }

@@ -23,21 +23,21 @@ TEST(GptConfig, ParsesHuggingFaceLlamaConfig) {
   EXPECT_EQ(c.num_key_value_heads, 4);
   EXPECT_EQ(c.head_dim, 64);  // hidden_size / num_attention_heads
   EXPECT_FALSE(c.tie_word_embeddings);
-  EXPECT_EQ(c.gate, GateMode::none);
+  EXPECT_EQ(c.gate, GateMode::kNone);
   // TinyLlama-1.1B's published parameter count: 1,100,048,384.
   EXPECT_EQ(gpt_parameter_count(c), 1100048384);
 }
 
 TEST(GptConfig, RoundTripsAttnkitKeys) {
   GptConfig c;
-  c.gate = GateMode::elementwise;
-  c.gate_source = GateSource::query;
-  c.sink = SinkMode::learned;
+  c.gate = GateMode::kElementwise;
+  c.gate_source = GateSource::kQuery;
+  c.sink = SinkMode::kLearned;
   c.window = 64;
   const GptConfig back = parse_gpt_config(gpt_config_to_json(c));
-  EXPECT_EQ(back.gate, GateMode::elementwise);
-  EXPECT_EQ(back.gate_source, GateSource::query);
-  EXPECT_EQ(back.sink, SinkMode::learned);
+  EXPECT_EQ(back.gate, GateMode::kElementwise);
+  EXPECT_EQ(back.gate_source, GateSource::kQuery);
+  EXPECT_EQ(back.sink, SinkMode::kLearned);
   EXPECT_EQ(back.window, 64);
   EXPECT_EQ(back.num_key_value_heads, c.num_key_value_heads);
   EXPECT_EQ(back.head_dim, c.head_dim);

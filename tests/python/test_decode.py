@@ -12,14 +12,7 @@ import torch_attention as ta
 
 
 def rope_torch(x, positions, theta):
-    """Hugging Face Llama rotate_half RoPE on x [T, H, D] (float64) at the given positions."""
-    d = x.shape[-1]
-    inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
-    ang = torch.tensor(positions, dtype=torch.float64)[:, None] * inv[None, :]
-    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :]
-    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :]
-    rot = torch.cat([-x[..., d // 2:], x[..., : d // 2]], -1)
-    return x * cos + rot * sin
+    return ta.rope(x, positions, theta)
 
 
 def torch_decode(q, k, v, dtype, **kw):

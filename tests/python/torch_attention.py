@@ -114,3 +114,14 @@ def assert_all_within_bar(ours, ref64, ref32):
             assert_within_bar(val, ref64[name], ref32[name], 3, name, scale=grad_scale)
         else:
             assert_within_bar(val, ref64[name], ref32[name], 2, name)
+
+
+def rope(x, positions, theta):
+    """Hugging Face Llama rotate_half RoPE on x [T, H, D] at integer positions [T]."""
+    d = x.shape[-1]
+    inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    ang = torch.as_tensor(positions, dtype=torch.float64)[:, None] * inv[None, :]
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :].to(x.dtype)
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :].to(x.dtype)
+    rot = torch.cat([-x[..., d // 2:], x[..., : d // 2]], -1)
+    return x * cos + rot * sin

@@ -14,11 +14,9 @@
 #include <cstdint>
 #include <string>
 
-namespace attnkit {
+#include "attnkit/nn/attention_block.hpp"  // GateMode, GateSource, SinkMode
 
-enum class GateMode : uint8_t { none, headwise, elementwise };
-enum class GateSource : uint8_t { input, query };
-enum class SinkMode : uint8_t { none, learned, off_by_one };
+namespace attnkit {
 
 struct GptConfig {
   int64_t vocab_size = 261;            // V (the byte tokenizer's 256 bytes + specials)
@@ -33,9 +31,9 @@ struct GptConfig {
   double rope_theta = 10000.0;
   bool tie_word_embeddings = true;
   bool attention_bias = false;
-  GateMode gate = GateMode::none;
-  GateSource gate_source = GateSource::input;
-  SinkMode sink = SinkMode::none;
+  GateMode gate = GateMode::kNone;
+  GateSource gate_source = GateSource::kInput;
+  SinkMode sink = SinkMode::kNone;
   int64_t window = -1;
 };
 

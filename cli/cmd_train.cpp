@@ -1,0 +1,150 @@
+// `attnkit train gpt` and `attnkit eval`: causal-LM training and evaluation on text files or the
+// corpora Debian ships (fortunes, the King James Bible), with the byte-level tokenizer.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/parallel.hpp"
+#include "attnkit/io/text_corpus.hpp"
+#include "attnkit/io/tokenizer.hpp"
+#include "attnkit/train/gpt_trainer.hpp"
+#include "commands.hpp"
+
+namespace attnkit::cli {
+namespace {
+
+// Named model shapes (byte vocabulary). "small" is the benchmark shape of issue 5.
+GptConfig gpt_preset(const std::string& name) {
+  GptConfig c;
+  c.vocab_size = ByteTokenizer::vocab_size();
+  if (name == "tiny") {
+    c.hidden_size = 64, c.intermediate_size = 172, c.num_hidden_layers = 2;
+    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 16;
+    c.max_position_embeddings = 128;
+  } else if (name == "small") {
+    c.hidden_size = 256, c.intermediate_size = 688, c.num_hidden_layers = 6;
+    c.num_attention_heads = 8, c.num_key_value_heads = 2, c.head_dim = 32;
+    c.max_position_embeddings = 256;
+  } else {
+    fail("--preset: unknown preset '", name, "' (tiny, small)");
+  }
+  return c;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  check(bool(in), "cannot read ", path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Documents from --data: "fortunes", "bible", or text files (one document each).
+std::vector<std::string> load_documents(const std::vector<std::string>& data) {
+  std::vector<std::string> docs;
+  for (const auto& d : data) {
+    std::vector<std::string> part = d == "fortunes" ? load_fortunes()
+                                    : d == "bible"  ? load_bible_kjv()
+                                                    : load_text_files({d});
+    docs.insert(docs.end(), part.begin(), part.end());
+  }
+  check(!docs.empty(), "--data: no documents");
+  return docs;
+}
+
+struct TrainCli {
+  std::string config_file, preset = "tiny", out;
+  std::vector<std::string> data{"fortunes"};
+  TrainOptions opts;
+  double lr = 1e-3, min_lr = 1e-4;
+  int64_t warmup = 50;
+  bool resume = false, quiet = false;
+  int threads = 0;
+};
+
+void run_train(const TrainCli& cli) {
+  ThreadCountScope threads(cli.threads);
+  const GptConfig cfg = cli.config_file.empty() ? gpt_preset(cli.preset)
+                                                : parse_gpt_config(read_file(cli.config_file));
+  check(cfg.vocab_size >= ByteTokenizer::vocab_size(), "config: vocab_size must be >= ",
+        ByteTokenizer::vocab_size(), " for the byte tokenizer");
+  TextCorpus corpus(load_documents(cli.data));
+  TrainOptions o = cli.opts;
+  o.out_dir = cli.out;
+  o.progress = !cli.quiet;
+  o.schedule = {.max_lr = cli.lr, .min_lr = cli.min_lr, .warmup_steps = cli.warmup, .total_steps = o.steps};
+  GptModel model(cfg);
+  model.init_random(o.seed);
+  GptTrainer trainer(model, corpus, o);
+  const int64_t start = cli.resume ? trainer.resume() : 0;
+  if (!cli.quiet)
+    std::fprintf(stderr, "training %lld parameters on %zu train tokens, steps %lld..%lld, %d threads\n",
+                 (long long)gpt_parameter_count(cfg), corpus.tokens(Split::train).size(),
+                 (long long)start, (long long)o.steps, num_threads());
+  const TrainStepResult last = trainer.run();
+  const double val = trainer.evaluate(o.eval_windows);
+  std::printf("step %lld: train loss %.4f, validation loss %.4f (%.3f bits per byte); saved to %s\n",
+              (long long)(last.step + 1), last.loss, val, val / std::log(2.0), o.out_dir.c_str());
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto* train = app.add_subcommand("train", "Train models");
+  train->require_subcommand(1);
+  auto cli = std::make_shared<TrainCli>();
+  auto* gpt = train->add_subcommand("gpt", "Causal-LM training of a GPT (Llama architecture) on byte-level text");
+  gpt->add_option("--config", cli->config_file, "config.json (Hugging Face Llama keys) instead of --preset");
+  gpt->add_option("--preset", cli->preset, "Model shape: tiny, small")->capture_default_str();
+  gpt->add_option("--data", cli->data, "Text files, or 'fortunes' / 'bible' (Debian's corpora)")->capture_default_str();
+  gpt->add_option("--out", cli->out, "Output directory (checkpoints, log.csv)")->required();
+  gpt->add_option("--steps", cli->opts.steps, "Optimizer steps")->capture_default_str();
+  gpt->add_option("--batch", cli->opts.batch, "Windows per step")->capture_default_str();
+  gpt->add_option("--seq", cli->opts.seq_len, "Tokens per window")->capture_default_str();
+  gpt->add_option("--lr", cli->lr, "Peak learning rate")->capture_default_str();
+  gpt->add_option("--min-lr", cli->min_lr, "Final learning rate of the cosine decay")->capture_default_str();
+  gpt->add_option("--warmup", cli->warmup, "Linear warmup steps")->capture_default_str();
+  gpt->add_option("--weight-decay", cli->opts.adamw.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
+  gpt->add_option("--clip", cli->opts.clip, "Global gradient-norm bound (0 = off)")->capture_default_str();
+  gpt->add_option("--eval-every", cli->opts.eval_every, "Steps between validation evaluations")->capture_default_str();
+  gpt->add_option("--checkpoint-every", cli->opts.checkpoint_every, "Steps between checkpoints")->capture_default_str();
+  gpt->add_option("--seed", cli->opts.seed, "Seed of initialisation and data windows")->capture_default_str();
+  gpt->add_flag("--resume", cli->resume, "Continue from the checkpoint in --out");
+  gpt->add_option("--threads", cli->threads, "Threads (0 = all cores)")->capture_default_str();
+  gpt->add_flag("--quiet", cli->quiet, "No progress output");
+  gpt->callback([cli] { run_train(*cli); });
+
+  auto model = std::make_shared<std::string>();
+  auto data = std::make_shared<std::vector<std::string>>(std::vector<std::string>{"fortunes"});
+  auto windows = std::make_shared<int64_t>(64);
+  auto split = std::make_shared<std::string>("validation");
+  auto* ev = app.add_subcommand("eval", "Loss, perplexity and bits per byte of a GPT on text");
+  ev->add_option("--model", *model, "Model directory (config.json + model.safetensors)")->required();
+  ev->add_option("--data", *data, "Text files, or 'fortunes' / 'bible'")->capture_default_str();
+  ev->add_option("--windows", *windows, "Context-length windows to evaluate, at most")->capture_default_str();
+  ev->add_option("--split", *split, "validation, train, or all (files given as --data: use all)")->capture_default_str();
+  ev->callback([model, data, windows, split] {
+    GptModel m = GptModel::load(*model);
+    TextCorpus corpus(load_documents(*data));
+    std::vector<int32_t> all;
+    std::span<const int32_t> tokens;
+    if (*split == "all") {
+      const auto a = corpus.tokens(Split::train), b = corpus.tokens(Split::validation);
+      all.assign(a.begin(), a.end());
+      all.insert(all.end(), b.begin(), b.end());
+      tokens = all;
+    } else {
+      check(*split == "validation" || *split == "train", "--split: expected validation, train or all");
+      tokens = corpus.tokens(*split == "train" ? Split::train : Split::validation);
+    }
+    const int64_t seq = m.config().max_position_embeddings;
+    const double loss = evaluate_loss(m, tokens, seq, *windows);
+    std::printf("loss %.4f  perplexity %.3f  bits per byte %.4f  (%s split, windows of %lld tokens)\n",
+                loss, std::exp(loss), loss / std::log(2.0), split->c_str(), (long long)seq);
+  });
+}
+
+}  // namespace attnkit::cli

@@ -1,0 +1,97 @@
+#pragma once
+// GPT: a decoder-only transformer in the Llama architecture (RMSNorm, RoPE, GQA attention with
+// optional gates/sinks/window, SwiGLU MLP, tied or separate LM head), forward and backward the
+// llm.c way: layers are called in order, then their backwards in reverse, with every saved
+// activation in an explicit GptActivations. Parameters and gradients each live in one flat
+// float buffer (so an optimizer sees one span), addressed by Hugging Face Llama tensor names:
+//   model.embed_tokens.weight [V, C]
+//   model.layers.N.input_layernorm.weight [C]
+//   model.layers.N.self_attn.{q,k,v}_proj.weight [H·D | Hkv·D, C]  (contiguous rows of one fused
+//                                                                    qkv matrix: q, then k, then v)
+//   model.layers.N.self_attn.o_proj.weight [C, H·D]
+//   model.layers.N.self_attn.sinks [H]                      (learned sinks; gpt-oss's name)
+//   model.layers.N.self_attn.output_gate.{weight,bias}      (attnkit's gate, if configured)
+//   model.layers.N.post_attention_layernorm.weight [C]
+//   model.layers.N.mlp.{gate,up}_proj.weight [F, C], mlp.down_proj.weight [C, F]
+//   model.norm.weight [C], lm_head.weight [V, C] (absent when tie_word_embeddings)
+// PyTorch: tests/python/test_gpt.py writes the same network in torch.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "attnkit/core/tensor.hpp"
+#include "attnkit/models/gpt_config.hpp"
+#include "attnkit/nn/attention_block.hpp"
+
+namespace attnkit {
+
+struct ParameterInfo {        // one named tensor inside the flat parameter buffer
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;         // in floats
+  int64_t numel = 0;
+};
+
+// How the T tokens of a call form sequences: cu_seqlens [B+1] (empty: one sequence).
+struct GptBatch {
+  std::span<const int32_t> tokens;      // [T] ids in [0, V)
+  std::span<const int32_t> cu_seqlens;  // [B+1] or empty
+};
+
+class GptActivations;  // defined in gpt.cpp: saved activations for one batch shape
+
+class GptModel {
+ public:
+  // A model with all parameters zero (call init_random or load weights).
+  explicit GptModel(const GptConfig& config);
+  ~GptModel();
+  GptModel(GptModel&&) noexcept;
+  GptModel& operator=(GptModel&&) noexcept;
+
+  const GptConfig& config() const { return config_; }
+  const std::vector<ParameterInfo>& parameter_info() const { return info_; }
+  std::span<float> parameters() { return params_; }
+  std::span<const float> parameters() const { return params_; }
+  std::span<float> gradients() { return grads_; }
+  // The named tensor's slice of the parameter buffer; throws attnkit::Error if unknown.
+  std::span<float> parameter(const std::string& name);
+  const ParameterInfo& info(const std::string& name) const;
+
+  // GPT-2 style initialisation: N(0, 0.02) for matrices (output projections scaled by
+  // 1/sqrt(2L)), ones for norm weights, zeros for biases and sinks; deterministic in seed.
+  void init_random(uint64_t seed);
+  // Loads config.json + model.safetensors from dir (Hugging Face Llama names); throws on a
+  // missing, extra-shaped or malformed tensor.
+  static GptModel load(const std::string& dir);
+  // Writes config.json and model.safetensors to dir atomically (temporary file + rename).
+  void save(const std::string& dir) const;
+
+  // logits [T, V] for the batch (no gradients kept).
+  void logits(const GptBatch& batch, View2 logits);
+  // Mean next-token cross-entropy over targets >= 0 ([T], -1 = ignore); keeps activations for
+  // backward().
+  float forward(const GptBatch& batch, std::span<const int32_t> targets);
+  // Adds (+=) the gradient of the last forward's loss (times d_loss) into gradients().
+  void backward(float d_loss = 1.0f);
+  // Sets gradients() to zero.
+  void zero_grad();
+
+ private:
+  void build_layout();
+  void run_layers(const GptBatch& batch);  // embedding → layers → final norm, into activations
+  AttentionBlockOptions block_options() const;
+  AttentionBlockParams block_params(int64_t layer) const;
+  AttentionBlockGrads block_grads(int64_t layer);
+  ConstView2 matrix(const std::string& name) const;
+  View2 grad_matrix(const std::string& name);
+  std::span<const float> vec(const std::string& name) const;
+  std::span<float> grad_vec(const std::string& name);
+
+  GptConfig config_;
+  std::vector<ParameterInfo> info_;
+  std::vector<float> params_, grads_;
+  GptActivations* acts_ = nullptr;  // owned; rebuilt when the token count changes
+};
+
+}  // namespace attnkit

@@ -1,0 +1,66 @@
+#pragma once
+// Causal-LM training of a GptModel on a TextCorpus: random windows keyed by (seed, step), AdamW,
+// warmup + cosine schedule, global-norm clipping, periodic evaluation, a CSV log, and atomic
+// checkpoints (weights, optimizer moments, step) from which a resumed run reproduces the
+// uninterrupted losses bit for bit (the data position is the step: no hidden sampler state).
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "attnkit/io/text_corpus.hpp"
+#include "attnkit/models/gpt.hpp"
+#include "attnkit/train/adamw.hpp"
+#include "attnkit/train/schedule.hpp"
+
+namespace attnkit {
+
+struct TrainOptions {
+  int64_t steps = 1000;          // optimizer steps in total (a resumed run continues to this)
+  int64_t batch = 8;             // windows per step
+  int64_t seq_len = 256;         // tokens per window (<= the model's context)
+  WarmupCosineSchedule schedule{.max_lr = 1e-3, .min_lr = 1e-4, .warmup_steps = 50, .total_steps = 1000};
+  AdamWOptions adamw{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  double clip = 1.0;             // global gradient-norm bound; 0 = off
+  int64_t eval_every = 100;      // steps between validation evaluations; 0 = only at the end
+  int64_t eval_windows = 16;     // validation windows per evaluation
+  int64_t checkpoint_every = 200;  // steps between checkpoints; 0 = only at the end
+  uint64_t seed = 1;             // keys the training windows
+  std::string out_dir;           // checkpoints and log.csv go here
+  bool progress = true;          // progress bar (or plain lines when stderr is not a TTY)
+};
+
+struct TrainStepResult {
+  int64_t step;
+  float loss;
+  double lr, grad_norm, tokens_per_second;
+};
+
+class GptTrainer {
+ public:
+  GptTrainer(GptModel& model, const TextCorpus& corpus, const TrainOptions& options);
+  // Continues from out_dir's checkpoint if there is one; returns the step to start at.
+  int64_t resume();
+  // Trains from the current step to options.steps; returns the last step's result. A NaN or
+  // infinite loss throws attnkit::Error and leaves the last good checkpoint in place.
+  TrainStepResult run();
+  // One optimizer step on the windows of step `step`.
+  TrainStepResult step(int64_t step);
+  // Mean loss over `windows` consecutive validation windows (deterministic).
+  double evaluate(int64_t windows);
+  // Writes weights (model.safetensors, config.json) and optimizer.safetensors atomically.
+  void save_checkpoint(int64_t completed_steps);
+
+ private:
+  GptModel& model_;
+  const TextCorpus& corpus_;
+  TrainOptions options_;
+  AdamW optimizer_;
+  int64_t next_step_ = 0;
+};
+
+// Mean next-token loss of `model` over up to `max_windows` consecutive windows of `tokens`
+// (each seq_len + 1 long); also returns bits per byte = loss / ln 2 for the byte tokenizer.
+double evaluate_loss(GptModel& model, std::span<const int32_t> tokens, int64_t seq_len,
+                     int64_t max_windows);
+
+}  // namespace attnkit

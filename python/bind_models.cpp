@@ -1,0 +1,79 @@
+// Python bindings for models (GPT): load/save, logits, loss and gradients by parameter name.
+#include <pybind11/stl.h>
+
+#include "array_views.hpp"
+#include "attnkit/models/gpt.hpp"
+#include "bindings.hpp"
+
+namespace attnkit::python {
+namespace {
+
+std::vector<int32_t> token_ids(const py::object& obj, const char* name) {
+  auto ids = int32_vector(obj, name);
+  check(!ids.empty(), name, ": needs at least one token");
+  return ids;
+}
+
+}  // namespace
+
+void bind_models(py::module_& m) {
+  using namespace pybind11::literals;
+  py::class_<GptModel>(m, "_GptModel")
+      .def(py::init([](const std::string& config_json) {
+             return std::make_unique<GptModel>(parse_gpt_config(config_json));
+           }),
+           "config_json"_a)
+      .def_static("load", &GptModel::load, "dir"_a, "Loads config.json + model.safetensors.")
+      .def("save", &GptModel::save, "dir"_a, "Writes config.json + model.safetensors atomically.")
+      .def("init_random", &GptModel::init_random, "seed"_a)
+      .def("config_json", [](const GptModel& g) { return gpt_config_to_json(g.config()); })
+      .def(
+          "logits",
+          [](GptModel& g, const py::object& tokens, const py::object& cu) {
+            const auto ids = token_ids(tokens, "tokens");
+            const auto cus = int32_vector(cu, "cu_seqlens");
+            auto out = new_array({py::ssize_t(ids.size()), g.config().vocab_size});
+            {
+              py::gil_scoped_release nogil;
+              g.logits({ids, cus}, mutable_view<2>(out));
+            }
+            return out;
+          },
+          "tokens"_a, "cu_seqlens"_a = py::none(), "logits [T, V] for int token ids [T].")
+      .def(
+          "loss_and_grads",
+          [](GptModel& g, const py::object& tokens, const py::object& targets, const py::object& cu) {
+            const auto ids = token_ids(tokens, "tokens");
+            const auto tg = int32_vector(targets, "targets");
+            const auto cus = int32_vector(cu, "cu_seqlens");
+            float loss = 0;
+            {
+              py::gil_scoped_release nogil;
+              g.zero_grad();
+              loss = g.forward({ids, cus}, tg);
+              g.backward();
+            }
+            py::dict grads;
+            for (const auto& p : g.parameter_info()) {
+              std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
+              py::array_t<float> a(shape);
+              std::copy_n(g.gradients().data() + p.offset, p.numel, a.mutable_data());
+              grads[py::str(p.name)] = a;
+            }
+            return py::make_tuple(loss, grads);
+          },
+          "tokens"_a, "targets"_a, "cu_seqlens"_a = py::none(),
+          "Mean next-token loss and every parameter's gradient (dict by Hugging Face name).")
+      .def("parameters", [](const GptModel& g) {
+        py::dict out;
+        for (const auto& p : g.parameter_info()) {
+          std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
+          py::array_t<float> a(shape);
+          std::copy_n(g.parameters().data() + p.offset, p.numel, a.mutable_data());
+          out[py::str(p.name)] = a;
+        }
+        return out;
+      });
+}
+
+}  // namespace attnkit::python

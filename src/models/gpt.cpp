@@ -1,0 +1,372 @@
+// GPT model: parameter layout with Hugging Face Llama names, forward (embedding → L × [RMSNorm →
+// attention block → residual → RMSNorm → SwiGLU MLP → residual] → RMSNorm → LM head + fused
+// cross-entropy) and its backward in reverse order, llm.c style.
+#include "attnkit/models/gpt.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "attnkit/core/error.hpp"
+#include "attnkit/io/safetensors.hpp"
+#include "attnkit/nn/activation.hpp"
+#include "attnkit/nn/cross_entropy.hpp"
+#include "attnkit/nn/embedding.hpp"
+#include "attnkit/nn/linear.hpp"
+#include "attnkit/nn/norm.hpp"
+
+namespace attnkit {
+
+// Saved activations of one forward over T tokens (every buffer the backward reads).
+class GptActivations {
+ public:
+  GptActivations(const GptConfig& c, const AttentionBlockOptions& bo, int64_t t) : tokens(t) {
+    const int64_t C = c.hidden_size, F = c.intermediate_size, L = c.num_hidden_layers;
+    for (int64_t l = 0; l <= L; ++l) resid.emplace_back(std::array<int64_t, 2>{t, C});
+    for (int64_t l = 0; l < L; ++l) {
+      h1.emplace_back(std::array<int64_t, 2>{t, C});
+      mid.emplace_back(std::array<int64_t, 2>{t, C});
+      h2.emplace_back(std::array<int64_t, 2>{t, C});
+      gate.emplace_back(std::array<int64_t, 2>{t, F});
+      up.emplace_back(std::array<int64_t, 2>{t, F});
+      m.emplace_back(std::array<int64_t, 2>{t, F});
+      rstd1.emplace_back(static_cast<size_t>(t));
+      rstd2.emplace_back(static_cast<size_t>(t));
+      block.emplace_back(bo, t);
+    }
+    hf = Tensor<float, 2>({t, C});
+    rstdf.resize(static_cast<size_t>(t));
+    losses.resize(static_cast<size_t>(t));
+    lse.resize(static_cast<size_t>(t));
+    tmp = Tensor<float, 2>({t, C});
+    d_resid = Tensor<float, 2>({t, C});
+    d_mid = Tensor<float, 2>({t, C});
+    d_h = Tensor<float, 2>({t, C});
+    d_h_b = Tensor<float, 2>({t, C});
+    d_gate = Tensor<float, 2>({t, F});
+    d_up = Tensor<float, 2>({t, F});
+    d_m = Tensor<float, 2>({t, F});
+  }
+  int64_t tokens;
+  std::vector<int32_t> ids, targets, cu;
+  std::vector<int64_t> positions;
+  std::vector<Tensor<float, 2>> resid, h1, mid, h2, gate, up, m;
+  std::vector<std::vector<float>> rstd1, rstd2;
+  std::vector<AttentionBlockWorkspace> block;
+  Tensor<float, 2> hf, tmp, d_resid, d_mid, d_h, d_h_b, d_gate, d_up, d_m;
+  std::vector<float> rstdf, losses, lse;
+  bool has_loss = false;
+};
+
+namespace {
+
+std::string layer_name(int64_t l, const char* rest) {
+  return "model.layers." + std::to_string(l) + "." + rest;
+}
+
+void add_inplace(View2 y, ConstView2 a, ConstView2 b) {  // y = a + b, same shapes
+  for (int64_t t = 0; t < y.shape[0]; ++t)
+    for (int64_t c = 0; c < y.shape[1]; ++c) y(t, c) = a(t, c) + b(t, c);
+}
+
+}  // namespace
+
+GptModel::GptModel(const GptConfig& config) : config_(config) {
+  validate(config_);
+  build_layout();
+}
+GptModel::~GptModel() { delete acts_; }
+GptModel::GptModel(GptModel&& o) noexcept
+    : config_(o.config_), info_(std::move(o.info_)), params_(std::move(o.params_)),
+      grads_(std::move(o.grads_)), acts_(o.acts_) {
+  o.acts_ = nullptr;
+}
+GptModel& GptModel::operator=(GptModel&& o) noexcept {
+  if (this != &o) {
+    delete acts_;
+    config_ = o.config_;
+    info_ = std::move(o.info_);
+    params_ = std::move(o.params_);
+    grads_ = std::move(o.grads_);
+    acts_ = o.acts_;
+    o.acts_ = nullptr;
+  }
+  return *this;
+}
+
+void GptModel::build_layout() {
+  const auto& c = config_;
+  const int64_t C = c.hidden_size, H = c.num_attention_heads, Hkv = c.num_key_value_heads,
+                D = c.head_dim, F = c.intermediate_size, V = c.vocab_size;
+  int64_t offset = 0;
+  auto add = [&](std::string name, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (auto s : shape) n *= s;
+    info_.push_back({std::move(name), std::move(shape), offset, n});
+    offset += n;
+  };
+  add("model.embed_tokens.weight", {V, C});
+  const AttentionBlockOptions bo = block_options();
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    add(layer_name(l, "input_layernorm.weight"), {C});
+    add(layer_name(l, "self_attn.q_proj.weight"), {H * D, C});  // q, k, v rows are consecutive:
+    add(layer_name(l, "self_attn.k_proj.weight"), {Hkv * D, C});  // one fused [(H+2Hkv)·D, C]
+    add(layer_name(l, "self_attn.v_proj.weight"), {Hkv * D, C});
+    if (c.attention_bias) {
+      add(layer_name(l, "self_attn.q_proj.bias"), {H * D});
+      add(layer_name(l, "self_attn.k_proj.bias"), {Hkv * D});
+      add(layer_name(l, "self_attn.v_proj.bias"), {Hkv * D});
+    }
+    add(layer_name(l, "self_attn.o_proj.weight"), {C, H * D});
+    if (c.sink == SinkMode::kLearned) add(layer_name(l, "self_attn.sinks"), {H});
+    if (c.gate != GateMode::kNone) {
+      const int64_t in = c.gate_source == GateSource::kInput ? C : D;
+      add(layer_name(l, "self_attn.output_gate.weight"), {bo.gate_width(), in});
+      add(layer_name(l, "self_attn.output_gate.bias"), {bo.gate_width()});
+    }
+    add(layer_name(l, "post_attention_layernorm.weight"), {C});
+    add(layer_name(l, "mlp.gate_proj.weight"), {F, C});
+    add(layer_name(l, "mlp.up_proj.weight"), {F, C});
+    add(layer_name(l, "mlp.down_proj.weight"), {C, F});
+  }
+  add("model.norm.weight", {C});
+  if (!c.tie_word_embeddings) add("lm_head.weight", {V, C});
+  params_.assign(static_cast<size_t>(offset), 0.0f);
+  grads_.assign(static_cast<size_t>(offset), 0.0f);
+}
+
+const ParameterInfo& GptModel::info(const std::string& name) const {
+  for (const auto& p : info_)
+    if (p.name == name) return p;
+  fail("GptModel: no parameter named '", name, "'");
+}
+
+std::span<float> GptModel::parameter(const std::string& name) {
+  const auto& p = info(name);
+  return {params_.data() + p.offset, size_t(p.numel)};
+}
+
+ConstView2 GptModel::matrix(const std::string& name) const {
+  const auto& p = info(name);
+  return ConstView2::contiguous(params_.data() + p.offset, {p.shape[0], p.shape[1]});
+}
+View2 GptModel::grad_matrix(const std::string& name) {
+  const auto& p = info(name);
+  return View2::contiguous(grads_.data() + p.offset, {p.shape[0], p.shape[1]});
+}
+std::span<const float> GptModel::vec(const std::string& name) const {
+  const auto& p = info(name);
+  return {params_.data() + p.offset, size_t(p.numel)};
+}
+std::span<float> GptModel::grad_vec(const std::string& name) {
+  const auto& p = info(name);
+  return {grads_.data() + p.offset, size_t(p.numel)};
+}
+
+AttentionBlockOptions GptModel::block_options() const {
+  const auto& c = config_;
+  AttentionBlockOptions o;
+  o.heads = c.num_attention_heads;
+  o.kv_heads = c.num_key_value_heads;
+  o.head_dim = c.head_dim;
+  o.rope_theta = c.rope_theta;
+  o.causal = true;
+  o.window_left = int(c.window);
+  o.window_right = 0;
+  o.sink = c.sink;
+  o.gate = c.gate;
+  o.gate_source = c.gate_source;
+  o.gate_bias = true;
+  o.qkv_bias = c.attention_bias;
+  o.o_bias = false;
+  return o;
+}
+
+AttentionBlockParams GptModel::block_params(int64_t l) const {
+  const auto& c = config_;
+  const auto& q = info(layer_name(l, "self_attn.q_proj.weight"));
+  const int64_t rows = (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim;
+  AttentionBlockParams p;
+  p.qkv_proj_weight = ConstView2::contiguous(params_.data() + q.offset, {rows, c.hidden_size});
+  if (c.attention_bias)
+    p.qkv_proj_bias = {params_.data() + info(layer_name(l, "self_attn.q_proj.bias")).offset, size_t(rows)};
+  p.o_proj_weight = matrix(layer_name(l, "self_attn.o_proj.weight"));
+  if (c.sink == SinkMode::kLearned) p.sinks = vec(layer_name(l, "self_attn.sinks"));
+  if (c.gate != GateMode::kNone) {
+    p.gate_proj_weight = matrix(layer_name(l, "self_attn.output_gate.weight"));
+    p.gate_proj_bias = vec(layer_name(l, "self_attn.output_gate.bias"));
+  }
+  return p;
+}
+
+AttentionBlockGrads GptModel::block_grads(int64_t l) {
+  const auto& c = config_;
+  const auto& q = info(layer_name(l, "self_attn.q_proj.weight"));
+  const int64_t rows = (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim;
+  AttentionBlockGrads g;
+  g.qkv_proj_weight = View2::contiguous(grads_.data() + q.offset, {rows, c.hidden_size});
+  if (c.attention_bias)
+    g.qkv_proj_bias = {grads_.data() + info(layer_name(l, "self_attn.q_proj.bias")).offset, size_t(rows)};
+  g.o_proj_weight = grad_matrix(layer_name(l, "self_attn.o_proj.weight"));
+  if (c.sink == SinkMode::kLearned) g.sinks = grad_vec(layer_name(l, "self_attn.sinks"));
+  if (c.gate != GateMode::kNone) {
+    g.gate_proj_weight = grad_matrix(layer_name(l, "self_attn.output_gate.weight"));
+    g.gate_proj_bias = grad_vec(layer_name(l, "self_attn.output_gate.bias"));
+  }
+  return g;
+}
+
+void GptModel::init_random(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  const float resid_scale = 1.0f / std::sqrt(2.0f * float(config_.num_hidden_layers));
+  for (const auto& p : info_) {
+    float* x = params_.data() + p.offset;
+    const bool norm = p.name.find("layernorm") != std::string::npos || p.name == "model.norm.weight";
+    const bool zero = p.shape.size() == 1 && !norm;  // biases and sinks
+    const bool resid = p.name.find("o_proj") != std::string::npos || p.name.find("down_proj") != std::string::npos;
+    for (int64_t i = 0; i < p.numel; ++i)
+      x[i] = norm ? 1.0f : zero ? 0.0f : normal(rng) * (resid ? resid_scale : 1.0f);
+  }
+}
+
+void GptModel::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+
+void GptModel::run_layers(const GptBatch& batch) {
+  const auto& c = config_;
+  const int64_t t = int64_t(batch.tokens.size());
+  check(t >= 1, "GptModel: batch has no tokens");
+  if (!acts_ || acts_->tokens != t) {
+    delete acts_;
+    acts_ = nullptr;
+    acts_ = new GptActivations(c, block_options(), t);
+  }
+  GptActivations& a = *acts_;
+  a.ids.assign(batch.tokens.begin(), batch.tokens.end());
+  a.cu.assign(batch.cu_seqlens.begin(), batch.cu_seqlens.end());
+  if (a.cu.empty()) a.cu = {0, int32_t(t)};
+  check(a.cu.front() == 0 && a.cu.back() == t, "GptModel: cu_seqlens must run from 0 to ", t);
+  a.positions.assign(static_cast<size_t>(t), 0);
+  for (size_t b = 0; b + 1 < a.cu.size(); ++b) {
+    check(a.cu[b + 1] >= a.cu[b], "GptModel: cu_seqlens must be non-decreasing");
+    for (int32_t i = a.cu[b]; i < a.cu[b + 1]; ++i) a.positions[size_t(i)] = i - a.cu[b];
+  }
+  const AttentionBlockBatch bb{a.cu, a.positions};
+  const AttentionBlockOptions bo = block_options();
+  const float eps = float(c.rms_norm_eps);
+  embedding_forward(a.resid[0].view(), a.ids, matrix("model.embed_tokens.weight"));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    rms_norm_forward(a.h1[size_t(l)].view(), a.rstd1[size_t(l)], a.resid[size_t(l)].view(),
+                     vec(layer_name(l, "input_layernorm.weight")), eps);
+    attention_block_forward(a.tmp.view(), a.block[size_t(l)].cache(), a.h1[size_t(l)].view(), bb,
+                            block_params(l), bo);
+    add_inplace(a.mid[size_t(l)].view(), a.resid[size_t(l)].view(), a.tmp.view());
+    rms_norm_forward(a.h2[size_t(l)].view(), a.rstd2[size_t(l)], a.mid[size_t(l)].view(),
+                     vec(layer_name(l, "post_attention_layernorm.weight")), eps);
+    linear_forward(a.gate[size_t(l)].view(), a.h2[size_t(l)].view(), matrix(layer_name(l, "mlp.gate_proj.weight")), {});
+    linear_forward(a.up[size_t(l)].view(), a.h2[size_t(l)].view(), matrix(layer_name(l, "mlp.up_proj.weight")), {});
+    swiglu_forward(a.m[size_t(l)].view(), a.gate[size_t(l)].view(), a.up[size_t(l)].view());
+    linear_forward(a.tmp.view(), a.m[size_t(l)].view(), matrix(layer_name(l, "mlp.down_proj.weight")), {});
+    add_inplace(a.resid[size_t(l + 1)].view(), a.mid[size_t(l)].view(), a.tmp.view());
+  }
+  rms_norm_forward(a.hf.view(), a.rstdf, a.resid[size_t(c.num_hidden_layers)].view(),
+                   vec("model.norm.weight"), eps);
+}
+
+void GptModel::logits(const GptBatch& batch, View2 out) {
+  run_layers(batch);
+  acts_->has_loss = false;
+  const std::string head = config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  logits_forward(out, acts_->hf.view(), matrix(head), {});
+}
+
+float GptModel::forward(const GptBatch& batch, std::span<const int32_t> targets) {
+  check(targets.size() == batch.tokens.size(), "GptModel.forward: targets must have one entry per token (",
+        batch.tokens.size(), "), got ", targets.size());
+  run_layers(batch);
+  GptActivations& a = *acts_;
+  a.targets.assign(targets.begin(), targets.end());
+  const std::string head = config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  const float loss = linear_cross_entropy_forward(a.losses, a.lse, a.hf.view(), matrix(head), {}, a.targets);
+  a.has_loss = true;
+  return loss;
+}
+
+void GptModel::backward(float d_loss) {
+  check(acts_ && acts_->has_loss, "GptModel.backward: call forward() first");
+  GptActivations& a = *acts_;
+  const auto& c = config_;
+  const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  const AttentionBlockBatch bb{a.cu, a.positions};
+  const AttentionBlockOptions bo = block_options();
+  linear_cross_entropy_backward(a.d_h.view(), grad_matrix(head), {}, a.hf.view(), matrix(head), {},
+                                a.targets, a.lse, d_loss);
+  rms_norm_backward(a.d_resid.view(), grad_vec("model.norm.weight"), a.d_h.view(),
+                    a.resid[size_t(c.num_hidden_layers)].view(), vec("model.norm.weight"), a.rstdf);
+  for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
+    const size_t i = size_t(l);
+    // resid[l+1] = mid + down(swiglu(gate(h2), up(h2))), h2 = rmsnorm(mid)
+    std::copy_n(a.d_resid.data(), a.d_resid.numel(), a.d_mid.data());
+    linear_backward(a.d_m.view(), grad_matrix(layer_name(l, "mlp.down_proj.weight")), {}, a.d_resid.view(),
+                    a.m[i].view(), matrix(layer_name(l, "mlp.down_proj.weight")));
+    swiglu_backward(a.d_gate.view(), a.d_up.view(), a.d_m.view(), a.gate[i].view(), a.up[i].view());
+    linear_backward(a.d_h.view(), grad_matrix(layer_name(l, "mlp.gate_proj.weight")), {}, a.d_gate.view(),
+                    a.h2[i].view(), matrix(layer_name(l, "mlp.gate_proj.weight")));
+    linear_backward(a.d_h_b.view(), grad_matrix(layer_name(l, "mlp.up_proj.weight")), {}, a.d_up.view(),
+                    a.h2[i].view(), matrix(layer_name(l, "mlp.up_proj.weight")));
+    add_inplace(a.d_h.view(), a.d_h.view(), a.d_h_b.view());
+    rms_norm_backward(a.tmp.view(), grad_vec(layer_name(l, "post_attention_layernorm.weight")), a.d_h.view(),
+                      a.mid[i].view(), vec(layer_name(l, "post_attention_layernorm.weight")), a.rstd2[i]);
+    add_inplace(a.d_mid.view(), a.d_mid.view(), a.tmp.view());
+    // mid = resid[l] + attention_block(h1), h1 = rmsnorm(resid[l])
+    attention_block_backward(a.d_h.view(), block_grads(l), a.block[i].scratch(), a.d_mid.view(),
+                             a.h1[i].view(), a.block[i].cache(), bb, block_params(l), bo);
+    rms_norm_backward(a.tmp.view(), grad_vec(layer_name(l, "input_layernorm.weight")), a.d_h.view(),
+                      a.resid[i].view(), vec(layer_name(l, "input_layernorm.weight")), a.rstd1[i]);
+    add_inplace(a.d_resid.view(), a.d_mid.view(), a.tmp.view());
+  }
+  embedding_backward(grad_matrix("model.embed_tokens.weight"), a.ids, a.d_resid.view());
+}
+
+void GptModel::save(const std::string& dir) const {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  check(!ec, "GptModel.save: cannot create directory ", dir, ": ", ec.message());
+  std::vector<TensorToWrite> tensors;
+  for (const auto& p : info_)
+    tensors.push_back({p.name, DType::f32, p.shape,
+                       std::as_bytes(std::span<const float>(params_.data() + p.offset, size_t(p.numel)))});
+  save_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  // config.json: temporary file + rename, like the weights.
+  const std::string tmp = dir + "/config.json.tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << gpt_config_to_json(config_);
+    out.flush();
+    check(bool(out), "GptModel.save: cannot write ", tmp);
+  }
+  fs::rename(tmp, dir + "/config.json", ec);
+  check(!ec, "GptModel.save: cannot rename ", tmp, ": ", ec.message());
+}
+
+GptModel GptModel::load(const std::string& dir) {
+  std::ifstream in(dir + "/config.json");
+  check(bool(in), "GptModel.load: cannot read ", dir, "/config.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  GptModel model(parse_gpt_config(text.str()));
+  const SafetensorsFile file(dir + "/model.safetensors");
+  for (const auto& p : model.info_) {
+    const TensorInfo* t = file.find(p.name);
+    check(t != nullptr, "GptModel.load: ", dir, "/model.safetensors has no tensor '", p.name, "'");
+    check(t->shape == p.shape, "GptModel.load: tensor '", p.name, "' has the wrong shape for this config");
+    const std::vector<float> values = file.read_f32(p.name);
+    std::copy(values.begin(), values.end(), model.params_.begin() + p.offset);
+  }
+  return model;
+}
+
+}  // namespace attnkit

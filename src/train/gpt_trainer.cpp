@@ -1,0 +1,161 @@
+// GPT causal-LM training loop: windows → forward/backward → clip → AdamW; eval, log, checkpoints.
+#include "attnkit/train/gpt_trainer.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "attnkit/core/error.hpp"
+#include "attnkit/tools/roofline.hpp"
+#include "attnkit/train/grad_clip.hpp"
+
+namespace attnkit {
+namespace {
+
+std::vector<NamedParameter> named_parameters(GptModel& m) {
+  std::vector<NamedParameter> out;
+  // Tied embeddings are one tensor: each name appears once in the layout.
+  for (const auto& p : m.parameter_info())
+    out.push_back({p.name, m.parameters().subspan(size_t(p.offset), size_t(p.numel)),
+                   std::span<const float>(m.gradients()).subspan(size_t(p.offset), size_t(p.numel))});
+  return out;
+}
+
+// Inputs, targets and cu_seqlens of B windows [B, L+1]: each window is its own sequence.
+struct Windows {
+  std::vector<int32_t> tokens, targets, cu;
+};
+
+Windows split_windows(const Tensor<int32_t, 2>& rows) {
+  const int64_t b = rows.shape()[0], l = rows.shape()[1] - 1;
+  Windows w;
+  w.cu.push_back(0);
+  for (int64_t r = 0; r < b; ++r) {
+    const int32_t* row = rows.data() + r * (l + 1);
+    w.tokens.insert(w.tokens.end(), row, row + l);
+    w.targets.insert(w.targets.end(), row + 1, row + l + 1);
+    w.cu.push_back(int32_t((r + 1) * l));
+  }
+  return w;
+}
+
+std::string format_eta(double seconds) {
+  const int64_t s = int64_t(seconds);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
+  return buf;
+}
+
+}  // namespace
+
+double evaluate_loss(GptModel& model, std::span<const int32_t> tokens, int64_t seq_len,
+                     int64_t max_windows) {
+  const int64_t n = std::min(max_windows, num_sequential_windows(int64_t(tokens.size()), seq_len));
+  check(n >= 1, "evaluate: the data has fewer than ", seq_len + 1, " tokens");
+  double total = 0;
+  Tensor<int32_t, 2> rows({1, seq_len + 1});
+  for (int64_t i = 0; i < n; ++i) {
+    sequential_batch(tokens, i, rows.view());
+    const Windows w = split_windows(rows);
+    total += model.forward({w.tokens, w.cu}, w.targets);
+  }
+  return total / double(n);
+}
+
+GptTrainer::GptTrainer(GptModel& model, const TextCorpus& corpus, const TrainOptions& options)
+    : model_(model), corpus_(corpus), options_(options),
+      optimizer_(named_parameters(model), options.adamw) {
+  check(options.steps >= 1, "--steps: must be >= 1");
+  check(options.batch >= 1, "--batch: must be >= 1");
+  check(options.seq_len >= 1 && options.seq_len <= model.config().max_position_embeddings,
+        "--seq: must be in [1, max_position_embeddings = ", model.config().max_position_embeddings, "]");
+  check(!options.out_dir.empty(), "--out: a directory is required");
+  check(int64_t(corpus.tokens(Split::train).size()) > options.seq_len,
+        "data: the training split has fewer than ", options.seq_len + 1, " tokens");
+  options_.schedule.total_steps = std::max(options_.schedule.total_steps, options_.schedule.warmup_steps);
+}
+
+int64_t GptTrainer::resume() {
+  namespace fs = std::filesystem;
+  const std::string opt = options_.out_dir + "/optimizer.safetensors";
+  if (!fs::exists(opt)) return next_step_ = 0;
+  GptModel saved = GptModel::load(options_.out_dir);
+  check(saved.parameters().size() == model_.parameters().size(),
+        "resume: the checkpoint in ", options_.out_dir, " has a different model shape");
+  std::copy(saved.parameters().begin(), saved.parameters().end(), model_.parameters().begin());
+  optimizer_.load_state(opt);
+  return next_step_ = optimizer_.step_count();
+}
+
+TrainStepResult GptTrainer::step(int64_t s) {
+  const double t0 = now_seconds();
+  const BatchSamplerOptions sampler{.batch = options_.batch, .seq_len = options_.seq_len, .seed = options_.seed};
+  const Windows w = split_windows(sample_batch(corpus_.tokens(Split::train), sampler, uint64_t(s)));
+  model_.zero_grad();
+  const float loss = model_.forward({w.tokens, w.cu}, w.targets);
+  check(std::isfinite(loss), "training diverged at step ", s, ": loss = ", loss,
+        "; the last good checkpoint in ", options_.out_dir, " is kept");
+  model_.backward();
+  std::vector<std::span<float>> grads{model_.gradients()};
+  const double norm = options_.clip > 0 ? clip_grad_norm(grads, options_.clip)
+                                        : global_grad_norm(std::vector<std::span<const float>>{model_.gradients()});
+  check(std::isfinite(norm), "training diverged at step ", s, ": gradient norm = ", norm,
+        "; the last good checkpoint in ", options_.out_dir, " is kept");
+  const double lr = warmup_cosine_lr(options_.schedule, s);
+  optimizer_.step(lr);
+  const double dt = now_seconds() - t0;
+  return {s, loss, lr, norm, double(w.tokens.size()) / dt};
+}
+
+double GptTrainer::evaluate(int64_t windows) {
+  return evaluate_loss(model_, corpus_.tokens(Split::validation), options_.seq_len, windows);
+}
+
+void GptTrainer::save_checkpoint(int64_t completed) {
+  model_.save(options_.out_dir);
+  check(optimizer_.step_count() == completed, "checkpoint: optimizer step mismatch");
+  optimizer_.save_state(options_.out_dir + "/optimizer.safetensors");
+}
+
+TrainStepResult GptTrainer::run() {
+  namespace fs = std::filesystem;
+  fs::create_directories(options_.out_dir);
+  const bool tty = isatty(fileno(stderr));
+  std::ofstream log(options_.out_dir + "/log.csv", next_step_ == 0 ? std::ios::trunc : std::ios::app);
+  if (next_step_ == 0) log << "step,loss,lr,grad_norm,tokens_per_s,val_loss\n";
+  TrainStepResult last{};
+  const double start = now_seconds();
+  double tokens_done = 0;
+  for (int64_t s = next_step_; s < options_.steps; ++s) {
+    last = step(s);
+    next_step_ = s + 1;
+    tokens_done += double(options_.batch * options_.seq_len);
+    const bool eval = (options_.eval_every > 0 && next_step_ % options_.eval_every == 0) ||
+                      next_step_ == options_.steps;
+    const double val = eval ? evaluate(options_.eval_windows) : NAN;
+    log << s << ',' << last.loss << ',' << last.lr << ',' << last.grad_norm << ','
+        << last.tokens_per_second << ',';
+    if (eval) log << val;
+    log << '\n' << std::flush;
+    if ((options_.checkpoint_every > 0 && next_step_ % options_.checkpoint_every == 0) ||
+        next_step_ == options_.steps)
+      save_checkpoint(next_step_);
+    if (options_.progress && (tty || eval || s % 10 == 0)) {
+      const double elapsed = now_seconds() - start;
+      const double rate = tokens_done / elapsed;
+      const double eta = double(options_.steps - next_step_) * options_.batch * options_.seq_len / rate;
+      std::fprintf(stderr, "%sstep %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | ETA %s%s%s",
+                   tty ? "\r" : "", (long long)next_step_, (long long)options_.steps, last.loss,
+                   last.lr, rate, format_eta(eta).c_str(),
+                   eval ? (" | val " + std::to_string(val)).c_str() : "", tty ? "   " : "\n");
+    }
+  }
+  if (options_.progress && tty) std::fprintf(stderr, "\n");
+  return last;
+}
+
+}  // namespace attnkit

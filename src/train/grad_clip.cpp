@@ -1,0 +1,61 @@
+// Global-norm gradient clipping (torch.nn.utils.clip_grad_norm_), with a thread-count-independent
+// double-precision norm: fixed chunks, partial sums added in a fixed order.
+#include "attnkit/train/grad_clip.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/parallel.hpp"
+
+namespace attnkit {
+namespace {
+
+constexpr size_t kChunk = size_t(1) << 14;
+
+struct Chunk {
+  const float* data;
+  size_t n;
+};
+
+template <class T>
+double norm_of(std::span<const std::span<T>> grads) {
+  std::vector<Chunk> chunks;
+  for (const auto& g : grads)
+    for (size_t b = 0; b < g.size(); b += kChunk)
+      chunks.push_back({g.data() + b, std::min(kChunk, g.size() - b)});
+  std::vector<double> partial(chunks.size(), 0.0);
+  parallel_for(int64_t(chunks.size()), [&](int64_t c) {
+    const Chunk& ch = chunks[size_t(c)];
+    double s = 0;
+    for (size_t i = 0; i < ch.n; ++i) s += double(ch.data[i]) * double(ch.data[i]);
+    partial[size_t(c)] = s;
+  });
+  double total = 0;
+  for (double s : partial) total += s;
+  return std::sqrt(total);
+}
+
+}  // namespace
+
+double global_grad_norm(std::span<const std::span<const float>> grads) { return norm_of(grads); }
+
+double clip_grad_norm(std::span<const std::span<float>> grads, double max_norm) {
+  check(max_norm > 0 && std::isfinite(max_norm), "clip_grad_norm: max_norm must be finite and "
+        "> 0, got ", max_norm);
+  const double norm = norm_of(grads);
+  if (!std::isfinite(norm)) return norm;
+  const double coef = max_norm / (norm + 1e-6);  // torch's epsilon
+  if (coef < 1.0) {
+    const float scale = float(coef);
+    for (const auto& g : grads)
+      parallel_for(int64_t((g.size() + kChunk - 1) / kChunk), [&](int64_t c) {
+        const size_t end = std::min(g.size(), size_t(c + 1) * kChunk);
+        for (size_t i = size_t(c) * kChunk; i < end; ++i) g[i] *= scale;
+      });
+  }
+  return norm;
+}
+
+}  // namespace attnkit
