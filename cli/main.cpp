@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   attnkit::cli::add_inspect_command(app);
   attnkit::cli::add_bench_command(app);
   attnkit::cli::add_train_command(app);
+  attnkit::cli::add_generate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

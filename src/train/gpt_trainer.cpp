@@ -96,10 +96,18 @@ TrainStepResult GptTrainer::step(int64_t s) {
   const BatchSamplerOptions sampler{.batch = options_.batch, .seq_len = options_.seq_len, .seed = options_.seed};
   const Windows w = split_windows(sample_batch(corpus_.tokens(Split::train), sampler, uint64_t(s)));
   model_.zero_grad();
-  const float loss = model_.forward({w.tokens, w.cu}, w.targets);
+  float loss = 0;
+  try {
+    loss = model_.forward({w.tokens, w.cu}, w.targets);
+    if (std::isfinite(loss)) model_.backward();
+  } catch (const Error& e) {  // activations overflowed (validated as non-finite) inside a layer
+    const std::string what = e.what();
+    if (what.find("non-finite") == std::string::npos) throw;
+    fail("training diverged at step ", s, " (", what, "); the last good checkpoint in ",
+         options_.out_dir, " is kept");
+  }
   check(std::isfinite(loss), "training diverged at step ", s, ": loss = ", loss,
         "; the last good checkpoint in ", options_.out_dir, " is kept");
-  model_.backward();
   std::vector<std::span<float>> grads{model_.gradients()};
   const double norm = options_.clip > 0 ? clip_grad_norm(grads, options_.clip)
                                         : global_grad_norm(std::vector<std::span<const float>>{model_.gradients()});
@@ -107,6 +115,9 @@ TrainStepResult GptTrainer::step(int64_t s) {
         "; the last good checkpoint in ", options_.out_dir, " is kept");
   const double lr = warmup_cosine_lr(options_.schedule, s);
   optimizer_.step(lr);
+  for (float p : model_.parameters())  // an update can overflow even from a finite loss
+    check(std::isfinite(p), "training diverged at step ", s, ": a parameter became ", p,
+          " (lr ", lr, "); the last good checkpoint in ", options_.out_dir, " is kept");
   const double dt = now_seconds() - t0;
   return {s, loss, lr, norm, double(w.tokens.size()) / dt};
 }

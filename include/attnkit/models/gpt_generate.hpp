@@ -1,0 +1,48 @@
+#pragma once
+// Autoregressive generation with a GptModel and a KV cache: each new token runs one decode step
+// per layer (attention against the cache, K stored before RoPE and rotated by cache position),
+// so the cost per token is set by the cache, not by the text generated so far. With the sink
+// policy (StreamingLLM: n_sink first tokens + a window of recent ones) memory and time per token
+// stay constant for any length.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "attnkit/kv/kv_cache.hpp"
+#include "attnkit/models/gpt.hpp"
+
+namespace attnkit {
+
+struct GenerateOptions {
+  int64_t n_sink = -1;        // >= 0 with window > 0: StreamingLLM sink + window cache
+  int64_t window = 0;         // recent tokens kept by the sink policy
+  int64_t capacity = 0;       // dense cache: tokens (0 = the model's max_position_embeddings)
+  DType cache_dtype = DType::f32;
+  float temperature = 1.0f;   // 0 = greedy
+  int64_t top_k = 0;          // 0 = off
+  float top_p = 1.0f;         // nucleus mass; 1 = off
+  uint64_t seed = 0;
+};
+
+class GptGenerator {
+ public:
+  GptGenerator(const GptModel& model, const GenerateOptions& options);
+  // Feeds one token at the next position; returns the logits [V] for the following token.
+  std::span<const float> feed(int32_t token);
+  // Samples a token from logits with the options' temperature, top-k and top-p.
+  int32_t sample(std::span<const float> logits);
+  // Tokens fed so far (the stream position).
+  int64_t position() const { return position_; }
+  const KVCache& cache() const { return cache_; }
+
+ private:
+  const GptModel& model_;
+  GenerateOptions options_;
+  KVCache cache_;
+  int64_t position_ = 0;
+  std::mt19937_64 rng_;
+  std::vector<float> x_, h_, qkv_, attn_, gate_, proj_, ff_gate_, ff_up_, ff_, logits_, probs_;
+  std::vector<int32_t> order_;
+};
+
+}  // namespace attnkit
