@@ -56,13 +56,18 @@ std::vector<std::string> load_documents(const std::vector<std::string>& data) {
 }
 
 struct TrainCli {
-  std::string config_file, preset = "tiny", out;
+  std::string config_file, preset = "small", out;
   std::vector<std::string> data{"fortunes"};
   TrainOptions opts;
   double lr = 1e-3, min_lr = 1e-4;
-  int64_t warmup = 50;
+  int64_t warmup = 100;
   bool resume = false, quiet = false;
   int threads = 0;
+  TrainCli() {  // the default run: about 15 minutes on this 2-core machine (README)
+    opts.steps = 2000;
+    opts.batch = 8;
+    opts.seq_len = 256;
+  }
 };
 
 void run_train(const TrainCli& cli) {

@@ -3,6 +3,7 @@
 
 #include "array_views.hpp"
 #include "attnkit/models/gpt.hpp"
+#include "attnkit/train/adamw.hpp"
 #include "bindings.hpp"
 
 namespace attnkit::python {
@@ -64,6 +65,32 @@ void bind_models(py::module_& m) {
           },
           "tokens"_a, "targets"_a, "cu_seqlens"_a = py::none(),
           "Mean next-token loss and every parameter's gradient (dict by Hugging Face name).")
+      .def(
+          "adamw_losses",
+          [](GptModel& g, const py::object& tokens, const py::object& targets, const py::object& cu,
+             int steps, double lr, double beta1, double beta2, double eps, double weight_decay) {
+            const auto ids = token_ids(tokens, "tokens");
+            const auto tg = int32_vector(targets, "targets");
+            const auto cus = int32_vector(cu, "cu_seqlens");
+            std::vector<NamedParameter> params;
+            for (const auto& p : g.parameter_info())
+              params.push_back({p.name, g.parameters().subspan(size_t(p.offset), size_t(p.numel)),
+                                std::span<const float>(g.gradients()).subspan(size_t(p.offset), size_t(p.numel))});
+            AdamW opt(std::move(params), {.beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay});
+            std::vector<float> losses;
+            py::gil_scoped_release nogil;
+            for (int s = 0; s <= steps; ++s) {
+              g.zero_grad();
+              losses.push_back(g.forward({ids, cus}, tg));
+              if (s == steps) break;
+              g.backward();
+              opt.step(lr);
+            }
+            return losses;
+          },
+          "tokens"_a, "targets"_a, "cu_seqlens"_a, "steps"_a, "lr"_a, "beta1"_a, "beta2"_a, "eps"_a,
+          "weight_decay"_a,
+          "Losses of `steps` AdamW steps on one batch (norms and biases without weight decay), and the final loss.")
       .def("parameters", [](const GptModel& g) {
         py::dict out;
         for (const auto& p : g.parameter_info()) {

@@ -164,6 +164,12 @@ class Model:
         """(mean next-token loss, {parameter name: gradient}) for one batch; targets -1 = ignore."""
         return self._impl.loss_and_grads(_np.asarray(tokens), _np.asarray(targets), cu_seqlens)
 
+    def adamw_losses(self, tokens, targets, cu_seqlens=None, steps=10, lr=1e-3, betas=(0.9, 0.999),
+                     eps=1e-8, weight_decay=0.01):
+        """Trains in place for ``steps`` AdamW steps on one batch; returns steps + 1 losses."""
+        return self._impl.adamw_losses(_np.asarray(tokens), _np.asarray(targets), cu_seqlens, steps,
+                                       lr, betas[0], betas[1], eps, weight_decay)
+
     def parameters(self):
         """{Hugging Face tensor name: float32 array} (copies)."""
         return self._impl.parameters()

@@ -39,9 +39,12 @@ def random_weights(cfg, rng):
     return {k: x.astype(np.float32) for k, x in w.items()}
 
 
-def torch_gpt(w, cfg, tokens, targets, cu, dtype):
-    """Logits and mean loss of the network in torch, and autograd gradients (float64 numpy)."""
-    t = {k: torch.tensor(x, dtype=dtype, requires_grad=True) for k, x in w.items()}
+def torch_gpt(w, cfg, tokens, targets, cu, dtype, t=None):
+    """Logits and mean loss of the network in torch, and autograd gradients (float64 numpy).
+
+    t: optional dict of torch leaf tensors to use instead of fresh copies of w."""
+    if t is None:
+        t = {k: torch.tensor(x, dtype=dtype, requires_grad=True) for k, x in w.items()}
     c, h, hkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     d, eps, theta = c // h, cfg["rms_norm_eps"], cfg["rope_theta"]
     pos = np.concatenate([np.arange(cu[b + 1] - cu[b]) for b in range(len(cu) - 1)])
@@ -125,3 +128,36 @@ def test_bad_checkpoints_raise_value_error(model_dir):
     (path / "config.json").write_text(json.dumps({**CONFIG, "num_key_value_heads": 3}))
     with pytest.raises(ValueError, match="num_key_value_heads"):
         attnkit.load_model(path)
+
+
+def test_ten_adamw_steps_match_torch(model_dir):
+    path, w = model_dir
+    rng = np.random.default_rng(2)
+    cu = np.array([0, 16, 32], np.int32)
+    tokens = rng.integers(0, CONFIG["vocab_size"], 32).astype(np.int32)
+    targets = np.roll(tokens, -1)
+    targets[[15, 31]] = -1
+    kw = dict(lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    ours = attnkit.load_model(path).adamw_losses(tokens, targets, cu, steps=10, **kw)
+
+    def torch_losses(dtype):
+        t = {k: torch.tensor(x, dtype=dtype, requires_grad=True) for k, x in w.items()}
+        no_decay = [x for k, x in t.items() if "norm" in k]
+        decay = [x for k, x in t.items() if "norm" not in k]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": kw["weight_decay"]},
+                                 {"params": no_decay, "weight_decay": 0.0}],
+                                lr=kw["lr"], betas=kw["betas"], eps=kw["eps"])
+        out = []
+        for step in range(11):
+            opt.zero_grad()
+            for x in t.values():
+                x.grad = None
+            _, loss, _ = torch_gpt(w, CONFIG, tokens, targets, cu, dtype, t=t)
+            out.append(loss)
+            if step < 10:
+                opt.step()
+        return np.array(out)
+
+    ref, pt = torch_losses(torch.float64), torch_losses(torch.float32)
+    assert ours[-1] < ours[0] - 0.5  # it learns the batch
+    ta.assert_within_bar(np.array(ours), ref, pt, 3, "losses over 10 AdamW steps")
