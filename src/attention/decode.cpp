@@ -376,10 +376,22 @@ class Decoder {
         const bool masked = !(last.lo <= pos0 && first.hi >= pos0 + bt);
         const std::byte* kb = sg.k + t0 * token_bytes;
         const std::byte* vb = sg.v + t0 * token_bytes;
-        // Request the whole block in address order before reading it head by head (measured
-        // here: pipelining the next block's requests was slower, not faster).
-        prefetch_range(kb, bt * token_bytes);
-        prefetch_range(vb, bt * token_bytes);
+        // Software pipelining: the first block of a run is requested whole; every later block
+        // was requested while its predecessor was computed, a few lines before each kernel call
+        // (a burst of thousands of prefetches would fill the load queue and stall the core).
+        if (t0 == run.start) {
+          prefetch_range(kb, bt * token_bytes);
+          prefetch_range(vb, bt * token_bytes);
+        }
+        const int64_t next_bytes = std::min(bt_, run.start + run.count - t0 - bt) * token_bytes;
+        const int64_t calls = 2 * hkv_ * ((bt + sub_ - 1) / sub_);  // kernel calls in this block
+        const int64_t slice = (2 * next_bytes / calls + 63) / 64 * 64;
+        int64_t issued = 0;  // bytes of the next K block, then of the next V block, requested
+        auto prefetch_next = [&] {
+          for (int64_t end = std::min(issued + slice, 2 * next_bytes); issued < end; issued += 64)
+            __builtin_prefetch((issued < next_bytes ? kb + issued : vb + issued - next_bytes) +
+                                   bt * token_bytes, 0, 2);
+        };
         Rows k{kb, token_bytes, sg.k_scale ? sg.k_scale + t0 * hkv_ : nullptr, hkv_};
         if (rotated) {
           rotate_keys(k, bt, pos0, rotated);
@@ -393,6 +405,7 @@ class Decoder {
           for (int64_t hk = 0; hk < hkv_; ++hk) {
             const Rows kh{k.base + u0 * k.stride + hk * k_head, k.stride,
                           k.scale ? k.scale + u0 * k.scale_stride + hk : nullptr, k.scale_stride};
+            prefetch_next();
             block_scores<L>(q + hk * rows_ * d_, rows_, kh, u, d_, s + hk * rows_ * bt_ + u0, bt_);
           }
         }
@@ -406,6 +419,7 @@ class Decoder {
                           sg.v_scale ? sg.v_scale + (t0 + u0) * hkv_ + hk : nullptr, hkv_};
             const float* p = s + hk * rows_ * bt_ + u0;
             float* oh = o + hk * rows_ * d_;
+            prefetch_next();
             if constexpr (std::is_same_v<L, LoadF32>) {
               if (rotated) {  // the rope path: K was rotated into float32, V keeps its dtype
                 accumulate_stored(p, vh, u, oh);

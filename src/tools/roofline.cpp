@@ -64,31 +64,32 @@ double measure_fma_gflops(int threads) {
 }
 
 double measure_read_gbps(int threads, int64_t bytes) {
-  const int64_t n = bytes / int64_t(sizeof(float));
-  const int64_t chunks = n / 4096;
+  // Each thread streams one contiguous slice (as a decode work item does), summing with four
+  // independent accumulators; the data is first touched by the thread that reads it.
+  const int64_t per = bytes / int64_t(sizeof(float)) / threads / 4096 * 4096;
   ThreadCountScope scope(threads);
-  std::vector<float> data(static_cast<size_t>(n)), partial(static_cast<size_t>(chunks));
-  parallel_for(chunks, [&](int64_t c) {  // first touch by the reading threads
-    for (int64_t i = c * 4096; i < (c + 1) * 4096; ++i) data[size_t(i)] = float(i & 1023);
+  std::vector<float> data(static_cast<size_t>(per * threads)), partial(static_cast<size_t>(threads));
+  parallel_for(threads, [&](int64_t w) {
+    for (int64_t i = w * per; i < (w + 1) * per; ++i) data[size_t(i)] = float(i & 1023);
   });
   volatile float sink = 0;
   const hn::ScalableTag<float> d;
   const int64_t lanes = int64_t(hn::Lanes(d));
   const double t = best_of(5, [&] {
-    parallel_for(chunks, [&](int64_t c) {
+    parallel_for(threads, [&](int64_t w) {
       auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-      const float* p = data.data() + c * 4096;
-      for (int64_t j = 0; j < 4096; j += 4 * lanes) {
+      const float* p = data.data() + w * per;
+      for (int64_t j = 0; j < per; j += 4 * lanes) {
         a0 = hn::Add(a0, hn::Load(d, p + j));
         a1 = hn::Add(a1, hn::Load(d, p + j + lanes));
         a2 = hn::Add(a2, hn::Load(d, p + j + 2 * lanes));
         a3 = hn::Add(a3, hn::Load(d, p + j + 3 * lanes));
       }
-      partial[size_t(c)] = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+      partial[size_t(w)] = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
     });
     sink = partial[0];
   });
-  return double(chunks * 4096) * sizeof(float) / t * 1e-9;
+  return double(per * threads) * sizeof(float) / t * 1e-9;
 }
 
 double measure_sgemm_gflops(int threads, int64_t n) {
