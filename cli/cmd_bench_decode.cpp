@@ -10,6 +10,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
+#include "attnkit/kv/kv_cache.hpp"
 #include "attnkit/tools/decode_bench.hpp"
 #include "attnkit/tools/roofline.hpp"
 #include "commands.hpp"
@@ -43,18 +44,10 @@ std::vector<int64_t> parse_list(const std::string& s, const char* name) {
   return out;
 }
 
-DType parse_storage(const std::string& s) {
-  if (s == "f32") return DType::f32;
-  if (s == "f16") return DType::f16;
-  if (s == "bf16") return DType::bf16;
-  if (s == "int8") return DType::i8;
-  fail("--dtype: expected f32, f16, bf16 or int8, got '", s, "'");
-}
-
 void run_decode(const DecodeCli& cli) {
   const auto hkvs = parse_list(cli.kv_heads, "--kv-heads");
   DecodeBenchConfig c = cli.config;
-  c.dtype = parse_storage(cli.dtype);
+  c.dtype = parse_kv_storage_dtype(cli.dtype, "--dtype");
   ThreadCountScope scope(c.threads);
   const int threads = num_threads();
   const double bw = measure_read_gbps(threads);

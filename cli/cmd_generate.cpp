@@ -21,19 +21,11 @@ struct GenerateCli {
   bool no_stop = false;
 };
 
-DType cache_dtype(const std::string& s) {
-  if (s == "f32") return DType::f32;
-  if (s == "f16") return DType::f16;
-  if (s == "bf16") return DType::bf16;
-  if (s == "int8") return DType::i8;
-  fail("--cache-dtype: expected f32, f16, bf16 or int8, got '", s, "'");
-}
-
 void run_generate(const GenerateCli& cli) {
   ThreadCountScope threads(cli.threads);
   const GptModel model = GptModel::load(cli.model);
   GenerateOptions o = cli.opts;
-  o.cache_dtype = cache_dtype(cli.cache_dtype);
+  o.cache_dtype = parse_kv_storage_dtype(cli.cache_dtype, "--cache-dtype");
   check(cli.max_tokens >= 0, "--max-tokens: must be >= 0");
   if (o.n_sink < 0 && o.window <= 0 && o.capacity == 0)  // dense: room for prompt + output
     o.capacity = int64_t(cli.prompt.size()) + cli.max_tokens + 1;

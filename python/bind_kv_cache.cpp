@@ -9,14 +9,6 @@
 namespace attnkit::python {
 namespace {
 
-DType storage_dtype(const std::string& s) {
-  if (s == "f32" || s == "float32") return DType::f32;
-  if (s == "f16" || s == "float16") return DType::f16;
-  if (s == "bf16" || s == "bfloat16") return DType::bf16;
-  if (s == "int8" || s == "i8") return DType::i8;
-  fail("dtype: expected 'f32', 'f16', 'bf16' or 'int8', got '", s, "'");
-}
-
 KVPolicy policy_of(const std::string& s) {
   if (s == "dense") return KVPolicy::dense;
   if (s == "window") return KVPolicy::window;
@@ -46,7 +38,7 @@ void bind_kv_cache(py::module_& m) {
                        int64_t max_sequences) {
              return std::make_unique<KVCache>(KVCacheConfig{
                  .layers = layers, .kv_heads = kv_heads, .head_dim = head_dim,
-                 .capacity = capacity, .dtype = storage_dtype(dtype), .policy = policy_of(policy),
+                 .capacity = capacity, .dtype = parse_kv_storage_dtype(dtype, "dtype"), .policy = policy_of(policy),
                  .window = window, .n_sink = n_sink, .block_size = block_size,
                  .num_blocks = num_blocks, .max_sequences = max_sequences});
            }),

@@ -17,6 +17,14 @@ int64_t checked_mul(int64_t a, int64_t b, const char* what) {
 }
 }  // namespace
 
+DType parse_kv_storage_dtype(std::string_view s, std::string_view what) {
+  if (s == "f32" || s == "float32") return DType::f32;
+  if (s == "f16" || s == "float16") return DType::f16;
+  if (s == "bf16" || s == "bfloat16") return DType::bf16;
+  if (s == "int8" || s == "i8") return DType::i8;
+  fail(what, ": expected f32, f16, bf16 or int8, got '", s, "'");
+}
+
 float kv_store_row(const float* src, DType dtype, int64_t n, std::byte* dst) {
   switch (dtype) {
     case DType::f32:

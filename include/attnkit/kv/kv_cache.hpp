@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "attnkit/core/dtype.hpp"
@@ -105,6 +106,10 @@ class KVCache {
   std::vector<Sequence> seqs_;
   std::vector<int64_t> free_blocks_;               // paged pool, lowest id handed out first
 };
+
+// Storage dtype from its name ("f32", "f16", "bf16", "int8"; also "float32", "float16",
+// "bfloat16", "i8"); throws attnkit::Error starting with `what` (the option's name) otherwise.
+DType parse_kv_storage_dtype(std::string_view name, std::string_view what);
 
 // Converts n stored elements of `dtype` (f32, f16, bf16, or i8 times `scale`) to float32.
 void kv_load_row(const std::byte* src, DType dtype, float scale, int64_t n, float* dst);
