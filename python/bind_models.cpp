@@ -3,7 +3,7 @@
 
 #include "array_views.hpp"
 #include "attnkit/models/gpt.hpp"
-#include "attnkit/train/adamw.hpp"
+#include "attnkit/train/gpt_trainer.hpp"
 #include "bindings.hpp"
 
 namespace attnkit::python {
@@ -72,11 +72,7 @@ void bind_models(py::module_& m) {
             const auto ids = token_ids(tokens, "tokens");
             const auto tg = int32_vector(targets, "targets");
             const auto cus = int32_vector(cu, "cu_seqlens");
-            std::vector<NamedParameter> params;
-            for (const auto& p : g.parameter_info())
-              params.push_back({p.name, g.parameters().subspan(size_t(p.offset), size_t(p.numel)),
-                                std::span<const float>(g.gradients()).subspan(size_t(p.offset), size_t(p.numel))});
-            AdamW opt(std::move(params), {.beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay});
+            AdamW opt(gpt_named_parameters(g), {.beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay});
             std::vector<float> losses;
             py::gil_scoped_release nogil;
             for (int s = 0; s <= steps; ++s) {

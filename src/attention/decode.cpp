@@ -472,22 +472,8 @@ class Decoder {
   void online_softmax(float* s, int64_t bt, int64_t pos0, bool masked, int64_t held, float* m,
                       float* l, float* o) const {
     for (int64_t r = 0; r < rows_; ++r) {
-      float* x = s + r * bt_;
-      if (o_.attention.softcap > 0) softcap_inplace(x, bt, o_.attention.softcap);
-      if (masked) flash::mask_row(x, bt, pos0, vis(r / g_, held));
-      const float m_new = std::max(m[r], row_max(x, bt));
-      if (m_new == kNegInf) {
-        std::fill(x, x + bt, 0.0f);
-        continue;
-      }
-      const float sum = exp_sub_sum(x, bt, m_new);
-      if (m_new != m[r]) {
-        const float alpha = std::exp(m[r] - m_new);
-        l[r] *= alpha;
-        scale_inplace(o + r * d_, d_, alpha);
-        m[r] = m_new;
-      }
-      l[r] += sum;
+      flash::online_softmax_row(s + r * bt_, bt, o_.attention.softcap, masked, pos0,
+                                vis(r / g_, held), m[r], l[r], o + r * d_, d_);
     }
   }
 

@@ -7,6 +7,7 @@
 
 #include "attnkit/attention/flash_attention.hpp"
 #include "attnkit/core/rng.hpp"
+#include "attnkit/ops/vec_math.hpp"
 
 namespace attnkit::flash {
 
@@ -49,6 +50,30 @@ inline void mask_row(float* x, int64_t n, int64_t k0, const KeyRange& vis) {
   const int64_t hi = std::clamp<int64_t>(vis.hi - k0, lo, n);
   std::fill(x, x + lo, kNegInf);
   std::fill(x + hi, x + n, kNegInf);
+}
+
+// One row's online-softmax step (shared by the flash forward and decode): scores x[n] of keys
+// [k0, k0 + n) are softcapped and masked (when `masked`, to `vis`), the running max m grows,
+// x ← exp(x - m), the running sum l gains Σx, and o[d] and l are rescaled when m grows. Returns
+// false, with x zeroed, while the row has seen no visible key.
+inline bool online_softmax_row(float* x, int64_t n, float softcap, bool masked, int64_t k0,
+                               const KeyRange& vis, float& m, float& l, float* o, int64_t d) {
+  if (softcap > 0) softcap_inplace(x, n, softcap);
+  if (masked) mask_row(x, n, k0, vis);
+  const float m_new = std::max(m, row_max(x, n));
+  if (m_new == kNegInf) {
+    std::fill(x, x + n, 0.0f);
+    return false;
+  }
+  const float sum = exp_sub_sum(x, n, m_new);
+  if (m_new != m) {  // rescale only when the running max grows
+    const float alpha = std::exp(m - m_new);
+    l *= alpha;
+    scale_inplace(o, d, alpha);
+    m = m_new;
+  }
+  l += sum;
+  return true;
 }
 
 // Multiplies x[j] (probabilities of keys k0 + j for query i, head hq, sequence b) by the dropout

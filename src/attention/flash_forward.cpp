@@ -77,21 +77,9 @@ class ForwardTile {
     for (int64_t r = r0; r < r1; ++r) {
       float* x = st_.s + (r - r0) * n;
       const int64_t i = t_.i0 + r / c_.g;
-      if (c_.opts.softcap > 0) softcap_inplace(x, n, c_.opts.softcap);
-      if (masked) flash::mask_row(x, n, k0, vis(i));
-      const float m_new = std::max(st_.m[r], row_max(x, n));
-      if (m_new == kNegInf) {  // nothing visible yet in this row
-        std::fill(x, x + n, 0.0f);
-        continue;
-      }
-      const float sum = exp_sub_sum(x, n, m_new);
-      if (m_new != st_.m[r]) {  // rescale only when the running max grows
-        const float alpha = std::exp(st_.m[r] - m_new);
-        st_.l[r] *= alpha;
-        scale_inplace(st_.o + r * c_.d, c_.d, alpha);
-        st_.m[r] = m_new;
-      }
-      st_.l[r] += sum;
+      if (!flash::online_softmax_row(x, n, c_.opts.softcap, masked, k0, vis(i), st_.m[r],
+                                     st_.l[r], st_.o + r * c_.d, c_.d))
+        continue;  // nothing visible yet in this row
       if (c_.opts.dropout_p > 0) flash::apply_dropout(x, n, k0, c_.opts, t_.b, head(r), i);
     }
     sgemm(false, false, r1 - r0, c_.d, n, 1.0f, st_.s, n, a.v.ptr(span_.k_begin + k0, t_.hk),

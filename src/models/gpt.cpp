@@ -62,10 +62,6 @@ class GptActivations {
 
 namespace {
 
-std::string layer_name(int64_t l, const char* rest) {
-  return "model.layers." + std::to_string(l) + "." + rest;
-}
-
 void add_inplace(View2 y, ConstView2 a, ConstView2 b) {  // y = a + b, same shapes
   for (int64_t t = 0; t < y.shape[0]; ++t)
     for (int64_t c = 0; c < y.shape[1]; ++c) y(t, c) = a(t, c) + b(t, c);
@@ -77,23 +73,12 @@ GptModel::GptModel(const GptConfig& config) : config_(config) {
   validate(config_);
   build_layout();
 }
-GptModel::~GptModel() { delete acts_; }
-GptModel::GptModel(GptModel&& o) noexcept
-    : config_(o.config_), info_(std::move(o.info_)), params_(std::move(o.params_)),
-      grads_(std::move(o.grads_)), acts_(o.acts_) {
-  o.acts_ = nullptr;
-}
-GptModel& GptModel::operator=(GptModel&& o) noexcept {
-  if (this != &o) {
-    delete acts_;
-    config_ = o.config_;
-    info_ = std::move(o.info_);
-    params_ = std::move(o.params_);
-    grads_ = std::move(o.grads_);
-    acts_ = o.acts_;
-    o.acts_ = nullptr;
-  }
-  return *this;
+GptModel::~GptModel() = default;
+GptModel::GptModel(GptModel&&) noexcept = default;
+GptModel& GptModel::operator=(GptModel&&) noexcept = default;
+
+std::string GptModel::layer_name(int64_t l, const char* rest) {
+  return "model.layers." + std::to_string(l) + "." + rest;
 }
 
 void GptModel::build_layout() {
@@ -239,9 +224,8 @@ void GptModel::run_layers(const GptBatch& batch) {
   const int64_t t = int64_t(batch.tokens.size());
   check(t >= 1, "GptModel: batch has no tokens");
   if (!acts_ || acts_->tokens != t) {
-    delete acts_;
-    acts_ = nullptr;
-    acts_ = new GptActivations(c, block_options(), t);
+    acts_.reset();  // free the old buffers before allocating the new ones
+    acts_ = std::make_unique<GptActivations>(c, block_options(), t);
   }
   GptActivations& a = *acts_;
   a.ids.assign(batch.tokens.begin(), batch.tokens.end());

@@ -30,10 +30,6 @@ KVCacheConfig cache_config(const GptConfig& c, const GenerateOptions& o) {
 
 View2 row(std::vector<float>& v, int64_t width) { return View2::contiguous(v.data(), {1, width}); }
 
-std::string layer_name(int64_t l, const char* rest) {
-  return "model.layers." + std::to_string(l) + "." + rest;
-}
-
 }  // namespace
 
 GptGenerator::GptGenerator(const GptModel& model, const GenerateOptions& options)
@@ -50,6 +46,17 @@ GptGenerator::GptGenerator(const GptModel& model, const GenerateOptions& options
   ff_gate_.resize(size_t(c.intermediate_size)), ff_up_.resize(size_t(c.intermediate_size)), ff_.resize(size_t(c.intermediate_size));
   logits_.resize(size_t(c.vocab_size)), probs_.resize(size_t(c.vocab_size));
   cache_.add_sequence();  // sequence 0: the one being generated
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    layers_.push_back({model.vec(GptModel::layer_name(l, "input_layernorm.weight")),
+                       model.vec(GptModel::layer_name(l, "post_attention_layernorm.weight")),
+                       model.block_params(l),
+                       model.matrix(GptModel::layer_name(l, "mlp.gate_proj.weight")),
+                       model.matrix(GptModel::layer_name(l, "mlp.up_proj.weight")),
+                       model.matrix(GptModel::layer_name(l, "mlp.down_proj.weight"))});
+  embed_ = model.matrix("model.embed_tokens.weight");
+  head_ = c.tie_word_embeddings ? embed_ : model.matrix("lm_head.weight");
+  final_norm_ = model.vec("model.norm.weight");
+  if (c.sink == SinkMode::kOffByOne) zero_sinks_.assign(size_t(H), 0.0f);
 }
 
 std::span<const float> GptGenerator::feed(int32_t token) {
@@ -60,47 +67,34 @@ std::span<const float> GptGenerator::feed(int32_t token) {
   check(cache_.config().policy == KVPolicy::sink || position_ < cache_.slots_per_sequence(),
         "generate: the dense cache holds ", cache_.slots_per_sequence(),
         " tokens; use --sink/--window (StreamingLLM) to go further");
-  auto p = [&](const std::string& name) { return model_.info(name); };
-  const float* params = model_.parameters().data();
-  auto mat = [&](const std::string& name) {
-    const auto& i = p(name);
-    return ConstView2::contiguous(params + i.offset, {i.shape[0], i.shape[1]});
-  };
-  auto vec = [&](const std::string& name) {
-    const auto& i = p(name);
-    return std::span<const float>(params + i.offset, size_t(i.numel));
-  };
-  std::copy_n(params + p("model.embed_tokens.weight").offset + int64_t(token) * C, C, x_.begin());
+  std::copy_n(embed_.ptr(token), C, x_.begin());
   float rstd = 0;
   const float eps = float(c.rms_norm_eps);
   const std::vector<int64_t> seqs{0};
+  const int64_t rows = (H + 2 * Hkv) * D;
+  const DecodeOptions dopt{.attention = {.window_left = int(c.window), .window_right = 0},
+                           .rope_theta = float(c.rope_theta)};
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    rms_norm_forward(row(h_, C), {&rstd, 1}, row(x_, C), vec(layer_name(l, "input_layernorm.weight")), eps);
-    const auto& q = p(layer_name(l, "self_attn.q_proj.weight"));
-    const int64_t rows = (H + 2 * Hkv) * D;
-    std::span<const float> qkv_bias;
-    if (c.attention_bias) qkv_bias = {params + p(layer_name(l, "self_attn.q_proj.bias")).offset, size_t(rows)};
-    linear_forward(row(qkv_, rows), row(h_, C), ConstView2::contiguous(params + q.offset, {rows, C}), qkv_bias);
+    const LayerWeights& w = layers_[size_t(l)];
+    rms_norm_forward(row(h_, C), {&rstd, 1}, row(x_, C), w.input_norm, eps);
+    linear_forward(row(qkv_, rows), row(h_, C), w.attn.qkv_proj_weight, w.attn.qkv_proj_bias);
     const auto kv = [&](int64_t first) { return ConstView3::contiguous(qkv_.data() + first, {1, Hkv, D}); };
     cache_.append(0, l, kv(H * D), kv((H + Hkv) * D));  // K before RoPE: rotated on read
-    std::vector<float> sinks;
-    if (c.sink == SinkMode::kLearned) sinks.assign(vec(layer_name(l, "self_attn.sinks")).begin(), vec(layer_name(l, "self_attn.sinks")).end());
-    if (c.sink == SinkMode::kOffByOne) sinks.assign(size_t(H), 0.0f);
-    DecodeOptions dopt{.attention = {.window_left = int(c.window), .window_right = 0},
-                       .rope_theta = float(c.rope_theta)};
+    const std::span<const float> sinks = c.sink == SinkMode::kLearned ? w.attn.sinks
+                                                                      : std::span<const float>(zero_sinks_);
     decode_attention(dopt, {.q = ConstView3::contiguous(qkv_.data(), {1, H, D}), .seqs = seqs,
                             .cache = &cache_, .layer = l, .sink_logits = sinks,
                             .out = View3::contiguous(attn_.data(), {1, H, D})});
     if (c.gate != GateMode::kNone) {  // sigmoid gate from the block input or the pre-RoPE query
       const int64_t hg = c.gate == GateMode::kHeadwise ? H : H * D;
-      const auto w = mat(layer_name(l, "self_attn.output_gate.weight"));
-      const auto b = vec(layer_name(l, "self_attn.output_gate.bias"));
+      const auto& gw = w.attn.gate_proj_weight;
+      const auto& gb = w.attn.gate_proj_bias;
       for (int64_t gi = 0; gi < hg; ++gi) {
         const int64_t head = c.gate == GateMode::kHeadwise ? gi : gi / D;
         const float* in = c.gate_source == GateSource::kInput ? h_.data() : qkv_.data() + head * D;
         const int64_t n = c.gate_source == GateSource::kInput ? C : D;
-        double g = b[size_t(gi)];
-        for (int64_t e = 0; e < n; ++e) g += double(w(gi, e)) * in[e];
+        double g = gb.empty() ? 0.0 : double(gb[size_t(gi)]);
+        for (int64_t e = 0; e < n; ++e) g += double(gw(gi, e)) * in[e];
         const float s = float(1.0 / (1.0 + std::exp(-g)));
         if (c.gate == GateMode::kHeadwise)
           for (int64_t e = 0; e < D; ++e) attn_[size_t(gi * D + e)] *= s;
@@ -108,18 +102,17 @@ std::span<const float> GptGenerator::feed(int32_t token) {
           attn_[size_t(gi)] *= s;
       }
     }
-    linear_forward(row(proj_, C), row(attn_, H * D), mat(layer_name(l, "self_attn.o_proj.weight")), {});
+    linear_forward(row(proj_, C), row(attn_, H * D), w.attn.o_proj_weight, w.attn.o_proj_bias);
     for (int64_t e = 0; e < C; ++e) x_[size_t(e)] += proj_[size_t(e)];
-    rms_norm_forward(row(h_, C), {&rstd, 1}, row(x_, C), vec(layer_name(l, "post_attention_layernorm.weight")), eps);
-    linear_forward(row(ff_gate_, F), row(h_, C), mat(layer_name(l, "mlp.gate_proj.weight")), {});
-    linear_forward(row(ff_up_, F), row(h_, C), mat(layer_name(l, "mlp.up_proj.weight")), {});
+    rms_norm_forward(row(h_, C), {&rstd, 1}, row(x_, C), w.post_norm, eps);
+    linear_forward(row(ff_gate_, F), row(h_, C), w.mlp_gate, {});
+    linear_forward(row(ff_up_, F), row(h_, C), w.mlp_up, {});
     swiglu_forward(row(ff_, F), row(ff_gate_, F), row(ff_up_, F));
-    linear_forward(row(proj_, C), row(ff_, F), mat(layer_name(l, "mlp.down_proj.weight")), {});
+    linear_forward(row(proj_, C), row(ff_, F), w.mlp_down, {});
     for (int64_t e = 0; e < C; ++e) x_[size_t(e)] += proj_[size_t(e)];
   }
-  rms_norm_forward(row(h_, C), {&rstd, 1}, row(x_, C), vec("model.norm.weight"), eps);
-  const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  linear_forward(row(logits_, c.vocab_size), row(h_, C), mat(head), {});
+  rms_norm_forward(row(h_, C), {&rstd, 1}, row(x_, C), final_norm_, eps);
+  linear_forward(row(logits_, c.vocab_size), row(h_, C), head_, {});
   ++position_;
   return logits_;
 }

@@ -16,15 +16,6 @@
 namespace attnkit {
 namespace {
 
-std::vector<NamedParameter> named_parameters(GptModel& m) {
-  std::vector<NamedParameter> out;
-  // Tied embeddings are one tensor: each name appears once in the layout.
-  for (const auto& p : m.parameter_info())
-    out.push_back({p.name, m.parameters().subspan(size_t(p.offset), size_t(p.numel)),
-                   std::span<const float>(m.gradients()).subspan(size_t(p.offset), size_t(p.numel))});
-  return out;
-}
-
 // Inputs, targets and cu_seqlens of B windows [B, L+1]: each window is its own sequence.
 struct Windows {
   std::vector<int32_t> tokens, targets, cu;
@@ -52,6 +43,15 @@ std::string format_eta(double seconds) {
 
 }  // namespace
 
+std::vector<NamedParameter> gpt_named_parameters(GptModel& m) {
+  std::vector<NamedParameter> out;
+  // Tied embeddings are one tensor: each name appears once in the layout.
+  for (const auto& p : m.parameter_info())
+    out.push_back({p.name, m.parameters().subspan(size_t(p.offset), size_t(p.numel)),
+                   std::span<const float>(m.gradients()).subspan(size_t(p.offset), size_t(p.numel))});
+  return out;
+}
+
 double evaluate_loss(GptModel& model, std::span<const int32_t> tokens, int64_t seq_len,
                      int64_t max_windows) {
   const int64_t n = std::min(max_windows, num_sequential_windows(int64_t(tokens.size()), seq_len));
@@ -68,7 +68,7 @@ double evaluate_loss(GptModel& model, std::span<const int32_t> tokens, int64_t s
 
 GptTrainer::GptTrainer(GptModel& model, const TextCorpus& corpus, const TrainOptions& options)
     : model_(model), corpus_(corpus), options_(options),
-      optimizer_(named_parameters(model), options.adamw) {
+      optimizer_(gpt_named_parameters(model), options.adamw) {
   check(options.steps >= 1, "--steps: must be >= 1");
   check(options.batch >= 1, "--batch: must be >= 1");
   check(options.seq_len >= 1 && options.seq_len <= model.config().max_position_embeddings,

@@ -16,6 +16,7 @@
 //   model.norm.weight [C], lm_head.weight [V, C] (absent when tie_word_embeddings)
 // PyTorch: tests/python/test_gpt.py writes the same network in torch.
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -58,6 +59,15 @@ class GptModel {
   std::span<float> parameter(const std::string& name);
   const ParameterInfo& info(const std::string& name) const;
 
+  // "model.layers.<layer>.<rest>": the Hugging Face name of a layer's tensor.
+  static std::string layer_name(int64_t layer, const char* rest);
+  // The named 2-D tensor / 1-D tensor as a view of the parameter buffer; throws if unknown.
+  ConstView2 matrix(const std::string& name) const;
+  std::span<const float> vec(const std::string& name) const;
+  // The attention block's options and its weights in layer `layer` (q/k/v rows fused).
+  AttentionBlockOptions block_options() const;
+  AttentionBlockParams block_params(int64_t layer) const;
+
   // GPT-2 style initialisation: N(0, 0.02) for matrices (output projections scaled by
   // 1/sqrt(2L)), ones for norm weights, zeros for biases and sinks; deterministic in seed.
   void init_random(uint64_t seed);
@@ -80,18 +90,14 @@ class GptModel {
  private:
   void build_layout();
   void run_layers(const GptBatch& batch);  // embedding → layers → final norm, into activations
-  AttentionBlockOptions block_options() const;
-  AttentionBlockParams block_params(int64_t layer) const;
   AttentionBlockGrads block_grads(int64_t layer);
-  ConstView2 matrix(const std::string& name) const;
   View2 grad_matrix(const std::string& name);
-  std::span<const float> vec(const std::string& name) const;
   std::span<float> grad_vec(const std::string& name);
 
   GptConfig config_;
   std::vector<ParameterInfo> info_;
   std::vector<float> params_, grads_;
-  GptActivations* acts_ = nullptr;  // owned; rebuilt when the token count changes
+  std::unique_ptr<GptActivations> acts_;  // rebuilt when the token count changes
 };
 
 }  // namespace attnkit

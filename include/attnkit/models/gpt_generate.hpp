@@ -36,8 +36,17 @@ class GptGenerator {
   const KVCache& cache() const { return cache_; }
 
  private:
+  struct LayerWeights {  // resolved once: feed() does no name lookups
+    std::span<const float> input_norm, post_norm;
+    AttentionBlockParams attn;
+    ConstView2 mlp_gate, mlp_up, mlp_down;
+  };
   const GptModel& model_;
   GenerateOptions options_;
+  std::vector<LayerWeights> layers_;
+  ConstView2 embed_, head_;
+  std::span<const float> final_norm_;
+  std::vector<float> zero_sinks_;  // off-by-one softmax: sink logits fixed at 0
   KVCache cache_;
   int64_t position_ = 0;
   std::mt19937_64 rng_;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "attnkit/io/text_corpus.hpp"
 #include "attnkit/models/gpt.hpp"
@@ -57,6 +58,9 @@ class GptTrainer {
   AdamW optimizer_;
   int64_t next_step_ = 0;
 };
+
+// The model's tensors as AdamW parameters (names, value and gradient slices of the flat buffers).
+std::vector<NamedParameter> gpt_named_parameters(GptModel& model);
 
 // Mean next-token loss of `model` over up to `max_windows` consecutive windows of `tokens`
 // (each seq_len + 1 long); also returns bits per byte = loss / ln 2 for the byte tokenizer.
