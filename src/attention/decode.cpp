@@ -18,6 +18,7 @@
 #include "attnkit/core/workspace.hpp"
 #include "attnkit/ops/rope.hpp"
 #include "attnkit/ops/vec_math.hpp"
+#include "../kv/kv_loaders.hpp"
 #include "flash_common.hpp"
 #include "hwy/highway.h"
 
@@ -47,8 +48,12 @@ HWY_INLINE auto reduce4(D d, V a0, V a1, V a2, V a3) {
   }
 }
 
-using DF = hn::ScalableTag<float>;
-using VF = hn::Vec<DF>;
+using kv_loaders::DF;
+using kv_loaders::LoadBF16;
+using kv_loaders::LoadF16;
+using kv_loaders::LoadF32;
+using kv_loaders::LoadI8;
+using kv_loaders::VF;
 
 // Register blocking: AVX-512 has 32 vector registers, AVX2 16.
 #if HWY_TARGET <= HWY_AVX3
@@ -59,51 +64,6 @@ constexpr int kTok = 2;
 constexpr int kVecs = 2;
 #endif
 #define HWY_UNROLL_ALL _Pragma("GCC unroll 16")
-
-// Loaders: a vector of float32 from stored elements, converted in registers (no f32 copy).
-struct LoadF32 {
-  static constexpr int64_t kBytes = 4;
-  static VF load(const std::byte* p) { return hn::LoadU(DF(), reinterpret_cast<const float*>(p)); }
-  static float one(const std::byte* p) {
-    float f;
-    std::memcpy(&f, p, 4);
-    return f;
-  }
-};
-struct LoadF16 {
-  static constexpr int64_t kBytes = 2;
-  static VF load(const std::byte* p) {
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    return hn::PromoteTo(DF(), hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
-  }
-  static float one(const std::byte* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return f16_to_f32(h);
-  }
-};
-struct LoadBF16 {
-  static constexpr int64_t kBytes = 2;
-  static VF load(const std::byte* p) {
-    const hn::Rebind<uint16_t, DF> d16;
-    const hn::RebindToUnsigned<DF> d32;
-    const auto wide = hn::PromoteTo(d32, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(p)));
-    return hn::BitCast(DF(), hn::ShiftLeft<16>(wide));
-  }
-  static float one(const std::byte* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return bf16_to_f32(h);
-  }
-};
-struct LoadI8 {  // the per-token-per-head scale is applied by the caller
-  static constexpr int64_t kBytes = 1;
-  static VF load(const std::byte* p) {
-    const hn::Rebind<int8_t, DF> d8;
-    return hn::ConvertTo(DF(), hn::PromoteTo(hn::RebindToSigned<DF>(), hn::LoadU(d8, reinterpret_cast<const int8_t*>(p))));
-  }
-  static float one(const std::byte* p) { return float(int8_t(*p)); }
-};
 
 // Rows of one KV head inside a stage: token t's row starts at base + t·stride bytes; int8 rows
 // carry scale[t·scale_stride].
