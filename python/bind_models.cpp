@@ -3,6 +3,7 @@
 
 #include "array_views.hpp"
 #include "attnkit/models/gpt.hpp"
+#include "attnkit/tools/convert_gqa.hpp"
 #include "attnkit/train/gpt_trainer.hpp"
 #include "bindings.hpp"
 
@@ -19,6 +20,15 @@ std::vector<int32_t> token_ids(const py::object& obj, const char* name) {
 
 void bind_models(py::module_& m) {
   using namespace pybind11::literals;
+  m.def(
+      "convert_gqa",
+      [](const std::string& in_dir, const std::string& out_dir, int64_t kv_heads, const std::string& method,
+         uint64_t seed) {
+        convert_gqa(in_dir, out_dir, {.kv_heads = kv_heads, .method = parse_gqa_pool_method(method, "method"),
+                                      .seed = seed});
+      },
+      "in_dir"_a, "out_dir"_a, "kv_heads"_a, "method"_a = "mean", "seed"_a = 0,
+      "Writes out_dir with kv_heads KV heads, pooling each group's K/V projections (mean, first, random).");
   py::class_<GptModel>(m, "_GptModel")
       .def(py::init([](const std::string& config_json) {
              return std::make_unique<GptModel>(parse_gpt_config(config_json));

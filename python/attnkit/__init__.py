@@ -15,7 +15,7 @@ __all__ = [
     "load_safetensors", "load_safetensors_metadata", "save_safetensors",
     "attention_reference", "attention_reference_backward",
     "flash_attention", "flash_attention_backward",
-    "KVCache", "decode_attention", "Model", "load_model",
+    "KVCache", "decode_attention", "Model", "load_model", "convert_gqa",
 ]
 
 
@@ -177,6 +177,13 @@ class Model:
     def save(self, directory):
         """Writes config.json and model.safetensors to ``directory`` atomically."""
         self._impl.save(str(directory))
+
+
+def convert_gqa(in_dir, out_dir, kv_heads, method="mean", seed=0):
+    """Writes ``out_dir`` (config.json + model.safetensors) with ``kv_heads`` KV heads: the K/V
+    projection rows of each group of contiguous heads pooled by ``method`` ("mean", "first" or
+    "random", seeded). Refuses kv_heads not dividing the current count, and never overwrites the input."""
+    _attnkit.convert_gqa(str(in_dir), str(out_dir), int(kv_heads), method, int(seed))
 
 
 def load_model(directory):
