@@ -2,6 +2,7 @@
 // corpora Debian ships (fortunes, the King James Bible), with the byte-level tokenizer.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -56,7 +57,8 @@ std::vector<std::string> load_documents(const std::vector<std::string>& data) {
 }
 
 struct TrainCli {
-  std::string config_file, preset = "small", out;
+  std::string config_file, preset = "small", out, init;
+  int64_t tokens = 0;  // > 0: steps = ceil(tokens / (batch · seq))
   std::vector<std::string> data{"fortunes"};
   TrainOptions opts;
   double lr = 1e-3, min_lr = 1e-4;
@@ -70,19 +72,32 @@ struct TrainCli {
   }
 };
 
+// --init DIR: the model (architecture and weights) to continue from, with a fresh optimizer.
+GptModel initial_model(const TrainCli& cli, uint64_t seed) {
+  if (cli.init.empty()) {
+    GptModel model(cli.config_file.empty() ? gpt_preset(cli.preset) : parse_gpt_config(read_file(cli.config_file)));
+    model.init_random(seed);
+    return model;
+  }
+  namespace fs = std::filesystem;
+  check(!fs::exists(cli.out) || !fs::equivalent(cli.init, cli.out),
+        "--out: must differ from --init (the initial checkpoint is never overwritten)");
+  return GptModel::load(cli.init);
+}
+
 void run_train(const TrainCli& cli) {
   ThreadCountScope threads(cli.threads);
-  const GptConfig cfg = cli.config_file.empty() ? gpt_preset(cli.preset)
-                                                : parse_gpt_config(read_file(cli.config_file));
+  check(cli.tokens >= 0, "--tokens: must be >= 0");
+  GptModel model = initial_model(cli, cli.opts.seed);
+  const GptConfig cfg = model.config();
   check(cfg.vocab_size >= ByteTokenizer::vocab_size(), "config: vocab_size must be >= ",
         ByteTokenizer::vocab_size(), " for the byte tokenizer");
   TextCorpus corpus(load_documents(cli.data));
   TrainOptions o = cli.opts;
+  if (cli.tokens > 0) o.steps = (cli.tokens + o.batch * o.seq_len - 1) / std::max<int64_t>(1, o.batch * o.seq_len);
   o.out_dir = cli.out;
   o.progress = !cli.quiet;
   o.schedule = {.max_lr = cli.lr, .min_lr = cli.min_lr, .warmup_steps = cli.warmup, .total_steps = o.steps};
-  GptModel model(cfg);
-  model.init_random(o.seed);
   GptTrainer trainer(model, corpus, o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
   if (!cli.quiet)
@@ -102,11 +117,17 @@ void add_train_command(CLI::App& app) {
   train->require_subcommand(1);
   auto cli = std::make_shared<TrainCli>();
   auto* gpt = train->add_subcommand("gpt", "Causal-LM training of a GPT (Llama architecture) on byte-level text");
-  gpt->add_option("--config", cli->config_file, "config.json (Hugging Face Llama keys) instead of --preset");
-  gpt->add_option("--preset", cli->preset, "Model shape: tiny, small")->capture_default_str();
+  auto* config = gpt->add_option("--config", cli->config_file, "config.json (Hugging Face Llama keys) instead of --preset");
+  auto* preset = gpt->add_option("--preset", cli->preset, "Model shape: tiny, small")->capture_default_str();
+  gpt->add_option("--init", cli->init,
+                  "Continue from this model directory (e.g. a convert-gqa output): its config and weights, "
+                  "a fresh optimizer")
+      ->excludes(config)
+      ->excludes(preset);
+  auto* tokens = gpt->add_option("--tokens", cli->tokens, "Training tokens; sets --steps to ceil(tokens / (batch * seq))");
   gpt->add_option("--data", cli->data, "Text files, or 'fortunes' / 'bible' (Debian's corpora)")->capture_default_str();
   gpt->add_option("--out", cli->out, "Output directory (checkpoints, log.csv)")->required();
-  gpt->add_option("--steps", cli->opts.steps, "Optimizer steps")->capture_default_str();
+  gpt->add_option("--steps", cli->opts.steps, "Optimizer steps")->capture_default_str()->excludes(tokens);
   gpt->add_option("--batch", cli->opts.batch, "Windows per step")->capture_default_str();
   gpt->add_option("--seq", cli->opts.seq_len, "Tokens per window")->capture_default_str();
   gpt->add_option("--lr", cli->lr, "Peak learning rate")->capture_default_str();
