@@ -16,6 +16,7 @@ __all__ = [
     "attention_reference", "attention_reference_backward",
     "flash_attention", "flash_attention_backward",
     "KVCache", "decode_attention", "Model", "load_model", "convert_gqa",
+    "ms_deform_attn", "ms_deform_attn_backward",
 ]
 
 
@@ -143,6 +144,27 @@ def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, window=(-
     return _call_backward(_attnkit._flash_attention_backward, dout, q, k, v, out, lse, causal,
                           window, scale, softcap, sink_logits, dropout_p, seed, cu_seqlens_q,
                           cu_seqlens_k)
+
+def ms_deform_attn(value, spatial_shapes, level_start_index, sampling_locations,
+                   attention_weights, *, reference=False):
+    """Multi-scale deformable attention (Deformable DETR) -> out [B, Q, H·Dh] float32.
+
+    value [B, S, H, Dh] (levels concatenated along S); spatial_shapes [Lv, 2] integer (H_l, W_l);
+    level_start_index [Lv] integer; sampling_locations [B, Q, H, Lv, P, 2] as (x, y) in [0, 1];
+    attention_weights [B, Q, H, Lv, P]. Bilinear sampling as grid_sample(mode='bilinear',
+    padding_mode='zeros', align_corners=False) at 2·loc - 1. ``reference`` runs the float64 spec.
+    """
+    return _attnkit._ms_deform_attn(value, spatial_shapes, level_start_index, sampling_locations,
+                                    attention_weights, bool(reference))
+
+
+def ms_deform_attn_backward(d_out, value, spatial_shapes, level_start_index, sampling_locations,
+                            attention_weights, *, reference=False):
+    """Gradients of ms_deform_attn: (d_value, d_sampling_locations, d_attention_weights)."""
+    return _attnkit._ms_deform_attn_backward(d_out, value, spatial_shapes, level_start_index,
+                                             sampling_locations, attention_weights,
+                                             bool(reference))
+
 
 class Model:
     """A GPT (Llama-architecture) model: ``logits``, ``loss_and_grads``, ``save``, ``config``."""
