@@ -16,7 +16,7 @@ __all__ = [
     "attention_reference", "attention_reference_backward",
     "flash_attention", "flash_attention_backward",
     "KVCache", "decode_attention", "Model", "load_model", "convert_gqa",
-    "ms_deform_attn", "ms_deform_attn_backward",
+    "ms_deform_attn", "ms_deform_attn_backward", "BertModel", "load_bert",
 ]
 
 
@@ -211,6 +211,40 @@ def convert_gqa(in_dir, out_dir, kv_heads, method="mean", seed=0):
 def load_model(directory):
     """Loads a model directory (config.json + model.safetensors, Hugging Face Llama names)."""
     return Model(_attnkit._GptModel.load(str(directory)))
+
+
+class BertModel:
+    """A BERT encoder with Hugging Face names and heads (see include/attnkit/models/bert.hpp)."""
+
+    def __init__(self, impl):
+        self._impl = impl
+
+    @property
+    def config(self):
+        """The config.json contents as a dict (Hugging Face BertConfig keys)."""
+        import json
+        return json.loads(self._impl.config_json())
+
+    def run(self, tokens, **kw):
+        """Encoder + heads on one packed batch. Keywords: token_type_ids, cu_seqlens (attention
+        segments), sequences (segment index of each real sequence), mlm_labels [T] (-1 = none),
+        nsp_labels [B], labels, start_positions, end_positions, backward, mlm_logits, training,
+        seed. Returns a dict: loss, mlm_loss, nsp_loss, task_loss, sequence_output [T, C],
+        pooled_output [B, C], task_logits, mlm_logits [T, V], grads {name: array}."""
+        return self._impl.run(_np.asarray(tokens), **kw)
+
+    def parameters(self):
+        """{Hugging Face tensor name: float32 array} (copies)."""
+        return self._impl.parameters()
+
+    def save(self, directory):
+        """Writes config.json and model.safetensors to ``directory`` atomically."""
+        self._impl.save(str(directory))
+
+
+def load_bert(directory):
+    """Loads a BERT directory (config.json + model.safetensors, Hugging Face BERT names)."""
+    return BertModel(_attnkit._BertModel.load(str(directory)))
 
 
 from . import nn  # noqa: E402  (layers with explicit forward/backward; see attnkit/nn.py)

@@ -18,7 +18,8 @@
 namespace attnkit {
 
 AttentionOptions AttentionBlockOptions::attention() const {
-  return {.scale = scale, .window_left = window_left, .window_right = causal ? 0 : window_right};
+  return {.scale = scale, .window_left = window_left, .window_right = causal ? 0 : window_right,
+          .dropout_p = dropout_p, .seed = dropout_seed};
 }
 
 AttentionBlockWorkspace::AttentionBlockWorkspace(const AttentionBlockOptions& o, int64_t t) {

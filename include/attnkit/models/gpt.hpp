@@ -23,16 +23,10 @@
 
 #include "attnkit/core/tensor.hpp"
 #include "attnkit/models/gpt_config.hpp"
+#include "attnkit/models/parameter_info.hpp"
 #include "attnkit/nn/attention_block.hpp"
 
 namespace attnkit {
-
-struct ParameterInfo {        // one named tensor inside the flat parameter buffer
-  std::string name;
-  std::vector<int64_t> shape;
-  int64_t offset = 0;         // in floats
-  int64_t numel = 0;
-};
 
 // How the T tokens of a call form sequences: cu_seqlens [B+1] (empty: one sequence).
 struct GptBatch {

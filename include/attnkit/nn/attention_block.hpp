@@ -59,6 +59,8 @@ struct AttentionBlockOptions {        // what to compute; no pointers
   bool gate_bias = true;              // gate projection has a bias b_g [Hg]
   bool qkv_bias = false;              // Llama: false; Qwen2 / GPT-2: true
   bool o_bias = false;
+  float dropout_p = 0;                // attention-probability dropout (BERT training); 0 = off
+  uint64_t dropout_seed = 0;          // its Philox key (new per step; the backward reuses it)
 
   int64_t kv() const { return kv_heads == 0 ? heads : kv_heads; }            // Hkv
   int64_t qkv_width() const { return (heads + 2 * kv()) * head_dim; }        // (H + 2·Hkv)·D

@@ -1,0 +1,242 @@
+// BERT model: parameter layout with Hugging Face names, initialisation, load/save, accessors.
+// The encoder is in bert_encoder.cpp, the heads in bert_heads.cpp.
+#include "attnkit/models/bert.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "attnkit/core/error.hpp"
+#include "attnkit/io/safetensors.hpp"
+#include "bert_activations.hpp"
+
+namespace attnkit {
+
+BertModel::BertModel(const BertConfig& config) : config_(config) {
+  validate(config_);
+  build_layout();
+}
+BertModel::~BertModel() = default;
+BertModel::BertModel(BertModel&&) noexcept = default;
+BertModel& BertModel::operator=(BertModel&&) noexcept = default;
+
+std::string BertModel::lname(int64_t l, const char* rest) const {
+  return "bert.encoder.layer." + std::to_string(l) + "." + rest;
+}
+
+void BertModel::build_layout() {
+  const auto& c = config_;
+  const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  int64_t offset = 0;
+  auto add = [&](std::string name, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (auto s : shape) n *= s;
+    info_.push_back({std::move(name), std::move(shape), offset, n});
+    offset += n;
+  };
+  auto dense = [&](const std::string& p, int64_t out, int64_t in) {
+    add(p + ".weight", {out, in});
+    add(p + ".bias", {out});
+  };
+  auto norm = [&](const std::string& p) {
+    add(p + ".weight", {C});
+    add(p + ".bias", {C});
+  };
+  add("bert.embeddings.word_embeddings.weight", {V, C});
+  add("bert.embeddings.position_embeddings.weight", {c.max_position_embeddings, C});
+  add("bert.embeddings.token_type_embeddings.weight", {c.type_vocab_size, C});
+  norm("bert.embeddings.LayerNorm");
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    add(lname(l, "attention.self.query.weight"), {C, C});  // q, k, v rows consecutive: one
+    add(lname(l, "attention.self.key.weight"), {C, C});    // fused [3C, C] matrix
+    add(lname(l, "attention.self.value.weight"), {C, C});
+    add(lname(l, "attention.self.query.bias"), {C});       // and one fused [3C] bias
+    add(lname(l, "attention.self.key.bias"), {C});
+    add(lname(l, "attention.self.value.bias"), {C});
+    dense(lname(l, "attention.output.dense"), C, C);
+    norm(lname(l, "attention.output.LayerNorm"));
+    dense(lname(l, "intermediate.dense"), F, C);
+    dense(lname(l, "output.dense"), C, F);
+    norm(lname(l, "output.LayerNorm"));
+  }
+  if (c.has_pooler()) dense("bert.pooler.dense", C, C);
+  if (c.has_mlm()) {
+    dense("cls.predictions.transform.dense", C, C);
+    norm("cls.predictions.transform.LayerNorm");
+    add("cls.predictions.bias", {V});
+  }
+  switch (c.architecture) {
+    case BertArchitecture::kPreTraining: dense("cls.seq_relationship", 2, C); break;
+    case BertArchitecture::kSequenceClassification:
+    case BertArchitecture::kTokenClassification: dense("classifier", c.num_labels, C); break;
+    case BertArchitecture::kQuestionAnswering: dense("qa_outputs", 2, C); break;
+    case BertArchitecture::kMaskedLM: break;
+  }
+  params_.assign(size_t(offset), 0.0f);
+  grads_.assign(size_t(offset), 0.0f);
+}
+
+bool BertModel::has(const std::string& name) const {
+  for (const auto& p : info_)
+    if (p.name == name) return true;
+  return false;
+}
+
+const ParameterInfo& BertModel::info(const std::string& name) const {
+  for (const auto& p : info_)
+    if (p.name == name) return p;
+  fail("BertModel: no parameter named '", name, "'");
+}
+
+std::span<float> BertModel::parameter(const std::string& name) {
+  const auto& p = info(name);
+  return {params_.data() + p.offset, size_t(p.numel)};
+}
+ConstView2 BertModel::matrix(const std::string& name) const {
+  const auto& p = info(name);
+  return ConstView2::contiguous(params_.data() + p.offset, {p.shape[0], p.shape[1]});
+}
+std::span<const float> BertModel::vec(const std::string& name) const {
+  const auto& p = info(name);
+  return {params_.data() + p.offset, size_t(p.numel)};
+}
+View2 BertModel::grad_matrix(const std::string& name) {
+  const auto& p = info(name);
+  return View2::contiguous(grads_.data() + p.offset, {p.shape[0], p.shape[1]});
+}
+std::span<float> BertModel::grad_vec(const std::string& name) {
+  const auto& p = info(name);
+  return {grads_.data() + p.offset, size_t(p.numel)};
+}
+
+AttentionBlockOptions BertModel::block_options(int64_t l) const {
+  AttentionBlockOptions o;
+  o.heads = config_.num_attention_heads;
+  o.kv_heads = config_.num_attention_heads;
+  o.head_dim = config_.head_dim();
+  o.rope_theta = 0;  // learned absolute positions are added to the embeddings instead
+  o.causal = false;
+  o.qkv_bias = true;
+  o.o_bias = true;
+  if (training_ && config_.attention_probs_dropout_prob > 0) {
+    o.dropout_p = float(config_.attention_probs_dropout_prob);
+    o.dropout_seed = bert_detail::attention_seed(seed_, l);
+  }
+  return o;
+}
+
+AttentionBlockParams BertModel::block_params(int64_t l) const {
+  const int64_t C = config_.hidden_size;
+  AttentionBlockParams p;
+  p.qkv_proj_weight = ConstView2::contiguous(
+      params_.data() + info(lname(l, "attention.self.query.weight")).offset, {3 * C, C});
+  p.qkv_proj_bias = {params_.data() + info(lname(l, "attention.self.query.bias")).offset, size_t(3 * C)};
+  p.o_proj_weight = matrix(lname(l, "attention.output.dense.weight"));
+  p.o_proj_bias = vec(lname(l, "attention.output.dense.bias"));
+  return p;
+}
+
+AttentionBlockGrads BertModel::block_grads(int64_t l) {
+  const int64_t C = config_.hidden_size;
+  AttentionBlockGrads g;
+  g.qkv_proj_weight = View2::contiguous(
+      grads_.data() + info(lname(l, "attention.self.query.weight")).offset, {3 * C, C});
+  g.qkv_proj_bias = {grads_.data() + info(lname(l, "attention.self.query.bias")).offset, size_t(3 * C)};
+  g.o_proj_weight = grad_matrix(lname(l, "attention.output.dense.weight"));
+  g.o_proj_bias = grad_vec(lname(l, "attention.output.dense.bias"));
+  return g;
+}
+
+float BertModel::dropout_p() const { return training_ ? float(config_.hidden_dropout_prob) : 0.0f; }
+
+void BertModel::set_training(bool training, uint64_t seed) {
+  training_ = training;
+  seed_ = seed;
+}
+
+void BertModel::init_random(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (const auto& p : info_) {
+    float* x = params_.data() + p.offset;
+    const bool norm = p.name.find("LayerNorm.weight") != std::string::npos;
+    const bool vector = p.shape.size() == 1;
+    for (int64_t i = 0; i < p.numel; ++i) x[i] = norm ? 1.0f : vector ? 0.0f : normal(rng);
+  }
+}
+
+void BertModel::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+
+int64_t BertModel::copy_matching(const BertModel& other) {
+  int64_t n = 0;
+  for (const auto& p : info_)
+    for (const auto& q : other.info_)
+      if (p.name == q.name && p.shape == q.shape) {
+        std::copy_n(other.params_.data() + q.offset, q.numel, params_.data() + p.offset);
+        ++n;
+      }
+  return n;
+}
+
+void BertModel::save(const std::string& dir) const {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  check(!ec, "BertModel.save: cannot create directory ", dir, ": ", ec.message());
+  std::vector<TensorToWrite> tensors;
+  for (const auto& p : info_)
+    tensors.push_back({p.name, DType::f32, p.shape,
+                       std::as_bytes(std::span<const float>(params_.data() + p.offset, size_t(p.numel)))});
+  save_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  const std::string tmp = dir + "/config.json.tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << bert_config_to_json(config_);
+    out.flush();
+    check(bool(out), "BertModel.save: cannot write ", tmp);
+  }
+  fs::rename(tmp, dir + "/config.json", ec);
+  check(!ec, "BertModel.save: cannot rename ", tmp, ": ", ec.message());
+}
+
+BertModel BertModel::load(const std::string& dir) {
+  std::ifstream in(dir + "/config.json");
+  check(bool(in), "BertModel.load: cannot read ", dir, "/config.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  BertModel model(parse_bert_config(text.str()));
+  const SafetensorsFile file(dir + "/model.safetensors");
+  for (const auto& p : model.info_) {
+    const TensorInfo* t = file.find(p.name);
+    check(t != nullptr, "BertModel.load: ", dir, "/model.safetensors has no tensor '", p.name, "'");
+    check(t->shape == p.shape, "BertModel.load: tensor '", p.name, "' has the wrong shape for this config");
+    const std::vector<float> values = file.read_f32(p.name);
+    std::copy(values.begin(), values.end(), model.params_.begin() + p.offset);
+  }
+  return model;
+}
+
+ConstView2 BertModel::sequence_output() const {
+  check(acts_ && acts_->has_forward, "BertModel.sequence_output: call forward() first");
+  return acts_->resid.back().view();
+}
+ConstView2 BertModel::pooled_output() const {
+  check(acts_ && acts_->has_forward, "BertModel.pooled_output: call forward() first");
+  check(config_.has_pooler(), "BertModel.pooled_output: ", bert_architecture_name(config_.architecture),
+        " has no pooler");
+  return acts_->pooled.view();
+}
+ConstView2 BertModel::task_logits() const {
+  check(acts_ && acts_->has_forward, "BertModel.task_logits: call forward() first");
+  check(config_.architecture != BertArchitecture::kMaskedLM,
+        "BertModel.task_logits: BertForMaskedLM has no task head (use mlm_logits)");
+  return acts_->logits.view();
+}
+
+int64_t bert_parameter_count(const BertConfig& config) {
+  const BertModel m(config);  // the layout is the definition
+  return int64_t(m.parameters().size());
+}
+
+}  // namespace attnkit
