@@ -12,5 +12,6 @@ void add_bench_decode_command(CLI::App& bench);  // cmd_bench_decode.cpp (decode
 void add_train_command(CLI::App& app);     // cmd_train.cpp (train gpt, eval)
 void add_generate_command(CLI::App& app);  // cmd_generate.cpp
 void add_convert_gqa_command(CLI::App& app);  // cmd_convert_gqa.cpp
+void add_demo_command(CLI::App& app);      // cmd_demo.cpp
 
 }  // namespace attnkit::cli
