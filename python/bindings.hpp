@@ -13,6 +13,7 @@ void bind_kv(pybind11::module_& m);          // bind_kv.cpp
 void bind_kv_cache(pybind11::module_& m);    // bind_kv_cache.cpp
 void bind_models(pybind11::module_& m);      // bind_models.cpp
 void bind_ms_deform_attn(pybind11::module_& m);  // bind_ms_deform_attn.cpp
+void bind_ms_deform_attn_block(pybind11::module_& m);  // bind_ms_deform_attn_block.cpp
 void bind_nn(pybind11::module_& m);          // bind_nn.cpp
 void bind_train(pybind11::module_& m);       // bind_train.cpp
 

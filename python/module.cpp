@@ -19,6 +19,7 @@ PYBIND11_MODULE(_attnkit, m) {
   attnkit::python::bind_kv_cache(m);
   attnkit::python::bind_models(m);
   attnkit::python::bind_ms_deform_attn(m);
+  attnkit::python::bind_ms_deform_attn_block(m);
   attnkit::python::bind_nn(m);
   attnkit::python::bind_train(m);
 }

@@ -227,3 +227,7 @@ from .block import (attention_block, attention_block_backward, fuse_qkv,  # noqa
                     positions_from_cu_seqlens)
 
 __all__ += ["attention_block", "attention_block_backward", "fuse_qkv", "positions_from_cu_seqlens"]
+from .deform import (ms_deform_attn_block, ms_deform_attn_block_backward,  # noqa: E402
+                     ms_deform_attn_block_init)
+
+__all__ += ["ms_deform_attn_block", "ms_deform_attn_block_backward", "ms_deform_attn_block_init"]
