@@ -51,7 +51,9 @@ void run_generate(const GenerateCli& cli) {
   const double dt = now_seconds() - t0;
   std::fprintf(stderr, "\n[%lld tokens in %.2f s: %.1f tokens/s; KV cache %s, %lld tokens held, %.2f MiB]\n",
                (long long)produced, dt, produced / std::max(dt, 1e-9),
-               gen.cache().config().policy == KVPolicy::sink ? "sink+window" : "dense",
+               gen.cache().config().policy == KVPolicy::sink     ? "sink+window"
+               : gen.cache().config().policy == KVPolicy::window ? "window (--sink 0)"
+                                                                 : "dense",
                (long long)gen.cache().cached(0, 0), double(gen.cache().nbytes()) / (1 << 20));
 }
 

@@ -12,6 +12,7 @@
 #include "attnkit/io/text_corpus.hpp"
 #include "attnkit/io/tokenizer.hpp"
 #include "attnkit/train/gpt_trainer.hpp"
+#include "cli_data.hpp"
 #include "commands.hpp"
 
 namespace attnkit::cli {
@@ -33,27 +34,6 @@ GptConfig gpt_preset(const std::string& name) {
     fail("--preset: unknown preset '", name, "' (tiny, small)");
   }
   return c;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(bool(in), "cannot read ", path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Documents from --data: "fortunes", "bible", or text files (one document each).
-std::vector<std::string> load_documents(const std::vector<std::string>& data) {
-  std::vector<std::string> docs;
-  for (const auto& d : data) {
-    std::vector<std::string> part = d == "fortunes" ? load_fortunes()
-                                    : d == "bible"  ? load_bible_kjv()
-                                                    : load_text_files({d});
-    docs.insert(docs.end(), part.begin(), part.end());
-  }
-  check(!docs.empty(), "--data: no documents");
-  return docs;
 }
 
 struct TrainCli {
@@ -154,18 +134,7 @@ void add_train_command(CLI::App& app) {
   ev->add_option("--split", *split, "validation, train, or all (files given as --data: use all)")->capture_default_str();
   ev->callback([model, data, windows, split] {
     GptModel m = GptModel::load(*model);
-    TextCorpus corpus(load_documents(*data));
-    std::vector<int32_t> all;
-    std::span<const int32_t> tokens;
-    if (*split == "all") {
-      const auto a = corpus.tokens(Split::train), b = corpus.tokens(Split::validation);
-      all.assign(a.begin(), a.end());
-      all.insert(all.end(), b.begin(), b.end());
-      tokens = all;
-    } else {
-      check(*split == "validation" || *split == "train", "--split: expected validation, train or all");
-      tokens = corpus.tokens(*split == "train" ? Split::train : Split::validation);
-    }
+    const std::vector<int32_t> tokens = load_split_tokens(*data, *split);
     const int64_t seq = m.config().max_position_embeddings;
     const double loss = evaluate_loss(m, tokens, seq, *windows);
     std::printf("loss %.4f  perplexity %.3f  bits per byte %.4f  (%s split, windows of %lld tokens)\n",

@@ -13,5 +13,6 @@ void add_train_command(CLI::App& app);     // cmd_train.cpp (train gpt, eval)
 void add_generate_command(CLI::App& app);  // cmd_generate.cpp
 void add_convert_gqa_command(CLI::App& app);  // cmd_convert_gqa.cpp
 void add_demo_command(CLI::App& app);      // cmd_demo.cpp
+void add_sinks_commands(CLI::App& app);    // cmd_sinks.cpp (sink-profile, eval-stream)
 
 }  // namespace attnkit::cli

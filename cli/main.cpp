@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   attnkit::cli::add_generate_command(app);
   attnkit::cli::add_convert_gqa_command(app);
   attnkit::cli::add_demo_command(app);
+  attnkit::cli::add_sinks_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -200,6 +200,19 @@ class Model:
         """Writes config.json and model.safetensors to ``directory`` atomically."""
         self._impl.save(str(directory))
 
+    def sink_profile(self, tokens, query_pos, windows=1, recent=64, gate_bins=10):
+        """Attention of query ``query_pos`` averaged over ``windows`` windows of ``tokens``:
+        dict of float64 arrays mass [L, H, query_pos + 1], sink_share [L, H], gate_mean [L, H],
+        gate_hist [L, H, gate_bins] (see include/attnkit/tools/sink_profile.hpp)."""
+        return _attnkit._sink_profile(self._impl, _np.asarray(tokens), query_pos, windows, recent,
+                                      gate_bins)
+
+    def stream_eval(self, tokens, policy="sink", window=0, sinks=4, count=None):
+        """Streams ``count`` tokens under a KV-cache policy (dense, window, sink, recompute):
+        dict with nll [count - 1] (nats, float64) and the cache's stream positions at the end."""
+        count = len(tokens) if count is None else count
+        return _attnkit._stream_eval(self._impl, _np.asarray(tokens), policy, window, sinks, count)
+
 
 def convert_gqa(in_dir, out_dir, kv_heads, method="mean", seed=0):
     """Writes ``out_dir`` (config.json + model.safetensors) with ``kv_heads`` KV heads: the K/V

@@ -217,6 +217,13 @@ void GptModel::init_random(uint64_t seed) {
   }
 }
 
+AttentionBlockCache GptModel::attention_cache(int64_t layer) {
+  check(acts_ != nullptr, "GptModel.attention_cache: call logits() or forward() first");
+  check(layer >= 0 && layer < config_.num_hidden_layers, "GptModel.attention_cache: layer ", layer,
+        " out of range [0, ", config_.num_hidden_layers, ")");
+  return acts_->block[size_t(layer)].cache();
+}
+
 void GptModel::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
 void GptModel::run_layers(const GptBatch& batch) {

@@ -17,7 +17,10 @@ namespace {
 KVCacheConfig cache_config(const GptConfig& c, const GenerateOptions& o) {
   KVCacheConfig k{.layers = c.num_hidden_layers, .kv_heads = c.num_key_value_heads,
                   .head_dim = c.head_dim, .dtype = o.cache_dtype};
-  if (o.n_sink >= 0 && o.window > 0) {
+  if (o.n_sink == 0 && o.window > 0) {  // plain sliding window: the first tokens are evicted
+    k.policy = KVPolicy::window;
+    k.window = o.window;
+  } else if (o.n_sink > 0 && o.window > 0) {
     k.policy = KVPolicy::sink;
     k.n_sink = o.n_sink;
     k.window = o.window;
@@ -64,7 +67,7 @@ std::span<const float> GptGenerator::feed(int32_t token) {
   const int64_t C = c.hidden_size, H = c.num_attention_heads, Hkv = c.num_key_value_heads,
                 D = c.head_dim, F = c.intermediate_size;
   check(token >= 0 && token < c.vocab_size, "generate: token ", token, " out of range [0, ", c.vocab_size, ")");
-  check(cache_.config().policy == KVPolicy::sink || position_ < cache_.slots_per_sequence(),
+  check(cache_.config().policy != KVPolicy::dense || position_ < cache_.slots_per_sequence(),
         "generate: the dense cache holds ", cache_.slots_per_sequence(),
         " tokens; use --sink/--window (StreamingLLM) to go further");
   std::copy_n(embed_.ptr(token), C, x_.begin());

@@ -80,6 +80,10 @@ class GptModel {
   void backward(float d_loss = 1.0f);
   // Sets gradients() to zero.
   void zero_grad();
+  // The attention block's saved activations of layer `layer` from the last logits()/forward():
+  // qkv [T, (H + 2·Hkv)·D] after RoPE, attn [T, H·D] before the gate, lse [H, T], gate [T, Hg]
+  // (sigmoid values; empty without a gate). Throws attnkit::Error before any forward.
+  AttentionBlockCache attention_cache(int64_t layer);
 
  private:
   void build_layout();

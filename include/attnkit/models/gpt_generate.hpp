@@ -14,8 +14,9 @@
 namespace attnkit {
 
 struct GenerateOptions {
-  int64_t n_sink = -1;        // >= 0 with window > 0: StreamingLLM sink + window cache
-  int64_t window = 0;         // recent tokens kept by the sink policy
+  int64_t n_sink = -1;        // > 0 with window > 0: StreamingLLM sink + window cache;
+                              // 0 with window > 0: plain sliding window (first tokens evicted)
+  int64_t window = 0;         // recent tokens kept by the sink / window policy
   int64_t capacity = 0;       // dense cache: tokens (0 = the model's max_position_embeddings)
   DType cache_dtype = DType::f32;
   float temperature = 1.0f;   // 0 = greedy
