@@ -76,6 +76,7 @@ void add_bench_command(CLI::App& app) {
   att->add_flag("--json", *json, "One JSON object (keys: ms, gflops, fraction_of_sgemm, naive_ms, ...)");
   att->callback([c, json] { print_attention(*c, run_attention_bench(*c), *json); });
   add_bench_decode_command(*bench);
+  add_bench_generate_command(*bench);
 }
 
 }  // namespace attnkit::cli

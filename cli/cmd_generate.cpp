@@ -1,14 +1,21 @@
 // `attnkit generate`: sample text from a GPT with a KV cache (dense, or StreamingLLM sink +
 // window), streaming bytes as they are produced, then tokens/s and cache memory on stderr.
+// With --tp P under `mpirun -np P`, the model is split over P processes (dist/tp_generate.hpp)
+// and every rank's KV-cache bytes are printed next to kv-plan's per-shard prediction.
 #include <cstdio>
 #include <memory>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/io/tokenizer.hpp"
+#include "attnkit/kv/kv_plan.hpp"
 #include "attnkit/models/gpt_generate.hpp"
 #include "attnkit/tools/roofline.hpp"
 #include "commands.hpp"
+#if ATTNKIT_HAVE_MPI
+#include "attnkit/dist/mpi.hpp"
+#include "attnkit/dist/tp_generate.hpp"
+#endif
 
 namespace attnkit::cli {
 namespace {
@@ -18,37 +25,50 @@ struct GenerateCli {
   int64_t max_tokens = 200;
   GenerateOptions opts;
   int threads = 0;
+  int64_t tp = 1;
   bool no_stop = false;
 };
 
-void run_generate(const GenerateCli& cli) {
-  ThreadCountScope threads(cli.threads);
-  const GptModel model = GptModel::load(cli.model);
+GenerateOptions resolve_options(const GenerateCli& cli) {
   GenerateOptions o = cli.opts;
   o.cache_dtype = parse_kv_storage_dtype(cli.cache_dtype, "--cache-dtype");
   check(cli.max_tokens >= 0, "--max-tokens: must be >= 0");
   if (o.n_sink < 0 && o.window <= 0 && o.capacity == 0)  // dense: room for prompt + output
     o.capacity = int64_t(cli.prompt.size()) + cli.max_tokens + 1;
   check((o.n_sink >= 0) == (o.window > 0), "--sink and --window go together (StreamingLLM cache)");
-  GptGenerator gen(model, o);
+  return o;
+}
+
+// Feeds the prompt and samples up to --max-tokens; prints the text if `print`. Returns
+// (tokens produced, seconds).
+template <class Generator>
+std::pair<int64_t, double> generate_text(Generator& gen, const GenerateCli& cli, bool print) {
   std::vector<int32_t> prompt = ByteTokenizer::encode(cli.prompt);
   prompt.insert(prompt.begin(), ByteTokenizer::kEndOfText);  // documents start after <|endoftext|>
   std::span<const float> logits;
   for (int32_t t : prompt) logits = gen.feed(t);
-  std::fwrite(cli.prompt.data(), 1, cli.prompt.size(), stdout);
+  if (print) std::fwrite(cli.prompt.data(), 1, cli.prompt.size(), stdout);
   const double t0 = now_seconds();
   int64_t produced = 0;
   for (; produced < cli.max_tokens; ++produced) {
     const int32_t next = gen.sample(logits);
     if (next == ByteTokenizer::kEndOfText && !cli.no_stop) break;
-    if (next < 256) {
+    if (next < 256 && print) {
       const char byte = char(next);
       std::fwrite(&byte, 1, 1, stdout);
       std::fflush(stdout);
     }
     logits = gen.feed(next);
   }
-  const double dt = now_seconds() - t0;
+  return {produced, now_seconds() - t0};
+}
+
+void run_generate(const GenerateCli& cli) {
+  ThreadCountScope threads(cli.threads);
+  const GptModel model = GptModel::load(cli.model);
+  const GenerateOptions o = resolve_options(cli);
+  GptGenerator gen(model, o);
+  const auto [produced, dt] = generate_text(gen, cli, true);
   std::fprintf(stderr, "\n[%lld tokens in %.2f s: %.1f tokens/s; KV cache %s, %lld tokens held, %.2f MiB]\n",
                (long long)produced, dt, produced / std::max(dt, 1e-9),
                gen.cache().config().policy == KVPolicy::sink     ? "sink+window"
@@ -56,6 +76,41 @@ void run_generate(const GenerateCli& cli) {
                                                                  : "dense",
                (long long)gen.cache().cached(0, 0), double(gen.cache().nbytes()) / (1 << 20));
 }
+
+#if ATTNKIT_HAVE_MPI
+void run_generate_tp(const GenerateCli& cli) {
+  dist::MpiWorld world;
+  check(world.size() == cli.tp, "--tp: ", cli.tp, " processes requested but MPI started ", world.size(),
+        " (launch with mpirun -np ", cli.tp, ")");
+  ThreadCountScope threads(cli.threads);
+  const GptModel model = GptModel::load(cli.model);
+  const GenerateOptions o = resolve_options(cli);
+  dist::TpGenerator gen(model, o, world.rank(), world.size());
+  const auto [produced, dt] = generate_text(gen, cli, world.rank() == 0);
+  // Every rank's actual KV bytes and head ranges, gathered to rank 0, against kv-plan --tp.
+  const auto& r = gen.range();
+  const int64_t mine[5] = {gen.cache().nbytes(), r.head_begin, r.head_end, r.kv_begin, r.kv_end};
+  std::vector<int64_t> all(size_t(5 * world.size()));
+  dist::gather(mine, all, 0);
+  if (world.rank() != 0) return;
+  const auto& c = model.config();
+  const KVPlanRow plan = kv_plan({.layers = c.num_hidden_layers, .heads = c.num_attention_heads,
+                                  .kv_heads = c.num_key_value_heads, .head_dim = c.head_dim,
+                                  .dtype = *parse_kv_dtype(cli.cache_dtype)},
+                                 {.context = gen.cache().slots_per_sequence(), .tp = cli.tp});
+  std::fprintf(stderr, "\n[%lld tokens in %.2f s: %.1f tokens/s over %lld processes]\n", (long long)produced, dt,
+               produced / std::max(dt, 1e-9), (long long)cli.tp);
+  for (int p = 0; p < world.size(); ++p) {
+    const int64_t* a = all.data() + 5 * p;
+    std::fprintf(stderr, "[rank %d: query heads %lld-%lld, KV heads %lld-%lld, KV cache %lld bytes (%lld slots)]\n",
+                 p, (long long)a[1], (long long)(a[2] - 1), (long long)a[3], (long long)(a[4] - 1), (long long)a[0],
+                 (long long)gen.cache().slots_per_sequence());
+  }
+  std::fprintf(stderr, "[kv-plan --tp %lld: %lld bytes per shard (%lld KV heads per shard, replication %lld)]\n",
+               (long long)cli.tp, (long long)plan.shard_bytes_per_sequence, (long long)plan.kv_heads_per_shard,
+               (long long)plan.replication);
+}
+#endif
 
 }  // namespace
 
@@ -73,8 +128,19 @@ void add_generate_command(CLI::App& app) {
   g->add_option("--window", cli->opts.window, "StreamingLLM: recent tokens kept (with --sink)");
   g->add_option("--cache-dtype", cli->cache_dtype, "KV cache storage: f32, f16, bf16, int8")->capture_default_str();
   g->add_option("--threads", cli->threads, "Threads (0 = all cores)")->capture_default_str();
+  g->add_option("--tp", cli->tp,
+                "Tensor-parallel processes: run under `mpirun -np P`; rank r holds heads and MLP slice r of P")
+      ->capture_default_str();
   g->add_flag("--no-stop", cli->no_stop, "Keep going past <|endoftext|> (streaming tests)");
-  g->callback([cli] { run_generate(*cli); });
+  g->callback([cli] {
+    check(cli->tp >= 1, "--tp: must be >= 1");
+    if (cli->tp == 1) return run_generate(*cli);
+#if ATTNKIT_HAVE_MPI
+    run_generate_tp(*cli);
+#else
+    fail("--tp: this attnkit was built without MPI (ATTNKIT_MPI=OFF or Open MPI not found)");
+#endif
+  });
 }
 
 }  // namespace attnkit::cli

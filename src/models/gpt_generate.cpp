@@ -106,18 +106,39 @@ std::span<const float> GptGenerator::feed(int32_t token) {
       }
     }
     linear_forward(row(proj_, C), row(attn_, H * D), w.attn.o_proj_weight, w.attn.o_proj_bias);
+    if (options_.all_reduce) options_.all_reduce(proj_);  // tensor parallel: sum the shards' heads
     for (int64_t e = 0; e < C; ++e) x_[size_t(e)] += proj_[size_t(e)];
     rms_norm_forward(row(h_, C), {&rstd, 1}, row(x_, C), w.post_norm, eps);
     linear_forward(row(ff_gate_, F), row(h_, C), w.mlp_gate, {});
     linear_forward(row(ff_up_, F), row(h_, C), w.mlp_up, {});
     swiglu_forward(row(ff_, F), row(ff_gate_, F), row(ff_up_, F));
     linear_forward(row(proj_, C), row(ff_, F), w.mlp_down, {});
+    if (options_.all_reduce) options_.all_reduce(proj_);  // tensor parallel: sum the MLP slices
     for (int64_t e = 0; e < C; ++e) x_[size_t(e)] += proj_[size_t(e)];
   }
   rms_norm_forward(row(h_, C), {&rstd, 1}, row(x_, C), final_norm_, eps);
   linear_forward(row(logits_, c.vocab_size), row(h_, C), head_, {});
   ++position_;
   return logits_;
+}
+
+void GptGenerator::fill_cache_random(int64_t tokens, uint64_t seed) {
+  const auto& c = model_.config();
+  check(tokens >= 0, "fill_cache_random: tokens must be >= 0");
+  check(cache_.config().policy == KVPolicy::sink || position_ + tokens <= cache_.slots_per_sequence(),
+        "fill_cache_random: the dense cache holds ", cache_.slots_per_sequence(), " tokens");
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  const int64_t n = c.num_key_value_heads * c.head_dim;
+  std::vector<float> k(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      for (int64_t i = 0; i < n; ++i) k[size_t(i)] = normal(rng), v[size_t(i)] = normal(rng);
+      cache_.append(0, l, ConstView3::contiguous(k.data(), {1, c.num_key_value_heads, c.head_dim}),
+                    ConstView3::contiguous(v.data(), {1, c.num_key_value_heads, c.head_dim}));
+    }
+    ++position_;
+  }
 }
 
 int32_t GptGenerator::sample(std::span<const float> logits) {

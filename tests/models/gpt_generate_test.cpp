@@ -69,3 +69,22 @@ TEST(GptGenerate, SinkCacheKeepsConstantMemoryPastTheDenseCapacity) {
 
 }  // namespace
 }  // namespace attnkit
+
+namespace attnkit {
+namespace {
+
+TEST(GptGenerate, FillCacheRandomAdvancesTheCache) {
+  GptModel model(tiny(GateMode::kNone, GateSource::kInput, SinkMode::kNone, -1));
+  model.init_random(1);
+  GptGenerator gen(model, {.capacity = 16, .temperature = 0});
+  gen.fill_cache_random(10, 3);
+  EXPECT_EQ(gen.position(), 10);
+  EXPECT_EQ(gen.cache().cached(0, 1), 10);
+  const auto logits = gen.feed(2);
+  for (float x : logits) EXPECT_TRUE(std::isfinite(x));
+  EXPECT_EQ(gen.cache().cached(0, 0), 11);
+  EXPECT_THROW(gen.fill_cache_random(6, 3), Error);  // 11 + 6 > 16
+}
+
+}  // namespace
+}  // namespace attnkit

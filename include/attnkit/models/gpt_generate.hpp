@@ -5,6 +5,8 @@
 // policy (StreamingLLM: n_sink first tokens + a window of recent ones) memory and time per token
 // stay constant for any length.
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <random>
 #include <vector>
 
@@ -23,6 +25,9 @@ struct GenerateOptions {
   int64_t top_k = 0;          // 0 = off
   float top_p = 1.0f;         // nucleus mass; 1 = off
   uint64_t seed = 0;
+  // Tensor parallelism: sums a shard's partial [C] output (attention output projection, MLP down
+  // projection) over all shards in place. Empty: the model is whole (one process).
+  std::function<void(std::span<float>)> all_reduce;
 };
 
 class GptGenerator {
@@ -32,6 +37,9 @@ class GptGenerator {
   std::span<const float> feed(int32_t token);
   // Samples a token from logits with the options' temperature, top-k and top-p.
   int32_t sample(std::span<const float> logits);
+  // Benchmark helper: appends `tokens` positions of N(0, 1) keys and values to every layer's
+  // cache, as if a prompt of that length had been fed (decode time depends on the cache only).
+  void fill_cache_random(int64_t tokens, uint64_t seed);
   // Tokens fed so far (the stream position).
   int64_t position() const { return position_; }
   const KVCache& cache() const { return cache_; }
