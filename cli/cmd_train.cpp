@@ -14,6 +14,9 @@
 #include "attnkit/train/gpt_trainer.hpp"
 #include "cli_data.hpp"
 #include "commands.hpp"
+#if ATTNKIT_HAVE_MPI
+#include "attnkit/dist/mpi.hpp"
+#endif
 
 namespace attnkit::cli {
 namespace {
@@ -43,7 +46,7 @@ struct TrainCli {
   TrainOptions opts;
   double lr = 1e-3, min_lr = 1e-4;
   int64_t warmup = 100;
-  bool resume = false, quiet = false;
+  bool resume = false, quiet = false, dp = false;
   int threads = 0;
   TrainCli() {  // the default run: about 15 minutes on this 2-core machine (README)
     opts.steps = 2000;
@@ -65,7 +68,53 @@ GptModel initial_model(const TrainCli& cli, uint64_t seed) {
   return GptModel::load(cli.init);
 }
 
+// Data parallelism under mpirun (--dp): MPI for the run's lifetime, the rank's share of every
+// batch, gradients averaged over ranks; rank 0 writes. Without --dp: nothing.
+struct DataParallel {
+#if ATTNKIT_HAVE_MPI
+  std::unique_ptr<dist::MpiWorld> world;
+#endif
+  explicit DataParallel(bool on) {
+    if (!on) return;
+#if ATTNKIT_HAVE_MPI
+    world = std::make_unique<dist::MpiWorld>();
+#else
+    fail("--dp: this attnkit was built without MPI (ATTNKIT_MPI=OFF or Open MPI not found)");
+#endif
+  }
+  void configure(TrainOptions& o) const {
+#if ATTNKIT_HAVE_MPI
+    if (!world) return;
+    o.dp_rank = world->rank();
+    o.dp_size = world->size();
+    const float inv = 1.0f / float(world->size());
+    o.dp_average = [inv](std::span<float> x) {
+      dist::all_reduce_sum(x);
+      for (float& v : x) v *= inv;
+    };
+#endif
+  }
+  // Throws unless every rank holds the same parameters (the all-reduce gave every rank one sum).
+  void check_in_sync(std::span<const float> params) const {
+#if ATTNKIT_HAVE_MPI
+    if (!world) return;
+    double sum = 0;
+    for (float p : params) sum += double(p);
+    const double total = dist::all_reduce_sum(sum);
+    check(total == sum * world->size(), "--dp: ranks ended with different parameters");
+#endif
+  }
+  bool writer() const {
+#if ATTNKIT_HAVE_MPI
+    return !world || world->rank() == 0;
+#else
+    return true;
+#endif
+  }
+};
+
 void run_train(const TrainCli& cli) {
+  const DataParallel dp(cli.dp);
   ThreadCountScope threads(cli.threads);
   check(cli.tokens >= 0, "--tokens: must be >= 0");
   GptModel model = initial_model(cli, cli.opts.seed);
@@ -76,15 +125,18 @@ void run_train(const TrainCli& cli) {
   TrainOptions o = cli.opts;
   if (cli.tokens > 0) o.steps = (cli.tokens + o.batch * o.seq_len - 1) / std::max<int64_t>(1, o.batch * o.seq_len);
   o.out_dir = cli.out;
-  o.progress = !cli.quiet;
+  o.progress = !cli.quiet && dp.writer();
+  dp.configure(o);
   o.schedule = {.max_lr = cli.lr, .min_lr = cli.min_lr, .warmup_steps = cli.warmup, .total_steps = o.steps};
   GptTrainer trainer(model, corpus, o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
-  if (!cli.quiet)
+  if (o.progress)
     std::fprintf(stderr, "training %lld parameters on %zu train tokens, steps %lld..%lld, %d threads\n",
                  (long long)gpt_parameter_count(cfg), corpus.tokens(Split::train).size(),
                  (long long)start, (long long)o.steps, num_threads());
   const TrainStepResult last = trainer.run();
+  dp.check_in_sync(model.parameters());
+  if (!dp.writer()) return;
   const double val = trainer.evaluate(o.eval_windows);
   std::printf("step %lld: train loss %.4f, validation loss %.4f (%.3f bits per byte); saved to %s\n",
               (long long)(last.step + 1), last.loss, val, val / std::log(2.0), o.out_dir.c_str());
@@ -119,6 +171,9 @@ void add_train_command(CLI::App& app) {
   gpt->add_option("--checkpoint-every", cli->opts.checkpoint_every, "Steps between checkpoints")->capture_default_str();
   gpt->add_option("--seed", cli->opts.seed, "Seed of initialisation and data windows")->capture_default_str();
   gpt->add_flag("--resume", cli->resume, "Continue from the checkpoint in --out");
+  gpt->add_flag("--dp", cli->dp,
+                "Data parallel under `mpirun -np P`: each process takes batch/P windows of every step; "
+                "gradients are averaged (all-reduce); rank 0 writes");
   gpt->add_option("--threads", cli->threads, "Threads (0 = all cores)")->capture_default_str();
   gpt->add_flag("--quiet", cli->quiet, "No progress output");
   gpt->callback([cli] { run_train(*cli); });

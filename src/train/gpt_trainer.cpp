@@ -74,6 +74,10 @@ GptTrainer::GptTrainer(GptModel& model, const TextCorpus& corpus, const TrainOpt
   check(options.seq_len >= 1 && options.seq_len <= model.config().max_position_embeddings,
         "--seq: must be in [1, max_position_embeddings = ", model.config().max_position_embeddings, "]");
   check(!options.out_dir.empty(), "--out: a directory is required");
+  check(options.dp_size >= 1 && options.dp_rank >= 0 && options.dp_rank < options.dp_size,
+        "--dp: rank ", options.dp_rank, " of ", options.dp_size, " is out of range");
+  check(options.batch % options.dp_size == 0, "--batch: ", options.batch, " must be a multiple of the ",
+        options.dp_size, " data-parallel processes");
   check(int64_t(corpus.tokens(Split::train).size()) > options.seq_len,
         "data: the training split has fewer than ", options.seq_len + 1, " tokens");
   options_.schedule.total_steps = std::max(options_.schedule.total_steps, options_.schedule.warmup_steps);
@@ -94,7 +98,14 @@ int64_t GptTrainer::resume() {
 TrainStepResult GptTrainer::step(int64_t s) {
   const double t0 = now_seconds();
   const BatchSamplerOptions sampler{.batch = options_.batch, .seq_len = options_.seq_len, .seed = options_.seed};
-  const Windows w = split_windows(sample_batch(corpus_.tokens(Split::train), sampler, uint64_t(s)));
+  Tensor<int32_t, 2> rows = sample_batch(corpus_.tokens(Split::train), sampler, uint64_t(s));
+  if (options_.dp_size > 1) {  // data parallel: this process's share of the step's windows
+    const int64_t share = options_.batch / options_.dp_size, width = rows.shape()[1];
+    Tensor<int32_t, 2> mine({share, width});
+    std::copy_n(rows.data() + options_.dp_rank * share * width, share * width, mine.data());
+    rows = std::move(mine);
+  }
+  const Windows w = split_windows(rows);
   model_.zero_grad();
   float loss = 0;
   try {
@@ -105,6 +116,10 @@ TrainStepResult GptTrainer::step(int64_t s) {
     if (what.find("non-finite") == std::string::npos) throw;
     fail("training diverged at step ", s, " (", what, "); the last good checkpoint in ",
          options_.out_dir, " is kept");
+  }
+  if (options_.dp_average) {  // equal token counts per process: mean of means = the batch mean
+    options_.dp_average(model_.gradients());
+    options_.dp_average({&loss, 1});
   }
   check(std::isfinite(loss), "training diverged at step ", s, ": loss = ", loss,
         "; the last good checkpoint in ", options_.out_dir, " is kept");
@@ -119,7 +134,7 @@ TrainStepResult GptTrainer::step(int64_t s) {
     check(std::isfinite(p), "training diverged at step ", s, ": a parameter became ", p,
           " (lr ", lr, "); the last good checkpoint in ", options_.out_dir, " is kept");
   const double dt = now_seconds() - t0;
-  return {s, loss, lr, norm, double(w.tokens.size()) / dt};
+  return {s, loss, lr, norm, double(w.tokens.size()) * double(options_.dp_size) / dt};  // all processes
 }
 
 double GptTrainer::evaluate(int64_t windows) {
@@ -134,10 +149,12 @@ void GptTrainer::save_checkpoint(int64_t completed) {
 
 TrainStepResult GptTrainer::run() {
   namespace fs = std::filesystem;
-  fs::create_directories(options_.out_dir);
+  const bool writer = options_.dp_rank == 0;  // data parallel: one process writes
+  if (writer) fs::create_directories(options_.out_dir);
   const bool tty = isatty(fileno(stderr));
-  std::ofstream log(options_.out_dir + "/log.csv", next_step_ == 0 ? std::ios::trunc : std::ios::app);
-  if (next_step_ == 0) log << "step,loss,lr,grad_norm,tokens_per_s,val_loss\n";
+  std::ofstream log;
+  if (writer) log.open(options_.out_dir + "/log.csv", next_step_ == 0 ? std::ios::trunc : std::ios::app);
+  if (writer && next_step_ == 0) log << "step,loss,lr,grad_norm,tokens_per_s,val_loss\n";
   TrainStepResult last{};
   const double start = now_seconds();
   double tokens_done = 0;
@@ -152,10 +169,10 @@ TrainStepResult GptTrainer::run() {
         << last.tokens_per_second << ',';
     if (eval) log << val;
     log << '\n' << std::flush;
-    if ((options_.checkpoint_every > 0 && next_step_ % options_.checkpoint_every == 0) ||
-        next_step_ == options_.steps)
+    if (writer && ((options_.checkpoint_every > 0 && next_step_ % options_.checkpoint_every == 0) ||
+                   next_step_ == options_.steps))
       save_checkpoint(next_step_);
-    if (options_.progress && (tty || eval || s % 10 == 0)) {
+    if (writer && options_.progress && (tty || eval || s % 10 == 0)) {
       const double elapsed = now_seconds() - start;
       const double rate = tokens_done / elapsed;
       const double eta = double(options_.steps - next_step_) * options_.batch * options_.seq_len / rate;
@@ -165,7 +182,7 @@ TrainStepResult GptTrainer::run() {
                    eval ? (" | val " + std::to_string(val)).c_str() : "", tty ? "   " : "\n");
     }
   }
-  if (options_.progress && tty) std::fprintf(stderr, "\n");
+  if (writer && options_.progress && tty) std::fprintf(stderr, "\n");
   return last;
 }
 

@@ -5,6 +5,7 @@
 // uninterrupted losses bit for bit (the data position is the step: no hidden sampler state).
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,13 @@ struct TrainOptions {
   uint64_t seed = 1;             // keys the training windows
   std::string out_dir;           // checkpoints and log.csv go here
   bool progress = true;          // progress bar (or plain lines when stderr is not a TTY)
+  // Data parallelism (the CLI's --dp under mpirun): this process computes windows
+  // [dp_rank·B/P, (dp_rank+1)·B/P) of each step's batch (B % P == 0), dp_average averages a
+  // buffer over the P processes in place (the gradients, then the loss), and only dp_rank 0
+  // writes the log and checkpoints. The averaged gradient is the whole batch's, so P processes
+  // follow the single-process run up to float32 rounding.
+  int64_t dp_rank = 0, dp_size = 1;
+  std::function<void(std::span<float>)> dp_average;
 };
 
 struct TrainStepResult {
