@@ -17,6 +17,7 @@ void bind_ms_deform_attn(pybind11::module_& m);  // bind_ms_deform_attn.cpp
 void bind_ms_deform_attn_block(pybind11::module_& m);  // bind_ms_deform_attn_block.cpp
 void bind_nn(pybind11::module_& m);          // bind_nn.cpp
 void bind_train(pybind11::module_& m);       // bind_train.cpp
+void bind_vision(pybind11::module_& m);      // bind_vision.cpp (conv, pooling, batch norm, SE, CBAM)
 void bind_tools(pybind11::module_& m);       // bind_tools.cpp (sink profile, stream eval)
 
 }  // namespace attnkit::python

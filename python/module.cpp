@@ -23,5 +23,6 @@ PYBIND11_MODULE(_attnkit, m) {
   attnkit::python::bind_ms_deform_attn_block(m);
   attnkit::python::bind_nn(m);
   attnkit::python::bind_train(m);
+  attnkit::python::bind_vision(m);
   attnkit::python::bind_tools(m);
 }

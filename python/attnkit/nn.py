@@ -231,3 +231,9 @@ from .deform import (ms_deform_attn_block, ms_deform_attn_block_backward,  # noq
                      ms_deform_attn_block_init)
 
 __all__ += ["ms_deform_attn_block", "ms_deform_attn_block_backward", "ms_deform_attn_block_init"]
+
+
+from .nn_vision import *  # noqa: E402,F401,F403  (NCHW image layers)
+from .nn_vision import __all__ as _vision_all  # noqa: E402
+
+__all__ += _vision_all

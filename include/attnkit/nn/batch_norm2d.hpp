@@ -1,0 +1,40 @@
+#pragma once
+// Batch normalisation over NCHW activations (Ioffe & Szegedy 2015): per channel c,
+//   y = (x - μ_c)·r_c·w_c + b_c,  r_c = 1/sqrt(σ²_c + eps)
+// Training: μ, σ² are the batch statistics over (N, H, W) (σ² biased), and the running
+// statistics move toward them: running_mean ← (1-m)·running_mean + m·μ, running_var ←
+// (1-m)·running_var + m·σ²·M/(M-1) (unbiased, M = N·H·W), as PyTorch does. Eval: μ, σ² are the
+// running statistics, which stay unchanged.
+// PyTorch: torch.nn.functional.batch_norm(x, running_mean, running_var, w, b, training, m, eps).
+//
+// Shapes: x, y, d_x, d_y [N, C, H, W] (contiguous NCHW); w, b, d_w, d_b, running_mean,
+// running_var [C]; mean, rstd [C] (the μ and r used, saved by the forward for the backward).
+// w or b empty means 1 or 0; the matching gradient must then be empty too. y may alias x.
+// Gradient contract (shared/DESIGN.md §4): backward ADDS (+=) into d_w, d_b and ASSIGNS (=) d_x.
+// Statistics and parameter gradients are summed per channel in double in a fixed order; channels
+// run in parallel: deterministic for any thread count.
+#include <span>
+
+#include "attnkit/core/tensor.hpp"
+
+namespace attnkit {
+
+struct BatchNormOptions {
+  float eps = 1e-5f;       // added to the variance, >= 0
+  float momentum = 0.1f;   // running-statistics update rate m in [0, 1]
+  bool training = true;    // batch statistics (true) or running statistics (false)
+};
+
+// y[N, C, H, W] = (x - mean)·rstd·w + b per channel; writes mean[C], rstd[C] and, in training,
+// updates running_mean[C], running_var[C] (which may be empty in training: no running stats).
+void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
+                          std::span<float> running_mean, std::span<float> running_var,
+                          ConstView4 x, std::span<const float> w, std::span<const float> b,
+                          const BatchNormOptions& opts = {});
+// Training: d_x = r·(g - mean_c(g) - x̂·mean_c(g·x̂)), g = d_y·w, x̂ = (x - μ)·r, means over
+// (N, H, W); eval: d_x = d_y·w·r. d_w[C] += Σ d_y·x̂; d_b[C] += Σ d_y. mean, rstd: the forward's.
+void batch_norm2d_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b, ConstView4 d_y,
+                           ConstView4 x, std::span<const float> w, std::span<const float> mean,
+                           std::span<const float> rstd, const BatchNormOptions& opts = {});
+
+}  // namespace attnkit

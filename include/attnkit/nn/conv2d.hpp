@@ -1,0 +1,45 @@
+#pragma once
+// 2-D convolution over NCHW images (cross-correlation, as deep-learning libraries define it).
+// PyTorch: torch.nn.functional.conv2d(x, w, b, stride=s, padding=p).
+//   y[n, o, i, j] = b[o] + Σ_{c, u, v} x[n, c, i·s - p + u, j·s - p + v]·w[o, c, u, v]
+// with x read as 0 outside the image. Output size: OH = ⌊(H + 2p - KH) / s⌋ + 1 (likewise OW).
+//
+// Shapes: x, d_x [N, C, H, W]; w, d_w [O, C, KH, KW]; b, d_b [O] or empty (no bias);
+// y, d_y [N, O, OH, OW]. Every 4-D view must be contiguous (row-major NCHW).
+// Gradient contract (shared/DESIGN.md §4): conv2d_backward ADDS (+=) into d_w and d_b and ASSIGNS
+// (=) d_x; each gradient is skipped when its view/span is empty.
+// Fast path (conv2d.cpp): per image, im2col into per-thread scratch and one sgemm
+// (ops/gemm.hpp); 1×1 stride-1 unpadded convolutions use the image itself as the column matrix.
+// Images run in parallel; d_w sums fixed groups of images in a fixed order, so results are
+// bitwise identical for any thread count. Reference (conv2d_reference.cpp): direct loops in double.
+#include <cstdint>
+#include <span>
+
+#include "attnkit/core/tensor.hpp"
+
+namespace attnkit {
+
+struct Conv2dOptions {
+  int64_t stride = 1;   // same in both spatial dimensions, >= 1
+  int64_t padding = 0;  // zeros on every side, >= 0
+};
+
+// Output extent of a convolution or pooling window: ⌊(in + 2·padding - kernel) / stride⌋ + 1
+// (0 when the padded input is smaller than the kernel).
+int64_t conv2d_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding);
+
+// y[N, O, OH, OW] = conv2d(x[N, C, H, W], w[O, C, KH, KW]) + b[O] (b empty: no bias).
+void conv2d_forward(View4 y, ConstView4 x, ConstView4 w, std::span<const float> b,
+                    const Conv2dOptions& opts = {});
+// d_x[N, C, H, W] = conv_transpose(d_y, w) (assigned); d_w[O, C, KH, KW] += Σ_n d_y ⋆ x;
+// d_b[O] += Σ_{n, i, j} d_y[n, o, i, j].
+void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y, ConstView4 x,
+                     ConstView4 w, const Conv2dOptions& opts = {});
+
+// References (direct loops, double accumulation) with the same contracts.
+void conv2d_forward_reference(View4 y, ConstView4 x, ConstView4 w, std::span<const float> b,
+                              const Conv2dOptions& opts = {});
+void conv2d_backward_reference(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
+                               ConstView4 x, ConstView4 w, const Conv2dOptions& opts = {});
+
+}  // namespace attnkit

@@ -1,0 +1,160 @@
+// CBAM (see cbam.hpp), composed from global pooling, linear and conv2d.
+// Backward, from y = x1⊙a_s, a_s = σ(conv(d)), d = [mean_c x1; max_c x1], x1 = x⊙a_c,
+// a_c = σ(m(avg) + m(max)):
+//   d_as = Σ_c d_y⊙x1;  d_conv = d_as⊙a_s⊙(1-a_s) → conv2d_backward → d_d (and d_ws, d_bs)
+//   d_x1 = d_y⊙a_s + d_d[:, 0]/C + d_d[:, 1] at the channel argmax
+//   d_u = Σ_hw d_x1⊙x ⊙ a_c⊙(1-a_c), fed to both MLP rows → d_avg, d_max (and d_w1 .. d_b2)
+//   d_x = d_x1⊙a_c + d_avg/(H·W) + d_max at the plane argmax
+#include "attnkit/nn/cbam.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "attnkit/nn/conv2d.hpp"
+#include "attnkit/nn/global_pool.hpp"
+#include "attnkit/nn/linear.hpp"
+#include "nn_common.hpp"
+#include "vision_common.hpp"
+
+namespace attnkit {
+namespace {
+
+void check_cbam(const char* fn, ConstView4 x, const CbamWeights& w) {
+  const int64_t c = x.shape[1], r = w.w1.shape[0], k = w.ws.shape[2];
+  nn::check_nchw(x, fn, "x", "[N, C, H, W]", x.shape[0], c, x.shape[2], x.shape[3]);
+  nn::check_matrix(w.w1, fn, "w1", "[R, C]", r, c);
+  nn::check_matrix(w.w2, fn, "w2", "[C, R]", c, r);
+  nn::check_span(w.b1, fn, "b1", "[R]", r, true);
+  nn::check_span(w.b2, fn, "b2", "[C]", c, true);
+  check(k >= 1 && k % 2 == 1, fn, ": ws: expected an odd kernel size k, got ", k);
+  nn::check_nchw(w.ws, fn, "ws", "[1, 2, k, k]", 1, 2, k, k);
+  nn::check_span(w.bs, fn, "bs", "[1]", 1, true);
+  check(x.shape[2] * x.shape[3] >= 1 || x.shape[0] * c == 0, fn, ": x: empty planes (H·W = 0)");
+}
+
+View2 rows(Tensor<float, 2>& t, int64_t r0, int64_t r1) {
+  const int64_t c = t.shape()[1];
+  return {t.data() + r0 * c, {r1 - r0, c}, {c, 1}};
+}
+
+float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+
+}  // namespace
+
+void cbam_forward(View4 y, CbamCache& cache, ConstView4 x, const CbamWeights& w) {
+  const char* fn = "cbam_forward";
+  check_cbam(fn, x, w);
+  const int64_t n = x.shape[0], c = x.shape[1], h = x.shape[2], wd = x.shape[3], hw = h * wd;
+  const int64_t r = w.w1.shape[0], k = w.ws.shape[2];
+  nn::check_nchw(y, fn, "y", "[N, C, H, W]", n, c, h, wd);
+  check(y.data != x.data || y.numel() == 0, fn, ": y: must not alias x");
+  cache.pooled = Tensor<float, 2>({2 * n, c});
+  cache.max_index.assign(size_t(n * c), 0);
+  cache.hidden = Tensor<float, 2>({2 * n, r});
+  cache.channel_gate = Tensor<float, 2>({n, c});
+  cache.x1 = Tensor<float, 4>({n, c, h, wd});
+  cache.descriptor = Tensor<float, 4>({n, 2, h, wd});
+  cache.channel_argmax.assign(size_t(n * hw), 0);
+  cache.spatial_gate = Tensor<float, 4>({n, 1, h, wd});
+  if (n * c * hw == 0) return;
+  // Channel gate: the shared MLP runs once on the stacked [avg; max] descriptors.
+  global_avg_pool_forward(rows(cache.pooled, 0, n), x);
+  global_max_pool_forward(rows(cache.pooled, n, 2 * n), cache.max_index, x);
+  linear_forward(cache.hidden.view(), cache.pooled.view(), w.w1, w.b1);
+  for (float& v : cache.hidden.storage()) v = v > 0 ? v : 0.0f;
+  Tensor<float, 2> logits({2 * n, c});
+  linear_forward(logits.view(), cache.hidden.view(), w.w2, w.b2);
+  for (int64_t i = 0; i < n * c; ++i)
+    cache.channel_gate.data()[i] = sigmoid(logits.data()[i] + logits.data()[n * c + i]);
+  nn::scale_planes(cache.x1.view(), x, cache.channel_gate.view());
+  // Spatial gate: [mean_c; max_c] of x1 per pixel (sums in double, first maximum).
+  const float* x1 = cache.x1.data();
+  nn::parallel_rows(n * hw, c, [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t b = q / hw, p = q % hw;
+      const float* col = x1 + b * c * hw + p;
+      double s = 0;
+      int64_t best = 0;
+      for (int64_t ch = 0; ch < c; ++ch) {
+        s += double(col[ch * hw]);
+        if (col[ch * hw] > col[best * hw] || (std::isnan(col[ch * hw]) && !std::isnan(col[best * hw])))
+          best = ch;
+      }
+      cache.descriptor.data()[(b * 2) * hw + p] = float(s / double(c));
+      cache.descriptor.data()[(b * 2 + 1) * hw + p] = col[best * hw];
+      cache.channel_argmax[size_t(q)] = int32_t(best);
+    }
+  });
+  conv2d_forward(cache.spatial_gate.view(), cache.descriptor.view(), w.ws, w.bs,
+                 {.stride = 1, .padding = k / 2});
+  for (float& v : cache.spatial_gate.storage()) v = sigmoid(v);
+  const float* as = cache.spatial_gate.data();
+  nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const float* g = as + (pl / c) * hw;
+      for (int64_t j = 0; j < hw; ++j) y.data[pl * hw + j] = x1[pl * hw + j] * g[j];
+    }
+  });
+}
+
+void cbam_backward(View4 d_x, const CbamGrads& g, ConstView4 d_y, ConstView4 x,
+                   const CbamWeights& w, const CbamCache& cache) {
+  const char* fn = "cbam_backward";
+  check_cbam(fn, x, w);
+  const int64_t n = x.shape[0], c = x.shape[1], h = x.shape[2], wd = x.shape[3], hw = h * wd;
+  const int64_t r = w.w1.shape[0], k = w.ws.shape[2];
+  nn::check_nchw(d_y, fn, "d_y", "[N, C, H, W]", n, c, h, wd);
+  nn::check_nchw(d_x, fn, "d_x", "[N, C, H, W]", n, c, h, wd);
+  check(cache.x1.shape() == std::array<int64_t, 4>{n, c, h, wd} &&
+            cache.hidden.shape() == std::array<int64_t, 2>{2 * n, r},
+        fn, ": cache: not filled by cbam_forward for these shapes");
+  if (n * c * hw == 0) return;
+  const float *x1 = cache.x1.data(), *as = cache.spatial_gate.data();
+  // Through the spatial gate.
+  Tensor<float, 4> d_conv({n, 1, h, wd}), d_desc({n, 2, h, wd});
+  nn::parallel_rows(n * hw, c, [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t b = q / hw, p = q % hw;
+      double s = 0;
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const int64_t i = (b * c + ch) * hw + p;
+        s += double(d_y.data[i]) * double(x1[i]);
+      }
+      d_conv.data()[q] = float(s) * as[q] * (1.0f - as[q]);
+    }
+  });
+  conv2d_backward(d_desc.view(), g.d_ws, g.d_bs, d_conv.view(), cache.descriptor.view(), w.ws,
+                  {.stride = 1, .padding = k / 2});
+  // d_x1 into d_x.
+  const float* dd = d_desc.data();
+  nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const int64_t b = pl / c, ch = pl % c;
+      for (int64_t p = 0; p < hw; ++p) {
+        const int64_t q = b * hw + p;
+        float v = d_y.data[pl * hw + p] * as[q] + dd[(b * 2) * hw + p] / float(c);
+        if (cache.channel_argmax[size_t(q)] == ch) v += dd[(b * 2 + 1) * hw + p];
+        d_x.data[pl * hw + p] = v;
+      }
+    }
+  });
+  // Through the channel gate and the shared MLP (both rows receive d_u).
+  Tensor<float, 2> d_logits({2 * n, c}), d_hidden({2 * n, r}), d_pooled({2 * n, c});
+  nn::gate_gradient(rows(d_logits, 0, n), d_x, x, cache.channel_gate.view());
+  std::copy_n(d_logits.data(), n * c, d_logits.data() + n * c);
+  linear_backward(d_hidden.view(), g.d_w2, g.d_b2, d_logits.view(), cache.hidden.view(), w.w2);
+  for (int64_t i = 0; i < 2 * n * r; ++i)
+    if (!(cache.hidden.data()[i] > 0)) d_hidden.data()[i] = 0.0f;
+  linear_backward(d_pooled.view(), g.d_w1, g.d_b1, d_hidden.view(), cache.pooled.view(), w.w1);
+  const float *ac = cache.channel_gate.data(), *dp = d_pooled.data();
+  nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      float* dx = d_x.data + pl * hw;
+      const float avg = dp[pl] / float(hw);
+      for (int64_t p = 0; p < hw; ++p) dx[p] = dx[p] * ac[pl] + avg;
+      dx[cache.max_index[size_t(pl)]] += dp[n * c + pl];
+    }
+  });
+}
+
+}  // namespace attnkit

@@ -1,0 +1,29 @@
+// Private: conv2d geometry and argument checks shared by the fast path and the reference.
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "attnkit/nn/conv2d.hpp"
+#include "vision_common.hpp"
+
+namespace attnkit::nn {
+
+struct Conv2dGeometry {
+  int64_t n = 0, c = 0, h = 0, w = 0;  // input [N, C, H, W]
+  int64_t o = 0, kh = 0, kw = 0;       // weight [O, C, KH, KW]
+  int64_t oh = 0, ow = 0;              // output [N, O, OH, OW]
+  int64_t stride = 1, pad = 0;
+  // A 1×1, stride-1, unpadded convolution: the image is its own column matrix.
+  bool pointwise() const { return kh == 1 && kw == 1 && stride == 1 && pad == 0; }
+};
+
+// Validates options and shapes (out is y or d_y, named out_name) and returns the geometry.
+Conv2dGeometry check_conv2d(const char* fn, ConstView4 out, const char* out_name, ConstView4 x,
+                            ConstView4 w, std::span<const float> b, const Conv2dOptions& opts);
+
+// col[C·KH·KW, OH·OW] from one image x[C, H, W] (zeros where the window leaves the image).
+void im2col(float* col, const float* x, const Conv2dGeometry& g);
+// x[C, H, W] = the sum of col's entries over the windows covering each pixel (assigned).
+void col2im(float* x, const float* col, const Conv2dGeometry& g);
+
+}  // namespace attnkit::nn

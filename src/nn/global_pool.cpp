@@ -1,0 +1,74 @@
+// Global average / max pooling (see global_pool.hpp). Backward of y = mean(plane):
+// d_x = d_y / (H·W) everywhere; of y = max(plane): d_x = d_y at the argmax, 0 elsewhere.
+#include "attnkit/nn/global_pool.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "nn_common.hpp"
+#include "vision_common.hpp"
+
+namespace attnkit {
+namespace {
+
+void check_global(const char* fn, ConstView4 x, const char* x_name, ConstView2 y,
+                  const char* y_name) {
+  const int64_t n = x.shape[0], c = x.shape[1];
+  nn::check_nchw(x, fn, x_name, "[N, C, H, W]", n, c, x.shape[2], x.shape[3]);
+  nn::check_matrix(y, fn, y_name, "[N, C]", n, c);
+}
+
+}  // namespace
+
+void global_avg_pool_forward(View2 y, ConstView4 x) {
+  check_global("global_avg_pool_forward", x, "x", y, "y");
+  const int64_t c = x.shape[1], hw = x.shape[2] * x.shape[3];
+  nn::parallel_rows(x.shape[0] * c, hw, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p)
+      y(p / c, p % c) = hw ? float(nn::sum_double(x.data + p * hw, hw) / double(hw)) : 0.0f;
+  });
+}
+
+void global_avg_pool_backward(View4 d_x, ConstView2 d_y) {
+  check_global("global_avg_pool_backward", d_x, "d_x", d_y, "d_y");
+  const int64_t c = d_x.shape[1], hw = d_x.shape[2] * d_x.shape[3];
+  nn::parallel_rows(d_x.shape[0] * c, hw, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p)
+      std::fill(d_x.data + p * hw, d_x.data + (p + 1) * hw, d_y(p / c, p % c) / float(hw));
+  });
+}
+
+void global_max_pool_forward(View2 y, std::span<int32_t> argmax, ConstView4 x) {
+  const char* fn = "global_max_pool_forward";
+  check_global(fn, x, "x", y, "y");
+  const int64_t c = x.shape[1], hw = x.shape[2] * x.shape[3];
+  nn::check_span(argmax, fn, "argmax", "[N·C]", x.shape[0] * c);
+  check(hw >= 1 && hw <= INT32_MAX, fn, ": x: expected 1..2^31-1 pixels per plane, got ", hw);
+  nn::parallel_rows(x.shape[0] * c, hw, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const float* in = x.data + p * hw;
+      int64_t best = 0;
+      for (int64_t i = 1; i < hw; ++i)  // the first NaN wins and stays, as in PyTorch
+        if (in[i] > in[best] || (std::isnan(in[i]) && !std::isnan(in[best]))) best = i;
+      y(p / c, p % c) = in[best];
+      argmax[size_t(p)] = int32_t(best);
+    }
+  });
+}
+
+void global_max_pool_backward(View4 d_x, ConstView2 d_y, std::span<const int32_t> argmax) {
+  const char* fn = "global_max_pool_backward";
+  check_global(fn, d_x, "d_x", d_y, "d_y");
+  const int64_t c = d_x.shape[1], hw = d_x.shape[2] * d_x.shape[3];
+  nn::check_span(argmax, fn, "argmax", "[N·C]", d_x.shape[0] * c);
+  for (int32_t a : argmax) check(a >= 0 && a < hw, fn, ": argmax: index ", a, " outside the ", hw, "-pixel plane");
+  nn::parallel_rows(d_x.shape[0] * c, hw, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      std::fill(d_x.data + p * hw, d_x.data + (p + 1) * hw, 0.0f);
+      d_x.data[p * hw + argmax[size_t(p)]] = d_y(p / c, p % c);
+    }
+  });
+}
+
+}  // namespace attnkit

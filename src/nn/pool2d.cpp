@@ -1,0 +1,134 @@
+// Max and average pooling (see pool2d.hpp), one task per block of (n, c) planes.
+// Backward of y = max(window): d_x[argmax] += d_y. Backward of y = Σ window / d: d_x += d_y / d
+// on every in-image pixel of the window.
+#include "attnkit/nn/pool2d.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "nn_common.hpp"
+#include "vision_common.hpp"
+
+namespace attnkit {
+namespace {
+
+struct PoolGeometry {
+  int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0, k = 0, s = 0, p = 0;
+};
+
+PoolGeometry check_pool(const char* fn, ConstView4 x_like, const char* x_name, ConstView4 y_like,
+                        const char* y_name, const Pool2dOptions& opts) {
+  nn::check_positive(fn, "kernel", opts.kernel);
+  check(opts.stride >= 0, fn, ": stride: expected >= 1 (or 0 for kernel), got ", opts.stride);
+  check(opts.padding >= 0 && 2 * opts.padding <= opts.kernel, fn, ": padding: expected 0 <= 2·padding <= kernel = ",
+        opts.kernel, ", got ", opts.padding);
+  PoolGeometry g;
+  const int64_t n = x_like.shape[0], c = x_like.shape[1];
+  g.planes = n * c, g.h = x_like.shape[2], g.w = x_like.shape[3];
+  g.k = opts.kernel, g.s = opts.stride ? opts.stride : opts.kernel, g.p = opts.padding;
+  const auto out = [&](int64_t in) { const int64_t sp = in + 2 * g.p - g.k; return sp < 0 ? 0 : sp / g.s + 1; };
+  g.oh = out(g.h), g.ow = out(g.w);
+  nn::check_nchw(x_like, fn, x_name, "[N, C, H, W]", n, c, g.h, g.w);
+  nn::check_nchw(y_like, fn, y_name, "[N, C, OH, OW]", n, c, g.oh, g.ow);
+  return g;
+}
+
+// Number of in-image pixels of the window at output (i, j), or k² with count_include_pad.
+float divisor(const PoolGeometry& g, int64_t i, int64_t j, bool include_pad) {
+  if (include_pad) return float(g.k * g.k);
+  const int64_t h0 = std::max<int64_t>(i * g.s - g.p, 0), h1 = std::min(i * g.s - g.p + g.k, g.h);
+  const int64_t w0 = std::max<int64_t>(j * g.s - g.p, 0), w1 = std::min(j * g.s - g.p + g.k, g.w);
+  return float((h1 - h0) * (w1 - w0));
+}
+
+}  // namespace
+
+void max_pool2d_forward(View4 y, std::span<int32_t> argmax, ConstView4 x,
+                        const Pool2dOptions& opts) {
+  const char* fn = "max_pool2d_forward";
+  const auto g = check_pool(fn, x, "x", y, "y", opts);
+  nn::check_span(argmax, fn, "argmax", "[N·C·OH·OW]", g.planes * g.oh * g.ow);
+  check(g.h * g.w <= INT32_MAX, fn, ": x: plane of ", g.h * g.w, " pixels exceeds int32 indices");
+  nn::parallel_rows(g.planes, g.h * g.w, [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const float* in = x.data + pl * g.h * g.w;
+      float* out = y.data + pl * g.oh * g.ow;
+      int32_t* am = argmax.data() + pl * g.oh * g.ow;
+      for (int64_t i = 0; i < g.oh; ++i)
+        for (int64_t j = 0; j < g.ow; ++j) {
+          const int64_t h0 = std::max<int64_t>(i * g.s - g.p, 0), h1 = std::min(i * g.s - g.p + g.k, g.h);
+          const int64_t w0 = std::max<int64_t>(j * g.s - g.p, 0), w1 = std::min(j * g.s - g.p + g.k, g.w);
+          int64_t best = h0 * g.w + w0;
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w)
+            {
+              const float v = in[h * g.w + w], bv = in[best];
+              // The first NaN wins and stays: NaN propagates, as in PyTorch.
+              if (v > bv || (std::isnan(v) && !std::isnan(bv))) best = h * g.w + w;
+            }
+          out[i * g.ow + j] = in[best];
+          am[i * g.ow + j] = int32_t(best);
+        }
+    }
+  });
+}
+
+void max_pool2d_backward(View4 d_x, ConstView4 d_y, std::span<const int32_t> argmax) {
+  const char* fn = "max_pool2d_backward";
+  const int64_t n = d_y.shape[0], c = d_y.shape[1], oh = d_y.shape[2], ow = d_y.shape[3];
+  nn::check_nchw(d_y, fn, "d_y", "[N, C, OH, OW]", n, c, oh, ow);
+  nn::check_nchw(d_x, fn, "d_x", "[N, C, H, W]", n, c, d_x.shape[2], d_x.shape[3]);
+  nn::check_span(argmax, fn, "argmax", "[N·C·OH·OW]", n * c * oh * ow);
+  const int64_t hw = d_x.shape[2] * d_x.shape[3];
+  for (int32_t a : argmax) check(a >= 0 && a < hw, fn, ": argmax: index ", a, " outside the ", hw, "-pixel plane");
+  nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      float* dx = d_x.data + pl * hw;
+      std::fill(dx, dx + hw, 0.0f);
+      const float* dy = d_y.data + pl * oh * ow;
+      const int32_t* am = argmax.data() + pl * oh * ow;
+      for (int64_t o = 0; o < oh * ow; ++o) dx[am[o]] += dy[o];
+    }
+  });
+}
+
+void avg_pool2d_forward(View4 y, ConstView4 x, const Pool2dOptions& opts) {
+  const auto g = check_pool("avg_pool2d_forward", x, "x", y, "y", opts);
+  nn::parallel_rows(g.planes, g.h * g.w, [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const float* in = x.data + pl * g.h * g.w;
+      float* out = y.data + pl * g.oh * g.ow;
+      for (int64_t i = 0; i < g.oh; ++i)
+        for (int64_t j = 0; j < g.ow; ++j) {
+          const int64_t h0 = std::max<int64_t>(i * g.s - g.p, 0), h1 = std::min(i * g.s - g.p + g.k, g.h);
+          const int64_t w0 = std::max<int64_t>(j * g.s - g.p, 0), w1 = std::min(j * g.s - g.p + g.k, g.w);
+          float acc = 0;
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) acc += in[h * g.w + w];
+          out[i * g.ow + j] = acc / divisor(g, i, j, opts.count_include_pad);
+        }
+    }
+  });
+}
+
+void avg_pool2d_backward(View4 d_x, ConstView4 d_y, const Pool2dOptions& opts) {
+  const auto g = check_pool("avg_pool2d_backward", d_x, "d_x", d_y, "d_y", opts);
+  nn::parallel_rows(g.planes, g.h * g.w, [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      float* dx = d_x.data + pl * g.h * g.w;
+      std::fill(dx, dx + g.h * g.w, 0.0f);
+      const float* dy = d_y.data + pl * g.oh * g.ow;
+      for (int64_t i = 0; i < g.oh; ++i)
+        for (int64_t j = 0; j < g.ow; ++j) {
+          const int64_t h0 = std::max<int64_t>(i * g.s - g.p, 0), h1 = std::min(i * g.s - g.p + g.k, g.h);
+          const int64_t w0 = std::max<int64_t>(j * g.s - g.p, 0), w1 = std::min(j * g.s - g.p + g.k, g.w);
+          const float gv = dy[i * g.ow + j] / divisor(g, i, j, opts.count_include_pad);
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) dx[h * g.w + w] += gv;
+        }
+    }
+  });
+}
+
+}  // namespace attnkit

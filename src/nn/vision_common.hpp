@@ -1,0 +1,42 @@
+// Private helpers shared by the NCHW layers (conv2d, pooling, batch norm, SE, CBAM): shape checks
+// that name the function and the argument, and plane-parallel loops.
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/tensor.hpp"
+
+namespace attnkit::nn {
+
+// Checks that v is a contiguous [n, c, h, w] view (with data unless empty).
+template <class T>
+void check_nchw(const View<T, 4>& v, const char* fn, const char* name, const char* dims,
+                int64_t n, int64_t c, int64_t h, int64_t w) {
+  check(v.shape[0] == n && v.shape[1] == c && v.shape[2] == h && v.shape[3] == w, fn, ": ", name,
+        ": expected shape ", dims, " = [", n, ", ", c, ", ", h, ", ", w, "], got [", v.shape[0],
+        ", ", v.shape[1], ", ", v.shape[2], ", ", v.shape[3], "]");
+  check(v.data != nullptr || n * c * h * w == 0, fn, ": ", name, ": null data for a non-empty view");
+  const bool contiguous = (v.stride[3] == 1 || w <= 1) && (v.stride[2] == w || h <= 1) &&
+                          (v.stride[1] == h * w || c <= 1) && (v.stride[0] == c * h * w || n <= 1);
+  check(contiguous, fn, ": ", name, ": must be contiguous NCHW, got strides [", v.stride[0], ", ",
+        v.stride[1], ", ", v.stride[2], ", ", v.stride[3], "]");
+}
+
+// True if an optional 4-D output was given.
+template <class T>
+bool present4(const View<T, 4>& v) {
+  return v.data != nullptr;
+}
+
+// Checks a positive-extent argument.
+inline void check_positive(const char* fn, const char* name, int64_t v) {
+  check(v >= 1, fn, ": ", name, ": expected >= 1, got ", v);
+}
+
+// y = x ⊙ gate[n, c] per (n, c) plane (se_block.cpp; shared with CBAM's channel gate).
+void scale_planes(View4 y, ConstView4 x, ConstView2 gate);
+// d_u[n, c] = (Σ_hw d_y⊙x)·a·(1 - a) with a = gate[n, c]: the gradient through y = x⊙σ(u).
+void gate_gradient(View2 d_u, ConstView4 d_y, ConstView4 x, ConstView2 gate);
+
+}  // namespace attnkit::nn

@@ -1,0 +1,195 @@
+// Pooling, global pooling and batch norm 2d: forward against direct formulas written here,
+// gradients against central finite differences (tiny shapes), running-statistics updates,
+// determinism across thread counts, and argument errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/parallel.hpp"
+#include "attnkit/nn/batch_norm2d.hpp"
+#include "attnkit/nn/global_pool.hpp"
+#include "attnkit/nn/pool2d.hpp"
+#include "nn/vision_testing.hpp"
+
+namespace attnkit {
+namespace {
+
+using vision_testing::Buf;
+using vision_testing::expect_gradient;
+using vision_testing::weighted;
+
+TEST(Pool2d, ForwardMatchesDirectWindows) {
+  const int64_t n = 2, c = 3, h = 7, w = 6;
+  Buf x(n * c * h * w);
+  x.randn(3);
+  for (const Pool2dOptions& o : {Pool2dOptions{.kernel = 2}, Pool2dOptions{.kernel = 3, .stride = 2, .padding = 1},
+                                 Pool2dOptions{.kernel = 3, .stride = 1, .padding = 1, .count_include_pad = false}}) {
+    const int64_t s = o.stride ? o.stride : o.kernel;
+    const int64_t oh = (h + 2 * o.padding - o.kernel) / s + 1, ow = (w + 2 * o.padding - o.kernel) / s + 1;
+    Buf ymax(n * c * oh * ow), yavg(n * c * oh * ow);
+    std::vector<int32_t> am(size_t(ymax.n));
+    max_pool2d_forward(ymax.v4({n, c, oh, ow}), am, x.c4({n, c, h, w}), o);
+    avg_pool2d_forward(yavg.v4({n, c, oh, ow}), x.c4({n, c, h, w}), o);
+    EXPECT_TRUE(ymax.intact() && yavg.intact());
+    for (int64_t pl = 0; pl < n * c; ++pl)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          double mx = -INFINITY, sum = 0;
+          int cnt = 0;
+          for (int64_t u = 0; u < o.kernel; ++u)
+            for (int64_t v = 0; v < o.kernel; ++v) {
+              const int64_t hi = i * s - o.padding + u, wi = j * s - o.padding + v;
+              if (hi < 0 || hi >= h || wi < 0 || wi >= w) continue;
+              mx = std::max(mx, double(x[pl * h * w + hi * w + wi]));
+              sum += x[pl * h * w + hi * w + wi];
+              ++cnt;
+            }
+          const int64_t at = pl * oh * ow + i * ow + j;
+          EXPECT_EQ(ymax[at], float(mx));
+          EXPECT_EQ(x[pl * h * w + am[size_t(at)]], ymax[at]);
+          const double div = o.count_include_pad ? double(o.kernel * o.kernel) : cnt;
+          EXPECT_NEAR(yavg[at], sum / div, 1e-6);
+        }
+  }
+}
+
+TEST(Pool2d, GradientsMatchFiniteDifferences) {
+  const int64_t n = 2, c = 2, h = 5, w = 5;
+  Buf x(n * c * h * w);
+  x.randn(5);
+  for (const Pool2dOptions& o : {Pool2dOptions{.kernel = 2}, Pool2dOptions{.kernel = 3, .stride = 2, .padding = 1},
+                                 Pool2dOptions{.kernel = 3, .stride = 1, .padding = 1, .count_include_pad = false}}) {
+    const int64_t s = o.stride ? o.stride : o.kernel;
+    const int64_t oh = (h + 2 * o.padding - o.kernel) / s + 1, ow = (w + 2 * o.padding - o.kernel) / s + 1;
+    Buf r(n * c * oh * ow), y(r.n), dx(x.n);
+    r.randn(6);
+    std::vector<int32_t> am(size_t(r.n));
+    // Max: the finite difference is valid where no two window values are within the step.
+    auto max_loss = [&] { max_pool2d_forward(y.v4({n, c, oh, ow}), am, x.c4({n, c, h, w}), o); return weighted(y, r); };
+    max_loss();
+    dx.randn(1);
+    max_pool2d_backward(dx.v4({n, c, h, w}), r.c4({n, c, oh, ow}), am);
+    expect_gradient(max_loss, x, dx, "max_pool2d d_x", 1e-3f);
+    auto avg_loss = [&] { avg_pool2d_forward(y.v4({n, c, oh, ow}), x.c4({n, c, h, w}), o); return weighted(y, r); };
+    dx.randn(2);
+    avg_pool2d_backward(dx.v4({n, c, h, w}), r.c4({n, c, oh, ow}), o);
+    expect_gradient(avg_loss, x, dx, "avg_pool2d d_x");
+    EXPECT_TRUE(dx.intact());
+  }
+}
+
+TEST(Pool2d, BadArguments) {
+  Buf x(16), y(4);
+  std::vector<int32_t> am(4);
+  EXPECT_THROW(max_pool2d_forward(y.v4({1, 1, 2, 2}), am, x.c4({1, 1, 4, 4}), {.kernel = 2, .padding = 2}), Error);
+  EXPECT_THROW(avg_pool2d_forward(y.v4({1, 1, 2, 2}), x.c4({1, 1, 4, 4}), {.kernel = 0}), Error);
+  EXPECT_THROW(avg_pool2d_forward(y.v4({1, 1, 2, 2}), x.c4({1, 1, 4, 4}), {.kernel = 3}), Error);  // y must be 1×1
+  am[0] = 16;
+  EXPECT_THROW(max_pool2d_backward(x.v4({1, 1, 4, 4}), y.c4({1, 1, 2, 2}), am), Error);
+}
+
+TEST(GlobalPool, ForwardAndGradients) {
+  const int64_t n = 3, c = 4, h = 3, w = 5;
+  Buf x(n * c * h * w), r(n * c), y(n * c), dx(x.n);
+  x.randn(8), r.randn(9);
+  std::vector<int32_t> am(size_t(n * c));
+  global_avg_pool_forward(y.v2(n, c), x.c4({n, c, h, w}));
+  global_max_pool_forward(Buf(n * c).v2(n, c), am, x.c4({n, c, h, w}));
+  for (int64_t p = 0; p < n * c; ++p) {
+    double s = 0;
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < h * w; ++i) s += x[p * h * w + i], mx = std::max(mx, x[p * h * w + i]);
+    EXPECT_NEAR(y[p], s / double(h * w), 1e-6);
+    EXPECT_EQ(x[p * h * w + am[size_t(p)]], mx);
+  }
+  auto avg_loss = [&] { global_avg_pool_forward(y.v2(n, c), x.c4({n, c, h, w})); return weighted(y, r); };
+  global_avg_pool_backward(dx.v4({n, c, h, w}), r.c2(n, c));
+  expect_gradient(avg_loss, x, dx, "global_avg_pool d_x");
+  auto max_loss = [&] { global_max_pool_forward(y.v2(n, c), am, x.c4({n, c, h, w})); return weighted(y, r); };
+  max_loss();
+  global_max_pool_backward(dx.v4({n, c, h, w}), r.c2(n, c), am);
+  expect_gradient(max_loss, x, dx, "global_max_pool d_x", 1e-3f);
+  EXPECT_TRUE(dx.intact() && y.intact());
+}
+
+struct BnProblem {
+  int64_t n = 3, c = 4, h = 3, w = 2;
+  Buf x{n * c * h * w}, wt{c}, b{c}, r{n * c * h * w}, y{n * c * h * w}, mean{c}, rstd{c};
+  Buf rm{c}, rv{c};
+  BnProblem() {
+    x.randn(21, 2.0f), wt.randn(22), b.randn(23), r.randn(24), rm.randn(25);
+    for (int64_t i = 0; i < c; ++i) rv[i] = 0.5f + float(i);
+    for (int64_t i = 0; i < x.n; ++i) x[i] += float((i / (h * w)) % c);  // per-channel offsets
+  }
+  std::array<int64_t, 4> s() const { return {n, c, h, w}; }
+};
+
+TEST(BatchNorm2d, TrainingForwardStatisticsAndRunningUpdate) {
+  BnProblem p;
+  const Buf rm0 = p.rm, rv0 = p.rv;
+  batch_norm2d_forward(p.y.v4(p.s()), p.mean.span(), p.rstd.span(), p.rm.span(), p.rv.span(),
+                       p.x.c4(p.s()), p.wt.cspan(), p.b.cspan(), {.eps = 1e-5f, .momentum = 0.25f});
+  const int64_t m = p.n * p.h * p.w;
+  for (int64_t ch = 0; ch < p.c; ++ch) {
+    double s = 0, q = 0;
+    for (int64_t i = 0; i < p.n; ++i)
+      for (int64_t j = 0; j < p.h * p.w; ++j) s += p.x[(i * p.c + ch) * p.h * p.w + j];
+    const double mu = s / double(m);
+    for (int64_t i = 0; i < p.n; ++i)
+      for (int64_t j = 0; j < p.h * p.w; ++j) q += std::pow(p.x[(i * p.c + ch) * p.h * p.w + j] - mu, 2);
+    const double var = q / double(m);
+    EXPECT_NEAR(p.mean[ch], mu, 1e-6 * (1 + std::abs(mu)));
+    EXPECT_NEAR(p.rstd[ch], 1 / std::sqrt(var + 1e-5), 1e-5 / std::sqrt(var));
+    EXPECT_NEAR(p.rm[ch], 0.75 * rm0[ch] + 0.25 * mu, 1e-6 * (1 + std::abs(mu)));
+    EXPECT_NEAR(p.rv[ch], 0.75 * rv0[ch] + 0.25 * var * double(m) / double(m - 1), 1e-5 * (1 + var));
+    const int64_t at = (1 * p.c + ch) * p.h * p.w + 2;
+    EXPECT_NEAR(p.y[at], (p.x[at] - mu) / std::sqrt(var + 1e-5) * p.wt[ch] + p.b[ch], 1e-5);
+  }
+}
+
+TEST(BatchNorm2d, GradientsMatchFiniteDifferencesTrainingAndEval) {
+  for (bool training : {true, false}) {
+    SCOPED_TRACE(training ? "training" : "eval");
+    BnProblem p;
+    const BatchNormOptions o{.training = training};
+    Buf rm = p.rm, rv = p.rv;
+    auto loss = [&] {
+      Buf m2 = rm, v2 = rv;  // the running statistics must not drift between evaluations
+      batch_norm2d_forward(p.y.v4(p.s()), p.mean.span(), p.rstd.span(), m2.span(), v2.span(),
+                           p.x.c4(p.s()), p.wt.cspan(), p.b.cspan(), o);
+      return weighted(p.y, p.r);
+    };
+    loss();
+    Buf dx(p.x.n), dw(p.c), db(p.c);
+    batch_norm2d_backward(dx.v4(p.s()), dw.span(), db.span(), p.r.c4(p.s()), p.x.c4(p.s()),
+                          p.wt.cspan(), p.mean.cspan(), p.rstd.cspan(), o);
+    expect_gradient(loss, p.x, dx, "d_x", 1e-3f);
+    expect_gradient(loss, p.wt, dw, "d_w");
+    expect_gradient(loss, p.b, db, "d_b");
+    if (!training) {
+      EXPECT_EQ(rm.raw, p.rm.raw);
+    }
+  }
+}
+
+TEST(BatchNorm2d, BitwiseIdenticalForAnyThreadCountAndBadArguments) {
+  BnProblem a, b;
+  {
+    ThreadCountScope one(1);
+    batch_norm2d_forward(a.y.v4(a.s()), a.mean.span(), a.rstd.span(), a.rm.span(), a.rv.span(), a.x.c4(a.s()), a.wt.cspan(), a.b.cspan());
+  }
+  {
+    ThreadCountScope two(2);
+    batch_norm2d_forward(b.y.v4(b.s()), b.mean.span(), b.rstd.span(), b.rm.span(), b.rv.span(), b.x.c4(b.s()), b.wt.cspan(), b.b.cspan());
+  }
+  EXPECT_EQ(a.y.raw, b.y.raw);
+  EXPECT_THROW(batch_norm2d_forward(a.y.v4(a.s()), a.mean.span(), a.rstd.span(), {}, {}, a.x.c4(a.s()), a.wt.cspan(), a.b.cspan(), {.training = false}), Error);
+  EXPECT_THROW(batch_norm2d_forward(a.y.v4(a.s()), a.mean.span(), a.rstd.span(), {}, {}, a.x.c4(a.s()), a.wt.cspan(), a.b.cspan(), {.momentum = 2}), Error);
+  Buf one(4);
+  Buf m1(4), r1(4);
+  EXPECT_THROW(batch_norm2d_forward(one.v4({1, 4, 1, 1}), m1.span(), r1.span(), {}, {}, one.c4({1, 4, 1, 1}), {}, {}), Error);
+}
+
+}  // namespace
+}  // namespace attnkit
