@@ -77,6 +77,7 @@ void add_bench_command(CLI::App& app) {
   att->callback([c, json] { print_attention(*c, run_attention_bench(*c), *json); });
   add_bench_decode_command(*bench);
   add_bench_generate_command(*bench);
+  add_bench_deformable_command(*bench);
 }
 
 }  // namespace attnkit::cli

@@ -10,6 +10,7 @@ void add_inspect_command(CLI::App& app);   // cmd_inspect.cpp
 void add_bench_command(CLI::App& app);     // cmd_bench.cpp
 void add_bench_decode_command(CLI::App& bench);  // cmd_bench_decode.cpp (decode, roofline)
 void add_bench_generate_command(CLI::App& bench);  // cmd_bench_generate.cpp
+void add_bench_deformable_command(CLI::App& bench);  // cmd_bench_deformable.cpp
 void add_train_command(CLI::App& app);     // cmd_train.cpp (train gpt, eval)
 void add_generate_command(CLI::App& app);  // cmd_generate.cpp
 void add_convert_gqa_command(CLI::App& app);  // cmd_convert_gqa.cpp
