@@ -97,6 +97,7 @@ struct BlockCase {
 };
 
 TEST(MsDeformAttnBlock, ReferenceMatchesFiniteDifferences) {
+  ThreadCountScope serial(1);  // ~2000 tiny forwards: thread start-up would dominate
   BlockCase st(21);
   MsDeformAttnBlockOptions o = st.opts;
   o.reference = true;
