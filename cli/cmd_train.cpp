@@ -182,12 +182,13 @@ void add_train_command(CLI::App& app) {
   auto data = std::make_shared<std::vector<std::string>>(std::vector<std::string>{"fortunes"});
   auto windows = std::make_shared<int64_t>(64);
   auto split = std::make_shared<std::string>("validation");
-  auto* ev = app.add_subcommand("eval", "Loss, perplexity and bits per byte of a GPT on text");
+  auto* ev = app.add_subcommand("eval", "Loss, perplexity and bits per byte of a GPT on text; masked-LM loss or task accuracy of a BERT");
   ev->add_option("--model", *model, "Model directory (config.json + model.safetensors)")->required();
   ev->add_option("--data", *data, "Text files, or 'fortunes' / 'bible'")->capture_default_str();
-  ev->add_option("--windows", *windows, "Context-length windows to evaluate, at most")->capture_default_str();
+  ev->add_option("--windows", *windows, "Context-length windows to evaluate, at most (BERT: validation examples)")->capture_default_str();
   ev->add_option("--split", *split, "validation, train, or all (files given as --data: use all)")->capture_default_str();
   ev->callback([model, data, windows, split] {
+    if (is_bert_dir(*model)) return run_bert_eval(*model, *data, *windows);  // masked LM / task
     GptModel m = GptModel::load(*model);
     const std::vector<int32_t> tokens = load_split_tokens(*data, *split);
     const int64_t seq = m.config().max_position_embeddings;

@@ -2,6 +2,9 @@
 // Each CLI subcommand lives in its own cli/cmd_*.cpp and registers itself on the app here.
 // Commands throw attnkit::Error for bad input; main() turns it into one line and exit code 2.
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 namespace attnkit::cli {
 
@@ -13,6 +16,13 @@ void add_bench_generate_command(CLI::App& bench);  // cmd_bench_generate.cpp
 void add_bench_deformable_command(CLI::App& bench);  // cmd_bench_deformable.cpp
 void add_train_command(CLI::App& app);     // cmd_train.cpp (train gpt, eval)
 void add_generate_command(CLI::App& app);  // cmd_generate.cpp
+void add_bert_commands(CLI::App& app);     // cmd_bert.cpp (train bert, finetune bert); after train
+
+// True if dir/config.json declares model_type "bert" (cmd_bert.cpp).
+bool is_bert_dir(const std::string& dir);
+// `attnkit eval` for a BERT directory: masked-LM loss (+ NSP accuracy) on --data's validation
+// split, or the fortune-file accuracy of a sequence classifier (cmd_bert.cpp).
+void run_bert_eval(const std::string& dir, const std::vector<std::string>& data, int64_t examples);
 void add_convert_gqa_command(CLI::App& app);  // cmd_convert_gqa.cpp
 void add_demo_command(CLI::App& app);      // cmd_demo.cpp
 void add_sinks_commands(CLI::App& app);    // cmd_sinks.cpp (sink-profile, eval-stream)

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "attnkit/core/error.hpp"
+#include "attnkit/core/parallel.hpp"
 #include "nn/nn_testing.hpp"
 
 namespace attnkit {
@@ -54,6 +55,7 @@ BertTargets targets_of(const BertConfig& c, const Example& e) {
 class BertGradient : public ::testing::TestWithParam<BertArchitecture> {};
 
 TEST_P(BertGradient, EveryParameterMatchesFiniteDifferences) {
+  const ThreadCountScope one_thread(1);  // tiny shapes: thread hand-offs would dominate
   const BertConfig cfg = tiny(GetParam());
   BertModel m(cfg);
   m.init_random(3);
@@ -81,13 +83,16 @@ TEST_P(BertGradient, EveryParameterMatchesFiniteDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Heads, BertGradient,
+INSTANTIATE_TEST_SUITE_P(
+    Heads, BertGradient,
                          ::testing::Values(BertArchitecture::kPreTraining, BertArchitecture::kMaskedLM,
                                            BertArchitecture::kSequenceClassification,
                                            BertArchitecture::kTokenClassification,
-                                           BertArchitecture::kQuestionAnswering));
+                                           BertArchitecture::kQuestionAnswering),
+    [](const auto& info) { return std::string(bert_architecture_name(info.param)); });
 
 TEST(Bert, DropoutIsOffInEvalModeAndKeyedBySeedInTraining) {
+  const ThreadCountScope one_thread(1);  // tiny shapes: thread hand-offs would dominate
   const BertConfig cfg = tiny(BertArchitecture::kPreTraining);
   BertModel m(cfg);
   m.init_random(1);
@@ -125,7 +130,9 @@ TEST(Bert, ConfigRoundTripAndValidation) {
       "num_attention_heads": 4, "intermediate_size": 3, "hidden_act": "relu"})"), Error);
   BertModel m(tiny(BertArchitecture::kMaskedLM));
   const std::vector<int32_t> tokens{1, 2, 3};
-  EXPECT_THROW(m.forward({tokens, {}, {}, {}}, {.nsp = tokens}), Error);
+  BertTargets nsp_only;
+  nsp_only.nsp = tokens;
+  EXPECT_THROW(m.forward({tokens, {}, {}, {}}, nsp_only), Error);
   EXPECT_THROW(m.backward(), Error);
   EXPECT_THROW(m.pooled_output(), Error);
 }

@@ -1,0 +1,235 @@
+// `attnkit train bert`, `attnkit finetune bert` and BERT directories in `attnkit eval`: masked-LM
+// (+ NSP) pretraining with pad / bucket / pack batching, sequence-classification fine-tuning on
+// "which fortunes file does this quote come from", and their evaluation.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/parallel.hpp"
+#include "attnkit/io/text_corpus.hpp"
+#include "attnkit/io/tokenizer.hpp"
+#include "attnkit/train/bert_trainer.hpp"
+#include "cli_data.hpp"
+#include "commands.hpp"
+
+namespace attnkit::cli {
+namespace {
+
+// Named encoder shapes (byte vocabulary, context 128).
+BertConfig bert_preset(const std::string& name) {
+  BertConfig c;
+  c.vocab_size = ByteTokenizer::vocab_size();
+  c.pad_token_id = ByteTokenizer::kPad;
+  c.max_position_embeddings = 128;
+  if (name == "tiny") {
+    c.hidden_size = 64, c.num_hidden_layers = 2, c.num_attention_heads = 4, c.intermediate_size = 256;
+  } else if (name == "mini") {
+    c.hidden_size = 128, c.num_hidden_layers = 4, c.num_attention_heads = 4, c.intermediate_size = 512;
+  } else if (name == "small") {
+    c.hidden_size = 256, c.num_hidden_layers = 6, c.num_attention_heads = 8, c.intermediate_size = 1024;
+  } else {
+    fail("--preset: unknown preset '", name, "' (tiny, mini, small)");
+  }
+  return c;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  check(bool(in), "cannot read ", path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The fortune-file task: every entry of each named fortunes file, labelled by the file's index.
+BertDocuments fortune_file_task(const std::vector<std::string>& classes) {
+  check(classes.size() >= 2, "--classes: need at least two fortunes files");
+  std::vector<std::string> docs;
+  std::vector<int32_t> labels;
+  for (size_t k = 0; k < classes.size(); ++k) {
+    const std::string path = std::string(kFortunesDir) + "/" + classes[k];
+    check(std::filesystem::is_regular_file(path), "--classes: no fortunes file ", path);
+    for (auto& e : split_fortune_entries(read_text(path))) {
+      docs.push_back(std::move(e));
+      labels.push_back(int32_t(k));
+    }
+  }
+  // Interleave the split keys across classes: the document index keys the split.
+  return split_documents(docs, labels);
+}
+
+struct BertCli {
+  std::string config_file, preset = "mini", out, objective = "mlm", batching = "pack", init, task = "fortune-file";
+  std::vector<std::string> data{"fortunes"};
+  std::vector<std::string> classes{"computers", "definitions", "people", "songs-poems"};
+  BertTrainOptions opts;
+  double lr = 1e-3, min_lr = 1e-4, dropout = 0.1;
+  int64_t warmup = 30;
+  bool resume = false, quiet = false;
+  int threads = 0;
+  BertCli() {
+    opts.steps = 300;
+    opts.batch = 16;
+    opts.max_len = 128;
+  }
+};
+
+void add_common_options(CLI::App* cmd, BertCli& cli) {
+  cmd->add_option("--out", cli.out, "Output directory (checkpoints, log.csv)")->required();
+  cmd->add_option("--batching", cli.batching, "pad, bucket or pack")->capture_default_str();
+  cmd->add_option("--steps", cli.opts.steps, "Optimizer steps")->capture_default_str();
+  cmd->add_option("--batch", cli.opts.batch, "Examples per step")->capture_default_str();
+  cmd->add_option("--seq", cli.opts.max_len, "Tokens per example, at most (and per packed row)")->capture_default_str();
+  cmd->add_option("--lr", cli.lr, "Peak learning rate")->capture_default_str();
+  cmd->add_option("--min-lr", cli.min_lr, "Final learning rate of the cosine decay")->capture_default_str();
+  cmd->add_option("--warmup", cli.warmup, "Linear warmup steps")->capture_default_str();
+  cmd->add_option("--weight-decay", cli.opts.adamw.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
+  cmd->add_option("--clip", cli.opts.clip, "Global gradient-norm bound (0 = off)")->capture_default_str();
+  cmd->add_option("--dropout", cli.dropout, "Hidden and attention dropout probability")->capture_default_str();
+  cmd->add_option("--eval-every", cli.opts.eval_every, "Steps between validation evaluations")->capture_default_str();
+  cmd->add_option("--eval-examples", cli.opts.eval_examples, "Validation examples per evaluation")->capture_default_str();
+  cmd->add_option("--checkpoint-every", cli.opts.checkpoint_every, "Steps between checkpoints")->capture_default_str();
+  cmd->add_option("--seed", cli.opts.seed, "Seed of initialisation, examples, masking and dropout")->capture_default_str();
+  cmd->add_flag("--resume", cli.resume, "Continue from the checkpoint in --out");
+  cmd->add_option("--threads", cli.threads, "Threads (0 = all cores)")->capture_default_str();
+  cmd->add_flag("--quiet", cli.quiet, "No progress output");
+}
+
+BertTrainOptions train_options(const BertCli& cli) {
+  BertTrainOptions o = cli.opts;
+  o.out_dir = cli.out;
+  o.progress = !cli.quiet;
+  o.batching = parse_batching(cli.batching);
+  o.schedule = {.max_lr = cli.lr, .min_lr = cli.min_lr, .warmup_steps = cli.warmup, .total_steps = o.steps};
+  check(cli.dropout >= 0 && cli.dropout < 1, "--dropout: must be in [0, 1), got ", cli.dropout);
+  return o;
+}
+
+void print_result(const BertTrainer& t, const BertStepResult& last, const BertEvalResult& val,
+                  const BertTrainOptions& o) {
+  (void)t;
+  std::printf("step %lld: train loss %.4f, validation loss %.4f", (long long)(last.step + 1), last.loss, val.loss);
+  if (val.accuracy > 0) std::printf(", validation accuracy %.4f", val.accuracy);
+  std::printf(" (%lld %s); saved to %s\n", (long long)val.count,
+              o.objective == BertObjective::kClassify ? "documents" : "masked positions", o.out_dir.c_str());
+}
+
+void run_pretrain(const BertCli& cli) {
+  ThreadCountScope threads(cli.threads);
+  BertConfig cfg = cli.config_file.empty() ? bert_preset(cli.preset) : parse_bert_config(read_text(cli.config_file));
+  check(cfg.vocab_size >= ByteTokenizer::vocab_size(), "config: vocab_size must be >= ",
+        ByteTokenizer::vocab_size(), " for the byte tokenizer");
+  BertTrainOptions o = train_options(cli);
+  o.objective = parse_bert_objective(cli.objective);
+  cfg.architecture = o.objective == BertObjective::kMlmNsp ? BertArchitecture::kPreTraining : BertArchitecture::kMaskedLM;
+  if (cli.config_file.empty()) cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = cli.dropout;
+  const BertDocuments docs = split_documents(load_documents(cli.data), {});
+  BertModel model(cfg);
+  model.init_random(o.seed);
+  BertTrainer trainer(model, docs, o);
+  const int64_t start = cli.resume ? trainer.resume() : 0;
+  if (!cli.quiet)
+    std::fprintf(stderr, "training BERT (%s, %s batching) with %lld parameters on %zu documents, steps %lld..%lld, %d threads\n",
+                 cli.objective.c_str(), cli.batching.c_str(), (long long)bert_parameter_count(cfg),
+                 docs.train.size(), (long long)start, (long long)o.steps, num_threads());
+  const BertStepResult last = trainer.run();
+  print_result(trainer, last, trainer.evaluate(o.eval_examples), o);
+}
+
+void run_finetune(const BertCli& cli) {
+  ThreadCountScope threads(cli.threads);
+  check(cli.task == "fortune-file", "--task: expected fortune-file, got '", cli.task, "'");
+  check(!cli.init.empty(), "--init: a pretrained BERT directory is required");
+  const BertModel pre = BertModel::load(cli.init);
+  BertConfig cfg = pre.config();
+  cfg.architecture = BertArchitecture::kSequenceClassification;
+  cfg.num_labels = int64_t(cli.classes.size());
+  cfg.labels = cli.classes;
+  cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = cli.dropout;
+  BertTrainOptions o = train_options(cli);
+  o.objective = BertObjective::kClassify;
+  const BertDocuments docs = fortune_file_task(cli.classes);
+  BertModel model(cfg);
+  model.init_random(o.seed);  // the new heads (and the pooler if --init has none)
+  const int64_t copied = model.copy_matching(pre);
+  BertTrainer trainer(model, docs, o);
+  const int64_t start = cli.resume ? trainer.resume() : 0;
+  if (!cli.quiet)
+    std::fprintf(stderr, "fine-tuning %s on %zu train / %zu validation documents, %zu classes; %lld tensors from %s; steps %lld..%lld\n",
+                 cli.task.c_str(), docs.train.size(), docs.validation.size(), cli.classes.size(),
+                 (long long)copied, cli.init.c_str(), (long long)start, (long long)o.steps);
+  const BertStepResult last = trainer.run();
+  const BertEvalResult val = trainer.evaluate(int64_t(docs.validation.size()));
+  print_result(trainer, last, val, o);
+  std::printf("majority-class baseline accuracy %.4f\n", majority_baseline(docs));
+}
+
+}  // namespace
+
+bool is_bert_dir(const std::string& dir) {
+  std::ifstream in(dir + "/config.json");
+  if (!in) return false;
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str().find("\"model_type\": \"bert\"") != std::string::npos;
+}
+
+void run_bert_eval(const std::string& dir, const std::vector<std::string>& data, int64_t examples) {
+  BertModel model = BertModel::load(dir);
+  const BertConfig& cfg = model.config();
+  BertTrainOptions o;
+  o.out_dir = dir;
+  o.batch = 16;
+  o.max_len = cfg.max_position_embeddings;
+  o.eval_examples = examples;
+  if (cfg.architecture == BertArchitecture::kSequenceClassification) {
+    check(int64_t(cfg.labels.size()) == cfg.num_labels, "eval: ", dir,
+          "/config.json has no id2label (the fortunes files of the fortune-file task)");
+    o.objective = BertObjective::kClassify;
+    const BertDocuments docs = fortune_file_task(cfg.labels);
+    BertTrainer t(model, docs, o);
+    const BertEvalResult r = t.evaluate(int64_t(docs.validation.size()));
+    std::printf("fortune-file: accuracy %.4f (majority baseline %.4f), loss %.4f over %lld validation documents\n",
+                r.accuracy, majority_baseline(docs), r.loss, (long long)r.count);
+    return;
+  }
+  check(cfg.has_mlm(), "eval: ", bert_architecture_name(cfg.architecture), " is not supported by eval");
+  o.objective = cfg.architecture == BertArchitecture::kPreTraining ? BertObjective::kMlmNsp : BertObjective::kMlm;
+  const BertDocuments docs = split_documents(load_documents(data), {});
+  BertTrainer t(model, docs, o);
+  const BertEvalResult r = t.evaluate(examples);
+  std::printf("masked-LM loss %.4f (%.4f bits per masked byte) over %lld masked positions (%.1f %% of real tokens)",
+              r.loss, r.loss / std::log(2.0), (long long)r.count, 100 * r.loss_fraction);
+  if (o.objective == BertObjective::kMlmNsp) std::printf(", NSP accuracy %.4f", r.accuracy);
+  std::printf("\n");
+}
+
+void add_bert_commands(CLI::App& app) {
+  auto cli = std::make_shared<BertCli>();
+  CLI::App* train = app.get_subcommand("train");
+  auto* bert = train->add_subcommand("bert", "Masked-LM (+ NSP) pretraining of a BERT encoder on byte-level text");
+  bert->add_option("--objective", cli->objective, "mlm or mlm+nsp")->capture_default_str();
+  bert->add_option("--config", cli->config_file, "config.json (Hugging Face BertConfig keys) instead of --preset");
+  bert->add_option("--preset", cli->preset, "Model shape: tiny, mini, small")->capture_default_str();
+  bert->add_option("--data", cli->data, "Text files, or 'fortunes' / 'bible' (Debian's corpora)")->capture_default_str();
+  add_common_options(bert, *cli);
+  bert->callback([cli] { run_pretrain(*cli); });
+
+  auto ft_cli = std::make_shared<BertCli>();
+  ft_cli->opts.steps = 200;
+  ft_cli->lr = 3e-4, ft_cli->min_lr = 3e-5, ft_cli->warmup = 20;
+  auto* ft = app.add_subcommand("finetune", "Fine-tune models on a task");
+  ft->require_subcommand(1);
+  auto* ftb = ft->add_subcommand("bert", "Sequence classification on a pretrained BERT");
+  ftb->add_option("--task", ft_cli->task, "fortune-file: which fortunes file an entry comes from")->capture_default_str();
+  ftb->add_option("--init", ft_cli->init, "Pretrained BERT directory (encoder and pooler are copied)")->required();
+  ftb->add_option("--classes", ft_cli->classes, "Fortunes files that are the classes")->capture_default_str();
+  add_common_options(ftb, *ft_cli);
+  ftb->callback([ft_cli] { run_finetune(*ft_cli); });
+}
+
+}  // namespace attnkit::cli
