@@ -7,11 +7,13 @@ training throughput in real tokens/s and computed tokens/s (first 3 steps skippe
 Usage: scripts/experiments/bert_batching.py [--steps 40] [--batch 16] [--preset mini] [--threads 2]
 Writes runs/bert-batching-<strategy>/ and prints a Markdown table."""
 import argparse
+import os
 import csv
 import pathlib
 import subprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+CLI = os.environ.get("ATTNKIT_CLI", str(ROOT / "build" / "attnkit"))  # the attnkit binary to run
 
 
 def main():
@@ -25,7 +27,7 @@ def main():
     rows = []
     for strategy in ("pad", "bucket", "pack"):
         out = ROOT / "runs" / f"bert-batching-{strategy}"
-        cmd = [str(ROOT / "build" / "attnkit"), "train", "bert", "--objective", "mlm", "--preset", args.preset,
+        cmd = [CLI, "train", "bert", "--objective", "mlm", "--preset", args.preset,
                "--batching", strategy, "--steps", str(args.steps), "--batch", str(args.batch),
                "--seq", str(args.seq), "--eval-every", "0", "--eval-examples", "16",
                "--checkpoint-every", "0", "--threads", str(args.threads), "--quiet", "--out", str(out)]

@@ -11,13 +11,14 @@ majority baseline.
 
 Usage: scripts/experiments/bert_vs_gpt.py [--steps 400] [--threads 2]"""
 import argparse
+import os
 import csv
 import pathlib
 import re
 import subprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-CLI = str(ROOT / "build" / "attnkit")
+CLI = os.environ.get("ATTNKIT_CLI", str(ROOT / "build" / "attnkit"))  # the attnkit binary to run
 
 
 def run(cmd):
