@@ -1,6 +1,6 @@
 // `attnkit train bert`, `attnkit finetune bert` and BERT directories in `attnkit eval`: masked-LM
-// (+ NSP) pretraining with pad / bucket / pack batching, sequence-classification fine-tuning on
-// "which fortunes file does this quote come from", and their evaluation.
+// (+ NSP) pretraining with pad / bucket / pack batching, fine-tuning on the fortunes tasks of
+// train/bert_tasks.hpp (file classification, attribution tagging and span), and their evaluation.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -45,21 +45,36 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
-// The fortune-file task: every entry of each named fortunes file, labelled by the file's index.
-BertDocuments fortune_file_task(const std::vector<std::string>& classes) {
-  check(classes.size() >= 2, "--classes: need at least two fortunes files");
-  std::vector<std::string> docs;
-  std::vector<int32_t> labels;
-  for (size_t k = 0; k < classes.size(); ++k) {
-    const std::string path = std::string(kFortunesDir) + "/" + classes[k];
-    check(std::filesystem::is_regular_file(path), "--classes: no fortunes file ", path);
-    for (auto& e : split_fortune_entries(read_text(path))) {
-      docs.push_back(std::move(e));
-      labels.push_back(int32_t(k));
-    }
+// A fine-tuning task's examples and the architecture and objective that fit it.
+struct Task {
+  BertTaskData data;
+  BertArchitecture architecture;
+  BertObjective objective;
+};
+
+Task make_task(const std::string& name, const std::vector<std::string>& classes, int64_t max_len) {
+  if (name == "fortune-file")
+    return {fortune_file_task(classes, max_len, kFortunesDir), BertArchitecture::kSequenceClassification,
+            BertObjective::kClassify};
+  if (name == "attribution-tokens")
+    return {attribution_task(load_fortunes(), false, max_len), BertArchitecture::kTokenClassification,
+            BertObjective::kTokens};
+  if (name == "attribution-span")
+    return {attribution_task(load_fortunes(), true, max_len), BertArchitecture::kQuestionAnswering,
+            BertObjective::kSpan};
+  fail("--task: expected fortune-file, attribution-tokens or attribution-span, got '", name, "'");
+}
+
+// One line of task metrics.
+void print_task_metrics(const std::string& task, const BertEvalResult& r, const BertTaskData& data) {
+  if (task == "attribution-span") {
+    std::printf("%s: exact match %.4f, loss %.4f over %lld validation entries\n", task.c_str(), r.accuracy,
+                r.loss, (long long)r.count);
+    return;
   }
-  // Interleave the split keys across classes: the document index keys the split.
-  return split_documents(docs, labels);
+  std::printf("%s: accuracy %.4f (majority baseline %.4f)", task.c_str(), r.accuracy, majority_baseline(data));
+  if (task == "attribution-tokens") std::printf(", name F1 %.4f", r.f1);
+  std::printf(", loss %.4f over %lld validation entries\n", r.loss, (long long)r.count);
 }
 
 struct BertCli {
@@ -109,13 +124,12 @@ BertTrainOptions train_options(const BertCli& cli) {
   return o;
 }
 
-void print_result(const BertTrainer& t, const BertStepResult& last, const BertEvalResult& val,
-                  const BertTrainOptions& o) {
-  (void)t;
+void print_result(const BertStepResult& last, const BertEvalResult& val, const BertTrainOptions& o) {
+  const bool task = o.objective != BertObjective::kMlm && o.objective != BertObjective::kMlmNsp;
   std::printf("step %lld: train loss %.4f, validation loss %.4f", (long long)(last.step + 1), last.loss, val.loss);
   if (val.accuracy > 0) std::printf(", validation accuracy %.4f", val.accuracy);
-  std::printf(" (%lld %s); saved to %s\n", (long long)val.count,
-              o.objective == BertObjective::kClassify ? "documents" : "masked positions", o.out_dir.c_str());
+  std::printf(" (%lld %s); saved to %s\n", (long long)val.count, task ? "examples" : "masked positions",
+              o.out_dir.c_str());
 }
 
 void run_pretrain(const BertCli& cli) {
@@ -127,45 +141,47 @@ void run_pretrain(const BertCli& cli) {
   o.objective = parse_bert_objective(cli.objective);
   cfg.architecture = o.objective == BertObjective::kMlmNsp ? BertArchitecture::kPreTraining : BertArchitecture::kMaskedLM;
   if (cli.config_file.empty()) cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = cli.dropout;
-  const BertDocuments docs = split_documents(load_documents(cli.data), {});
+  BertDocuments docs = split_documents(load_documents(cli.data), {});
+  const size_t n_docs = docs.train.size();
   BertModel model(cfg);
   model.init_random(o.seed);
-  BertTrainer trainer(model, docs, o);
+  BertTrainer trainer(model, std::move(docs), o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
   if (!cli.quiet)
     std::fprintf(stderr, "training BERT (%s, %s batching) with %lld parameters on %zu documents, steps %lld..%lld, %d threads\n",
                  cli.objective.c_str(), cli.batching.c_str(), (long long)bert_parameter_count(cfg),
-                 docs.train.size(), (long long)start, (long long)o.steps, num_threads());
+                 n_docs, (long long)start, (long long)o.steps, num_threads());
   const BertStepResult last = trainer.run();
-  print_result(trainer, last, trainer.evaluate(o.eval_examples), o);
+  print_result(last, trainer.evaluate(o.eval_examples), o);
 }
 
 void run_finetune(const BertCli& cli) {
   ThreadCountScope threads(cli.threads);
-  check(cli.task == "fortune-file", "--task: expected fortune-file, got '", cli.task, "'");
   check(!cli.init.empty(), "--init: a pretrained BERT directory is required");
   const BertModel pre = BertModel::load(cli.init);
-  BertConfig cfg = pre.config();
-  cfg.architecture = BertArchitecture::kSequenceClassification;
-  cfg.num_labels = int64_t(cli.classes.size());
-  cfg.labels = cli.classes;
-  cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = cli.dropout;
   BertTrainOptions o = train_options(cli);
-  o.objective = BertObjective::kClassify;
-  const BertDocuments docs = fortune_file_task(cli.classes);
+  Task task = make_task(cli.task, cli.classes, o.max_len);
+  o.objective = task.objective;
+  BertConfig cfg = pre.config();
+  cfg.architecture = task.architecture;
+  cfg.labels = task.data.labels;
+  cfg.num_labels = task.data.labels.empty() ? 2 : int64_t(task.data.labels.size());
+  cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = cli.dropout;
   BertModel model(cfg);
   model.init_random(o.seed);  // the new heads (and the pooler if --init has none)
   const int64_t copied = model.copy_matching(pre);
-  BertTrainer trainer(model, docs, o);
+  const size_t n_train = task.data.train.size(), n_val = task.data.validation.size();
+  const BertTaskData data = task.data;  // kept for the baseline
+  BertTrainer trainer(model, std::move(task.data), o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
   if (!cli.quiet)
-    std::fprintf(stderr, "fine-tuning %s on %zu train / %zu validation documents, %zu classes; %lld tensors from %s; steps %lld..%lld\n",
-                 cli.task.c_str(), docs.train.size(), docs.validation.size(), cli.classes.size(),
-                 (long long)copied, cli.init.c_str(), (long long)start, (long long)o.steps);
+    std::fprintf(stderr, "fine-tuning %s on %zu train / %zu validation examples; %lld tensors from %s; steps %lld..%lld\n",
+                 cli.task.c_str(), n_train, n_val, (long long)copied, cli.init.c_str(), (long long)start,
+                 (long long)o.steps);
   const BertStepResult last = trainer.run();
-  const BertEvalResult val = trainer.evaluate(int64_t(docs.validation.size()));
-  print_result(trainer, last, val, o);
-  std::printf("majority-class baseline accuracy %.4f\n", majority_baseline(docs));
+  const BertEvalResult val = trainer.evaluate(int64_t(n_val));
+  print_result(last, val, o);
+  print_task_metrics(cli.task, val, data);
 }
 
 }  // namespace
@@ -186,21 +202,22 @@ void run_bert_eval(const std::string& dir, const std::vector<std::string>& data,
   o.batch = 16;
   o.max_len = cfg.max_position_embeddings;
   o.eval_examples = examples;
-  if (cfg.architecture == BertArchitecture::kSequenceClassification) {
-    check(int64_t(cfg.labels.size()) == cfg.num_labels, "eval: ", dir,
+  if (!cfg.has_mlm()) {
+    const std::string name = cfg.architecture == BertArchitecture::kSequenceClassification ? "fortune-file"
+                             : cfg.architecture == BertArchitecture::kTokenClassification ? "attribution-tokens"
+                                                                                          : "attribution-span";
+    check(name != "fortune-file" || int64_t(cfg.labels.size()) == cfg.num_labels, "eval: ", dir,
           "/config.json has no id2label (the fortunes files of the fortune-file task)");
-    o.objective = BertObjective::kClassify;
-    const BertDocuments docs = fortune_file_task(cfg.labels);
-    BertTrainer t(model, docs, o);
-    const BertEvalResult r = t.evaluate(int64_t(docs.validation.size()));
-    std::printf("fortune-file: accuracy %.4f (majority baseline %.4f), loss %.4f over %lld validation documents\n",
-                r.accuracy, majority_baseline(docs), r.loss, (long long)r.count);
+    Task task = make_task(name, cfg.labels, o.max_len);
+    o.objective = task.objective;
+    const BertTaskData data = task.data;
+    BertTrainer t(model, std::move(task.data), o);
+    print_task_metrics(name, t.evaluate(int64_t(data.validation.size())), data);
     return;
   }
   check(cfg.has_mlm(), "eval: ", bert_architecture_name(cfg.architecture), " is not supported by eval");
   o.objective = cfg.architecture == BertArchitecture::kPreTraining ? BertObjective::kMlmNsp : BertObjective::kMlm;
-  const BertDocuments docs = split_documents(load_documents(data), {});
-  BertTrainer t(model, docs, o);
+  BertTrainer t(model, split_documents(load_documents(data), {}), o);
   const BertEvalResult r = t.evaluate(examples);
   std::printf("masked-LM loss %.4f (%.4f bits per masked byte) over %lld masked positions (%.1f %% of real tokens)",
               r.loss, r.loss / std::log(2.0), (long long)r.count, 100 * r.loss_fraction);
@@ -224,10 +241,13 @@ void add_bert_commands(CLI::App& app) {
   ft_cli->lr = 3e-4, ft_cli->min_lr = 3e-5, ft_cli->warmup = 20;
   auto* ft = app.add_subcommand("finetune", "Fine-tune models on a task");
   ft->require_subcommand(1);
-  auto* ftb = ft->add_subcommand("bert", "Sequence classification on a pretrained BERT");
-  ftb->add_option("--task", ft_cli->task, "fortune-file: which fortunes file an entry comes from")->capture_default_str();
+  auto* ftb = ft->add_subcommand("bert", "Fine-tune a pretrained BERT on a fortunes task");
+  ftb->add_option("--task", ft_cli->task,
+                  "fortune-file (which fortunes file an entry comes from), attribution-tokens (tag the "
+                  "bytes of an entry's '-- name' attribution), attribution-span (its start/end)")
+      ->capture_default_str();
   ftb->add_option("--init", ft_cli->init, "Pretrained BERT directory (encoder and pooler are copied)")->required();
-  ftb->add_option("--classes", ft_cli->classes, "Fortunes files that are the classes")->capture_default_str();
+  ftb->add_option("--classes", ft_cli->classes, "fortune-file: the fortunes files that are the classes")->capture_default_str();
   add_common_options(ftb, *ft_cli);
   ftb->callback([ft_cli] { run_finetune(*ft_cli); });
 }

@@ -25,7 +25,9 @@ BertTargets LaidOutBatch::targets() const {
   BertTargets t;
   if (std::any_of(mlm.begin(), mlm.end(), [](int32_t x) { return x >= 0; })) t.mlm = mlm;
   t.nsp = nsp;
-  t.labels = labels;
+  t.labels = labels.empty() ? std::span<const int32_t>(token_labels) : std::span<const int32_t>(labels);
+  t.start_positions = starts;
+  t.end_positions = ends;
   return t;
 }
 
@@ -44,6 +46,11 @@ void append_example(LaidOutBatch& out, const BertExample& e, int32_t index) {
     out.mlm.insert(out.mlm.end(), e.mlm.begin(), e.mlm.end());
   if (e.nsp >= 0) out.nsp.push_back(e.nsp);
   if (e.label >= 0) out.labels.push_back(e.label);
+  if (!e.token_labels.empty()) {
+    out.token_labels.resize(out.tokens.size() - e.tokens.size(), -1);
+    out.token_labels.insert(out.token_labels.end(), e.token_labels.begin(), e.token_labels.end());
+  }
+  if (e.span_start >= 0) out.starts.push_back(e.span_start), out.ends.push_back(e.span_end);
   out.cu.push_back(int32_t(out.tokens.size()));
   out.real_tokens += int64_t(e.tokens.size());
 }
@@ -53,6 +60,7 @@ void append_padding(LaidOutBatch& out, int64_t n) {
   out.tokens.resize(out.tokens.size() + size_t(n), ByteTokenizer::kPad);
   out.types.resize(out.tokens.size(), 0);
   out.mlm.resize(out.tokens.size(), -1);
+  if (!out.token_labels.empty()) out.token_labels.resize(out.tokens.size(), -1);
   out.cu.push_back(int32_t(out.tokens.size()));
 }
 
@@ -63,14 +71,16 @@ LaidOutBatch lay_out(std::span<const BertExample> examples, Batching batching, i
   int64_t longest = 0;
   for (const auto& e : examples) {
     check(!e.tokens.empty() && e.types.size() == e.tokens.size() &&
-              (e.mlm.empty() || e.mlm.size() == e.tokens.size()),
-          "lay_out: an example's tokens, types and mlm must have equal non-zero lengths");
+              (e.mlm.empty() || e.mlm.size() == e.tokens.size()) &&
+              (e.token_labels.empty() || e.token_labels.size() == e.tokens.size()),
+          "lay_out: an example's tokens, types, mlm and token labels must have equal non-zero lengths");
     longest = std::max(longest, int64_t(e.tokens.size()));
   }
-  const bool nsp = examples[0].nsp >= 0, label = examples[0].label >= 0;
+  const auto& e0 = examples[0];
   for (const auto& e : examples)
-    check((e.nsp >= 0) == nsp && (e.label >= 0) == label,
-          "lay_out: every example must have NSP labels / class labels, or none");
+    check((e.nsp >= 0) == (e0.nsp >= 0) && (e.label >= 0) == (e0.label >= 0) &&
+              e.token_labels.empty() == e0.token_labels.empty() && (e.span_start >= 0) == (e0.span_start >= 0),
+          "lay_out: every example must have NSP labels / class labels / token labels / spans, or none");
   LaidOutBatch out;
   out.cu.push_back(0);
   out.start.assign(examples.size(), 0);

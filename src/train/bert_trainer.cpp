@@ -12,6 +12,7 @@
 #include <map>
 
 #include "attnkit/core/error.hpp"
+#include "attnkit/core/rng.hpp"
 #include "attnkit/tools/roofline.hpp"
 #include "attnkit/train/grad_clip.hpp"
 
@@ -44,48 +45,78 @@ std::vector<NamedParameter> bert_named_parameters(BertModel& m) {
   return out;
 }
 
-double majority_baseline(const BertDocuments& d) {
-  check(!d.train_labels.empty() && !d.validation_labels.empty(), "majority_baseline: no labels");
+double majority_baseline(const BertTaskData& t) {
   std::map<int32_t, int64_t> counts;
-  for (int32_t l : d.train_labels) ++counts[l];
+  auto labels_of = [](const BertExample& e) {
+    return e.token_labels.empty() ? std::vector<int32_t>{e.label} : e.token_labels;
+  };
+  for (const auto& e : t.train)
+    for (int32_t l : labels_of(e))
+      if (l >= 0) ++counts[l];
+  check(!counts.empty(), "majority_baseline: the task has no class labels");
   const int32_t major = std::max_element(counts.begin(), counts.end(), [](auto& a, auto& b) {
                           return a.second < b.second;
                         })->first;
-  return double(std::count(d.validation_labels.begin(), d.validation_labels.end(), major)) /
-         double(d.validation_labels.size());
+  int64_t hit = 0, n = 0;
+  for (const auto& e : t.validation)
+    for (int32_t l : labels_of(e))
+      if (l >= 0) hit += l == major, ++n;
+  return n > 0 ? double(hit) / double(n) : 0;
 }
 
-BertTrainer::BertTrainer(BertModel& model, const BertDocuments& docs, const BertTrainOptions& o)
-    : model_(model), docs_(docs), options_(o), optimizer_(bert_named_parameters(model), o.adamw) {
+BertTrainer::BertTrainer(BertModel& model, BertDocuments docs, const BertTrainOptions& o)
+    : model_(model), docs_(std::move(docs)), options_(o), optimizer_(bert_named_parameters(model), o.adamw) {
+  check(!fine_tuning(), "--objective: a task objective needs task examples, not documents");
+  check(!docs_.train.empty() && !docs_.validation.empty(), "data: need training and validation documents");
+  check(o.objective == BertObjective::kMlm ? model.config().has_mlm()
+                                           : model.config().architecture == BertArchitecture::kPreTraining,
+        "--objective: ", o.objective == BertObjective::kMlm ? "mlm" : "mlm+nsp", " does not fit a ",
+        bert_architecture_name(model.config().architecture));
+  check_setup();
+}
+
+BertTrainer::BertTrainer(BertModel& model, BertTaskData task, const BertTrainOptions& o)
+    : model_(model), task_(std::move(task)), options_(o), optimizer_(bert_named_parameters(model), o.adamw) {
+  check(fine_tuning(), "--objective: pretraining objectives need documents, not task examples");
+  check(!task_.train.empty() && !task_.validation.empty(), "task: need training and validation examples");
   const auto arch = model.config().architecture;
+  const BertArchitecture want = o.objective == BertObjective::kClassify ? BertArchitecture::kSequenceClassification
+                                : o.objective == BertObjective::kTokens ? BertArchitecture::kTokenClassification
+                                                                        : BertArchitecture::kQuestionAnswering;
+  check(arch == want, "task: needs a ", bert_architecture_name(want), " model, got ", bert_architecture_name(arch));
+  check_setup();
+}
+
+bool BertTrainer::fine_tuning() const {
+  return options_.objective == BertObjective::kClassify || options_.objective == BertObjective::kTokens ||
+         options_.objective == BertObjective::kSpan;
+}
+
+void BertTrainer::check_setup() const {
+  const auto& o = options_;
   check(o.steps >= 1, "--steps: must be >= 1");
   check(o.batch >= 1, "--batch: must be >= 1");
   check(o.bucket_pool >= 1, "bucket_pool: must be >= 1");
-  check(o.max_len >= 5 && o.max_len <= model.config().max_position_embeddings,
-        "--seq: must be in [5, max_position_embeddings = ", model.config().max_position_embeddings, "]");
+  check(o.max_len >= 5 && o.max_len <= model_.config().max_position_embeddings,
+        "--seq: must be in [5, max_position_embeddings = ", model_.config().max_position_embeddings, "]");
   check(!o.out_dir.empty(), "--out: a directory is required");
-  check(!docs.train.empty() && !docs.validation.empty(), "data: need training and validation documents");
-  if (o.objective == BertObjective::kClassify)
-    check(arch == BertArchitecture::kSequenceClassification && !docs.train_labels.empty(),
-          "fine-tuning needs a BertForSequenceClassification model and labelled documents");
-  else
-    check(o.objective == BertObjective::kMlm ? model.config().has_mlm() : arch == BertArchitecture::kPreTraining,
-          "--objective: ", o.objective == BertObjective::kMlm ? "mlm" : "mlm+nsp", " does not fit a ",
-          bert_architecture_name(arch));
-  options_.schedule.total_steps = std::max(options_.schedule.total_steps, options_.schedule.warmup_steps);
+  for (const auto* set : {&task_.train, &task_.validation})
+    for (const auto& e : *set)
+      check(int64_t(e.tokens.size()) <= o.max_len, "task: an example has ", e.tokens.size(),
+            " tokens > --seq ", o.max_len);
 }
 
 BertExample BertTrainer::example(uint64_t index, bool validation) const {
-  const auto& docs = validation ? docs_.validation : docs_.train;
-  const auto& labels = validation ? docs_.validation_labels : docs_.train_labels;
+  if (fine_tuning()) {
+    if (validation) return task_.validation[size_t(index)];
+    const uint32_t bits = philox4x32(options_.seed, {uint32_t(index), uint32_t(index >> 32), 0x5441534Bu, 0})[0];
+    return task_.train[size_t((uint64_t(bits) * task_.train.size()) >> 32)];
+  }
   BertExampleOptions eo;
   eo.max_len = options_.max_len;
   eo.seed = validation ? options_.seed ^ kValidationSalt : options_.seed;
   eo.nsp = options_.objective == BertObjective::kMlmNsp;
-  eo.mlm = options_.objective != BertObjective::kClassify;
-  if (options_.objective == BertObjective::kClassify)
-    return make_bert_example(docs, labels, eo, index);
-  return make_bert_example(docs, {}, eo, index);
+  return make_bert_example(validation ? docs_.validation : docs_.train, {}, eo, index);
 }
 
 std::vector<BertExample> BertTrainer::step_examples(int64_t s) const {
@@ -140,7 +171,7 @@ BertStepResult BertTrainer::step(int64_t s) {
   BertStepResult r;
   r.step = s, r.loss = l.total, r.mlm_loss = l.mlm, r.nsp_loss = l.nsp + l.task, r.lr = lr, r.grad_norm = norm;
   r.real_tokens = lb.real_tokens, r.computed_tokens = lb.computed_tokens();
-  r.loss_positions = options_.objective == BertObjective::kClassify ? int64_t(ex.size()) : l.mlm_count;
+  r.loss_positions = fine_tuning() ? int64_t(ex.size()) : l.mlm_count;
   r.seconds = now_seconds() - t0;
   return r;
 }
@@ -148,40 +179,58 @@ BertStepResult BertTrainer::step(int64_t s) {
 BertEvalResult BertTrainer::evaluate(int64_t max_examples) {
   model_.set_training(false);
   BertEvalResult r;
-  const bool classify = options_.objective == BertObjective::kClassify;
-  const int64_t n = classify ? std::min<int64_t>(max_examples, int64_t(docs_.validation.size())) : max_examples;
+  const auto obj = options_.objective;
+  const int64_t n = fine_tuning() ? std::min<int64_t>(max_examples, int64_t(task_.validation.size())) : max_examples;
   double loss_sum = 0;
-  int64_t correct = 0, real = 0;
+  int64_t correct = 0, judged = 0, real = 0, tp = 0, fp = 0, fn = 0;
   for (int64_t first = 0; first < n; first += options_.batch) {
     std::vector<BertExample> ex;
-    for (int64_t i = first; i < std::min(n, first + options_.batch); ++i)
-      ex.push_back(classify ? document_example(docs_.validation[size_t(i)], docs_.validation_labels[size_t(i)],
-                                               options_.max_len)
-                            : example(uint64_t(i), true));
+    for (int64_t i = first; i < std::min(n, first + options_.batch); ++i) ex.push_back(example(uint64_t(i), true));
     const LaidOutBatch lb = lay_out(ex, Batching::kPack, options_.max_len);
     const BertLosses l = model_.forward(lb.batch(), lb.targets());
     real += lb.real_tokens;
-    const auto& truth = classify ? lb.labels : lb.nsp;
-    if (classify || options_.objective == BertObjective::kMlmNsp) {
-      const ConstView2 z = model_.task_logits();
-      for (int64_t b = 0; b < z.shape[0]; ++b) {
-        int64_t best = 0;
-        for (int64_t k = 1; k < z.shape[1]; ++k)
-          if (z(b, k) > z(b, best)) best = k;
-        correct += best == truth[size_t(b)];
-      }
-    }
-    if (classify) {
-      loss_sum += double(l.task) * double(ex.size());
-      r.count += int64_t(ex.size());
-    } else {
+    if (obj == BertObjective::kMlm || obj == BertObjective::kMlmNsp) {
       loss_sum += double(l.mlm) * double(l.mlm_count);
       r.count += l.mlm_count;
+    } else {
+      loss_sum += double(l.task) * double(ex.size());
+      r.count += int64_t(ex.size());
+    }
+    if (obj == BertObjective::kMlm) continue;
+    const ConstView2 z = model_.task_logits();
+    auto argmax_row = [&](int64_t row) {
+      int64_t best = 0;
+      for (int64_t k = 1; k < z.shape[1]; ++k)
+        if (z(row, k) > z(row, best)) best = k;
+      return int32_t(best);
+    };
+    if (obj == BertObjective::kMlmNsp || obj == BertObjective::kClassify) {
+      const auto& truth = obj == BertObjective::kClassify ? lb.labels : lb.nsp;
+      for (int64_t b = 0; b < z.shape[0]; ++b) correct += argmax_row(b) == truth[size_t(b)], ++judged;
+    } else if (obj == BertObjective::kTokens) {
+      for (int64_t t = 0; t < z.shape[0]; ++t) {
+        const int32_t y = lb.token_labels[size_t(t)];
+        if (y < 0) continue;
+        const int32_t p = argmax_row(t);
+        correct += p == y, ++judged;
+        tp += p == 1 && y == 1, fp += p == 1 && y != 1, fn += p != 1 && y == 1;
+      }
+    } else {  // span: exact match of the argmax start and end within each sequence
+      for (size_t b = 0; b < lb.seqs.size(); ++b) {
+        const int64_t lo = lb.cu[size_t(lb.seqs[b])], hi = lb.cu[size_t(lb.seqs[b]) + 1];
+        int64_t s = lo, e = lo;
+        for (int64_t t = lo; t < hi; ++t) {
+          if (z(t, 0) > z(s, 0)) s = t;
+          if (z(t, 1) > z(e, 1)) e = t;
+        }
+        correct += s - lo == lb.starts[b] && e - lo == lb.ends[b], ++judged;
+      }
     }
   }
   r.loss = r.count > 0 ? loss_sum / double(r.count) : 0;
-  r.accuracy = classify || options_.objective == BertObjective::kMlmNsp ? double(correct) / double(n) : 0;
-  r.loss_fraction = classify ? 0 : double(r.count) / double(real);
+  r.accuracy = judged > 0 ? double(correct) / double(judged) : 0;
+  r.f1 = tp > 0 ? 2.0 * double(tp) / double(2 * tp + fp + fn) : 0;
+  r.loss_fraction = fine_tuning() ? 0 : double(r.count) / double(real);
   return r;
 }
 

@@ -103,7 +103,11 @@ TEST(BertTrainer, FineTuningLearnsASeparableTask) {
     text.push_back(s);
     labels.push_back(y);
   }
-  const BertDocuments d = split_documents(text, labels, 0.25, 2);
+  const BertDocuments docs = split_documents(text, labels, 0.25, 2);
+  BertTaskData d;
+  for (size_t i = 0; i < docs.train.size(); ++i) d.train.push_back(document_example(docs.train[i], docs.train_labels[i], 32));
+  for (size_t i = 0; i < docs.validation.size(); ++i)
+    d.validation.push_back(document_example(docs.validation[i], docs.validation_labels[i], 32));
   BertConfig cfg = tiny(BertArchitecture::kSequenceClassification);
   cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = 0;
   BertModel m(cfg);
@@ -119,8 +123,51 @@ TEST(BertTrainer, FineTuningLearnsASeparableTask) {
   const BertEvalResult after = t.evaluate(100);
   EXPECT_LT(after.loss, before.loss) << before.accuracy << " " << after.accuracy;
   EXPECT_GE(after.accuracy, 0.9) << before.loss << " -> " << after.loss;
-  EXPECT_THROW(BertTrainer(m, split_documents(text, {}, 0.25, 2), o), Error);
+  EXPECT_GT(after.accuracy, majority_baseline(d));
+  EXPECT_THROW(BertTrainer(m, split_documents(text, {}, 0.25, 2), o), Error);  // documents, not a task
+  o.objective = BertObjective::kSpan;
+  EXPECT_THROW(BertTrainer(m, d, o), Error);  // a span task needs BertForQuestionAnswering
   std::filesystem::remove_all(o.out_dir);
+}
+
+TEST(BertTasks, AttributionTokensAndSpan) {
+  const std::string quote = "Be yourself.\n\t\t-- Oscar Wilde \n";
+  const auto r = find_attribution(quote);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(quote.substr(size_t(r->begin), size_t(r->end - r->begin)), "Oscar Wilde");
+  EXPECT_FALSE(find_attribution("no attribution\nhere\n").has_value());
+  EXPECT_FALSE(find_attribution("-- a one-liner").has_value());
+  std::vector<std::string> entries(40, quote);
+  entries[3] = std::string(300, 'x') + "\n-- Long Entry";  // kept: the last bytes fit
+  const BertTaskData tok = attribution_task(entries, false, 24), span = attribution_task(entries, true, 24);
+  ASSERT_EQ(tok.train.size() + tok.validation.size(), 40u);
+  const BertExample& e = tok.train[0];
+  ASSERT_EQ(e.token_labels.size(), e.tokens.size());
+  EXPECT_EQ(e.token_labels.front(), -1);
+  std::string name;
+  for (size_t i = 0; i < e.tokens.size(); ++i)
+    if (e.token_labels[i] == 1) name.push_back(char(e.tokens[i]));
+  EXPECT_EQ(name, "Oscar Wilde");
+  const BertExample& s = span.train[0];
+  EXPECT_EQ(std::string(s.tokens.begin() + s.span_start, s.tokens.begin() + s.span_end + 1), "Oscar Wilde");
+  bool found_long = false;
+  for (const auto* set : {&span.train, &span.validation})
+    for (const auto& x : *set)
+      if (x.tokens[1] == 'x') {  // the long entry (its front was cut)
+        found_long = true;
+        EXPECT_EQ(std::string(x.tokens.begin() + x.span_start, x.tokens.begin() + x.span_end + 1), "Long Entry");
+      }
+  EXPECT_TRUE(found_long);
+  // Laid out packed, the labels and spans follow their examples.
+  const std::vector<BertExample> two{tok.train[0], tok.train[1]};
+  const LaidOutBatch b = lay_out(two, Batching::kPad, 0);
+  ASSERT_EQ(b.token_labels.size(), b.tokens.size());
+  EXPECT_EQ(std::vector<int32_t>(b.token_labels.begin() + b.start[1], b.token_labels.begin() + b.start[1] + int64_t(two[1].tokens.size())),
+            two[1].token_labels);
+  const std::vector<BertExample> spans{span.train[0], span.train[1]};
+  const LaidOutBatch c = lay_out(spans, Batching::kPack, 48);
+  EXPECT_EQ(c.starts, (std::vector<int32_t>{spans[0].span_start, spans[1].span_start}));
+  EXPECT_EQ(c.targets().end_positions.size(), 2u);
 }
 
 }  // namespace

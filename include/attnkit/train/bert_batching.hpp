@@ -29,12 +29,15 @@ const char* batching_name(Batching b);
 struct LaidOutBatch {
   std::vector<int32_t> tokens, types, cu, seqs, mlm;  // [T], [T], [S+1], [B], [T]
   std::vector<int32_t> nsp, labels;                   // [B] in sequence order (or empty)
+  std::vector<int32_t> token_labels;                  // [T] (-1 on padding), or empty
+  std::vector<int32_t> starts, ends;                  // [B] span targets in sequence order, or empty
   std::vector<int32_t> order;                         // [B] example index of each sequence
   std::vector<int32_t> start;                         // [B] first token of each example (by example)
   int64_t real_tokens = 0;                            // Σ example lengths
   int64_t computed_tokens() const { return int64_t(tokens.size()); }
   BertBatch batch() const { return {tokens, types, cu, seqs}; }
-  // Targets present in the examples (MLM if any example has them, NSP, sequence labels).
+  // Targets present in the examples (MLM if any example has them, NSP, sequence or token labels,
+  // spans).
   BertTargets targets() const;
 };
 

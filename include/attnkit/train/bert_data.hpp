@@ -25,6 +25,8 @@ struct BertExample {
   std::vector<int32_t> mlm;     // [n] masked-LM targets, -1 = no loss (empty: no MLM)
   int32_t nsp = -1;             // 0 = B follows A, 1 = random B, -1 = no NSP
   int32_t label = -1;           // sequence class (fine-tuning), -1 = none
+  std::vector<int32_t> token_labels;  // [n] token classes, -1 = no loss (empty: none)
+  int32_t span_start = -1, span_end = -1;  // answer span, inclusive token indices (-1: none)
 };
 
 struct MlmOptions {

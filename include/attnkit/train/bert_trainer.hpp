@@ -1,6 +1,6 @@
 #pragma once
-// BERT training on documents: masked-LM (optionally + NSP) pretraining or sequence-classification
-// fine-tuning, with the batches laid out by padding, length buckets or packing (bert_batching.hpp),
+// BERT training: masked-LM (optionally + NSP) pretraining on documents, or fine-tuning on a task's
+// prepared examples (sequence classes, token classes, spans; bert_tasks.hpp), with the batches laid out by padding, length buckets or packing (bert_batching.hpp),
 // AdamW, warmup + cosine schedule, global-norm clipping, periodic evaluation, a CSV log and atomic
 // checkpoints (weights, optimizer moments, step). Example i of a run is a pure function of
 // (seed, i) and step s uses examples [s·B, (s+1)·B) (bucketing regroups them within pools of
@@ -13,11 +13,12 @@
 #include "attnkit/train/adamw.hpp"
 #include "attnkit/train/bert_batching.hpp"
 #include "attnkit/train/bert_data.hpp"
+#include "attnkit/train/bert_tasks.hpp"
 #include "attnkit/train/schedule.hpp"
 
 namespace attnkit {
 
-enum class BertObjective { kMlm, kMlmNsp, kClassify };
+enum class BertObjective { kMlm, kMlmNsp, kClassify, kTokens, kSpan };
 
 // "mlm", "mlm+nsp" → objective; throws attnkit::Error naming --objective otherwise.
 BertObjective parse_bert_objective(const std::string& name);
@@ -49,15 +50,20 @@ struct BertStepResult {
 };
 
 struct BertEvalResult {
-  double loss = 0;       // MLM: mean over masked positions; classify: mean over documents
-  double accuracy = 0;   // NSP (mlm+nsp) or class accuracy (classify); 0 for mlm
-  int64_t count = 0;     // positions (MLM) or documents (classify) evaluated
+  double loss = 0;       // MLM: mean over masked positions; tasks: mean over examples
+  double accuracy = 0;   // NSP accuracy, class accuracy, token accuracy, or span exact match
+  double f1 = 0;         // tokens: F1 of class 1 (the attribution name); 0 otherwise
+  int64_t count = 0;     // masked positions (MLM) or examples (tasks) evaluated
   double loss_fraction = 0;  // MLM: masked positions / real tokens
 };
 
 class BertTrainer {
  public:
-  BertTrainer(BertModel& model, const BertDocuments& docs, const BertTrainOptions& options);
+  // Pretraining (objective mlm or mlm+nsp) on documents.
+  BertTrainer(BertModel& model, BertDocuments docs, const BertTrainOptions& options);
+  // Fine-tuning (objective classify, tokens or span) on a task's examples; training example i is
+  // a Philox-uniform draw from task.train keyed by (seed, i).
+  BertTrainer(BertModel& model, BertTaskData task, const BertTrainOptions& options);
   // Continues from out_dir's checkpoint if there is one; returns the step to start at.
   int64_t resume();
   // Trains from the current step to options.steps; returns the last step's result. A NaN loss
@@ -74,9 +80,12 @@ class BertTrainer {
 
  private:
   BertExample example(uint64_t index, bool validation) const;
+  void check_setup() const;
+  bool fine_tuning() const;
 
   BertModel& model_;
-  const BertDocuments& docs_;
+  BertDocuments docs_;
+  BertTaskData task_;
   BertTrainOptions options_;
   AdamW optimizer_;
   int64_t next_step_ = 0;
@@ -85,7 +94,8 @@ class BertTrainer {
 // The model's tensors as AdamW parameters.
 std::vector<NamedParameter> bert_named_parameters(BertModel& model);
 
-// Accuracy of always predicting the most frequent training label, on the validation labels.
-double majority_baseline(const BertDocuments& docs);
+// Accuracy of always predicting the most frequent training class (sequence labels, or token
+// labels over labelled tokens), on the validation examples.
+double majority_baseline(const BertTaskData& task);
 
 }  // namespace attnkit
