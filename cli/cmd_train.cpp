@@ -119,8 +119,9 @@ void run_train(const TrainCli& cli) {
   check(cli.tokens >= 0, "--tokens: must be >= 0");
   GptModel model = initial_model(cli, cli.opts.seed);
   const GptConfig cfg = model.config();
-  check(cfg.vocab_size >= ByteTokenizer::vocab_size(), "config: vocab_size must be >= ",
-        ByteTokenizer::vocab_size(), " for the byte tokenizer");
+  check(cfg.vocab_size - cfg.registers >= ByteTokenizer::vocab_size(),
+        "config: vocab_size - attnkit_registers must be >= ", ByteTokenizer::vocab_size(),
+        " for the byte tokenizer (registers take the last ids)");
   TextCorpus corpus(load_documents(cli.data));
   TrainOptions o = cli.opts;
   if (cli.tokens > 0) o.steps = (cli.tokens + o.batch * o.seq_len - 1) / std::max<int64_t>(1, o.batch * o.seq_len);

@@ -74,6 +74,15 @@ void validate(const GptConfig& c) {
   check(c.rms_norm_eps > 0, "config: rms_norm_eps must be > 0");
   check(c.rope_theta > 0, "config: rope_theta must be > 0");
   check(c.window >= -1, "config: attnkit_window must be >= -1, got ", c.window);
+  check(c.registers >= 0 && c.registers < c.max_position_embeddings && c.registers < c.vocab_size,
+        "config: attnkit_registers must be in [0, min(max_position_embeddings, vocab_size)), got ",
+        c.registers);
+}
+
+std::vector<int32_t> gpt_register_ids(const GptConfig& c) {
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < c.registers; ++i) ids.push_back(int32_t(c.vocab_size - c.registers + i));
+  return ids;
 }
 
 GptConfig parse_gpt_config(const std::string& text) {
@@ -109,6 +118,7 @@ GptConfig parse_gpt_config(const std::string& text) {
   c.gate_source = get_enum(j, "attnkit_gate_source", GateSource::kInput, kSources);
   c.sink = get_enum(j, "attnkit_sink", SinkMode::kNone, kSinks);
   c.window = get_int(j, "attnkit_window", -1, false);
+  c.registers = get_int(j, "attnkit_registers", 0, false);
   validate(c);
   return c;
 }
@@ -133,7 +143,8 @@ std::string gpt_config_to_json(const GptConfig& c) {
                   {"attnkit_gate", name_of(c.gate, kGates)},
                   {"attnkit_gate_source", name_of(c.gate_source, kSources)},
                   {"attnkit_sink", name_of(c.sink, kSinks)},
-                  {"attnkit_window", c.window}};
+                  {"attnkit_window", c.window},
+                  {"attnkit_registers", c.registers}};
   return j.dump(2) + "\n";
 }
 

@@ -17,8 +17,9 @@ void validate(const SinkProfileOptions& o, const GptConfig& c, int64_t num_token
   check(o.windows >= 1, "--windows: must be >= 1, got ", o.windows);
   check(o.recent >= 1, "--recent: must be >= 1, got ", o.recent);
   check(o.gate_bins >= 1 && o.gate_bins <= 1000, "--gate-bins: must be in [1, 1000], got ", o.gate_bins);
-  check(num_tokens >= o.query_pos + 1, "--data: needs at least ", o.query_pos + 1, " tokens, got ",
-        num_tokens);
+  check(o.query_pos >= c.registers, "--query-pos: must be >= the model's ", c.registers, " registers");
+  check(num_tokens >= o.query_pos + 1 - c.registers, "--data: needs at least ",
+        o.query_pos + 1 - c.registers, " tokens, got ", num_tokens);
 }
 
 SinkBuckets bucket_mass(std::span<const double> p, double sink, int64_t recent) {
@@ -129,13 +130,18 @@ SinkProfile sink_profile(GptModel& model, std::span<const int32_t> tokens,
   r.gate_hist.assign(size_t(L * H * bins), 0.0);
   std::vector<double> probs(static_cast<size_t>(H * n)), share(static_cast<size_t>(H));
   Tensor<float, 2> logits({n, c.vocab_size});
-  const int64_t span = int64_t(tokens.size()) - n;
+  const std::vector<int32_t> regs = gpt_register_ids(c);  // registers take positions 0..k-1
+  const int64_t k = int64_t(regs.size());
+  const int64_t span = int64_t(tokens.size()) - (n - k);
+  std::vector<int32_t> window(regs);
+  window.resize(size_t(n));
   const double inv_w = 1.0 / double(opts.windows);
   const int64_t per_head = bo.gate == GateMode::kElementwise ? D : 1;  // gate values per head per token
   const double gate_weight = 1.0 / double(opts.windows * n * per_head);
   for (int64_t w = 0; w < opts.windows; ++w) {
     const int64_t start = opts.windows == 1 ? 0 : w * span / (opts.windows - 1);
-    model.logits({tokens.subspan(size_t(start), size_t(n)), {}}, logits.view());
+    std::copy_n(tokens.begin() + start, n - k, window.begin() + k);
+    model.logits({window, {}}, logits.view());
     for (int64_t l = 0; l < L; ++l) {
       const AttentionBlockCache cache = model.attention_cache(l);
       const AttentionBlockParams params = model.block_params(l);

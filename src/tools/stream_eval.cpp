@@ -34,6 +34,8 @@ void validate(const StreamEvalOptions& o, const GptConfig& c, int64_t num_tokens
   check(o.tokens <= num_tokens, "--tokens: the text has only ", num_tokens, " tokens, asked for ", o.tokens);
   check(o.window >= 0, "--window: must be >= 0, got ", o.window);
   check(o.n_sink >= 0, "--sinks: must be >= 0, got ", o.n_sink);
+  check(o.policy != StreamPolicy::recompute || o.window == 0 || o.window > c.registers,
+        "--window: recompute's window must exceed the model's ", c.registers, " registers");
   check(o.policy != StreamPolicy::recompute || o.window == 0 || o.window <= c.max_position_embeddings,
         "--window: recompute runs a forward over the window, so it must be <= the context ",
         c.max_position_embeddings);
@@ -55,11 +57,16 @@ double token_nll(std::span<const float> logits, int32_t target) {  // -log softm
 StreamEvalResult recompute(GptModel& model, std::span<const int32_t> tokens, int64_t T, int64_t W) {
   StreamEvalResult r;
   const int64_t V = model.config().vocab_size;
+  const std::vector<int32_t> regs = gpt_register_ids(model.config());  // every window starts with them
+  const int64_t k = int64_t(regs.size());
   Tensor<float, 2> logits({1, V});
+  std::vector<int32_t> window;
   for (int64_t t = 0; t + 1 < T; ++t) {
-    const int64_t lo = std::max<int64_t>(0, t - W + 1), n = t - lo + 1;
+    const int64_t lo = std::max<int64_t>(0, t - (W - k) + 1), n = k + t - lo + 1;
+    window.assign(regs.begin(), regs.end());
+    window.insert(window.end(), tokens.begin() + lo, tokens.begin() + t + 1);
     if (logits.view().shape[0] != n) logits = Tensor<float, 2>({n, V});
-    model.logits({tokens.subspan(size_t(lo), size_t(n)), {}}, logits.view());
+    model.logits({window, {}}, logits.view());
     r.nll.push_back(token_nll({logits.data() + (n - 1) * V, size_t(V)}, tokens[size_t(t + 1)]));
   }
   r.cache_tokens = std::min(W, T - 1);
@@ -81,7 +88,10 @@ StreamEvalResult stream_eval(GptModel& model, std::span<const int32_t> tokens, c
     g.n_sink = opts.policy == StreamPolicy::sink ? opts.n_sink : 0;
     g.window = W;
   }
+  const std::vector<int32_t> regs = gpt_register_ids(c);
+  if (opts.policy == StreamPolicy::dense) g.capacity += int64_t(regs.size());
   GptGenerator gen(model, g);
+  for (int32_t id : regs) gen.feed(id);  // the registers open the stream, unscored
   StreamEvalResult r;
   r.nll.reserve(size_t(T - 1));
   for (int64_t t = 0; t + 1 < T; ++t)

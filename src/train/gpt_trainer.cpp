@@ -16,20 +16,23 @@
 namespace attnkit {
 namespace {
 
-// Inputs, targets and cu_seqlens of B windows [B, L+1]: each window is its own sequence.
+// Inputs, targets and cu_seqlens of B windows [B, M+1]: each window is its own sequence,
+// `registers` ids first (target -1: never scored), then the window's M inputs.
 struct Windows {
   std::vector<int32_t> tokens, targets, cu;
 };
 
-Windows split_windows(const Tensor<int32_t, 2>& rows) {
-  const int64_t b = rows.shape()[0], l = rows.shape()[1] - 1;
+Windows split_windows(const Tensor<int32_t, 2>& rows, const std::vector<int32_t>& registers) {
+  const int64_t b = rows.shape()[0], m = rows.shape()[1] - 1, k = int64_t(registers.size());
   Windows w;
   w.cu.push_back(0);
   for (int64_t r = 0; r < b; ++r) {
-    const int32_t* row = rows.data() + r * (l + 1);
-    w.tokens.insert(w.tokens.end(), row, row + l);
-    w.targets.insert(w.targets.end(), row + 1, row + l + 1);
-    w.cu.push_back(int32_t((r + 1) * l));
+    const int32_t* row = rows.data() + r * (m + 1);
+    w.tokens.insert(w.tokens.end(), registers.begin(), registers.end());
+    w.targets.insert(w.targets.end(), size_t(k), -1);
+    w.tokens.insert(w.tokens.end(), row, row + m);
+    w.targets.insert(w.targets.end(), row + 1, row + m + 1);
+    w.cu.push_back(int32_t((r + 1) * (m + k)));
   }
   return w;
 }
@@ -54,13 +57,16 @@ std::vector<NamedParameter> gpt_named_parameters(GptModel& m) {
 
 double evaluate_loss(GptModel& model, std::span<const int32_t> tokens, int64_t seq_len,
                      int64_t max_windows) {
-  const int64_t n = std::min(max_windows, num_sequential_windows(int64_t(tokens.size()), seq_len));
-  check(n >= 1, "evaluate: the data has fewer than ", seq_len + 1, " tokens");
+  const std::vector<int32_t> regs = gpt_register_ids(model.config());
+  const int64_t text = seq_len - int64_t(regs.size());  // registers take the first positions
+  check(text >= 1, "evaluate: seq_len ", seq_len, " leaves no room after ", regs.size(), " registers");
+  const int64_t n = std::min(max_windows, num_sequential_windows(int64_t(tokens.size()), text));
+  check(n >= 1, "evaluate: the data has fewer than ", text + 1, " tokens");
   double total = 0;
-  Tensor<int32_t, 2> rows({1, seq_len + 1});
+  Tensor<int32_t, 2> rows({1, text + 1});
   for (int64_t i = 0; i < n; ++i) {
     sequential_batch(tokens, i, rows.view());
-    const Windows w = split_windows(rows);
+    const Windows w = split_windows(rows, regs);
     total += model.forward({w.tokens, w.cu}, w.targets);
   }
   return total / double(n);
@@ -73,6 +79,8 @@ GptTrainer::GptTrainer(GptModel& model, const TextCorpus& corpus, const TrainOpt
   check(options.batch >= 1, "--batch: must be >= 1");
   check(options.seq_len >= 1 && options.seq_len <= model.config().max_position_embeddings,
         "--seq: must be in [1, max_position_embeddings = ", model.config().max_position_embeddings, "]");
+  check(options.seq_len > model.config().registers, "--seq: must exceed attnkit_registers = ",
+        model.config().registers);
   check(!options.out_dir.empty(), "--out: a directory is required");
   check(options.dp_size >= 1 && options.dp_rank >= 0 && options.dp_rank < options.dp_size,
         "--dp: rank ", options.dp_rank, " of ", options.dp_size, " is out of range");
@@ -97,7 +105,9 @@ int64_t GptTrainer::resume() {
 
 TrainStepResult GptTrainer::step(int64_t s) {
   const double t0 = now_seconds();
-  const BatchSamplerOptions sampler{.batch = options_.batch, .seq_len = options_.seq_len, .seed = options_.seed};
+  const std::vector<int32_t> regs = gpt_register_ids(model_.config());
+  const BatchSamplerOptions sampler{.batch = options_.batch, .seq_len = options_.seq_len - int64_t(regs.size()),
+                                    .seed = options_.seed};
   Tensor<int32_t, 2> rows = sample_batch(corpus_.tokens(Split::train), sampler, uint64_t(s));
   if (options_.dp_size > 1) {  // data parallel: this process's share of the step's windows
     const int64_t share = options_.batch / options_.dp_size, width = rows.shape()[1];
@@ -105,7 +115,7 @@ TrainStepResult GptTrainer::step(int64_t s) {
     std::copy_n(rows.data() + options_.dp_rank * share * width, share * width, mine.data());
     rows = std::move(mine);
   }
-  const Windows w = split_windows(rows);
+  const Windows w = split_windows(rows, regs);
   model_.zero_grad();
   float loss = 0;
   try {

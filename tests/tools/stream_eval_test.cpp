@@ -88,3 +88,37 @@ TEST(StreamEval, RejectsBadOptions) {
 
 }  // namespace
 }  // namespace attnkit
+
+namespace attnkit {
+namespace {
+
+// Register tokens (attnkit_registers = k): the ids V-k..V-1 open every stream and every
+// evaluation window, unscored; the sink policy with n_sink = k keeps exactly them.
+TEST(StreamEval, RegistersOpenTheStreamAndTheEvalWindows) {
+  GptConfig c;
+  c.vocab_size = 42, c.hidden_size = 24, c.intermediate_size = 40, c.num_hidden_layers = 2;
+  c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 6;
+  c.max_position_embeddings = 32, c.registers = 2;
+  EXPECT_EQ(gpt_register_ids(c), (std::vector<int32_t>{40, 41}));
+  EXPECT_EQ(parse_gpt_config(gpt_config_to_json(c)).registers, 2);
+  GptModel m(c);
+  m.init_random(4);
+  for (auto& x : m.parameters()) x *= 5.0f;
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 31; ++i) tokens.push_back((i * 13 + i * i % 7) % 40);
+  // Direct: one forward over [40, 41, tokens[0..29]], losses of positions 2.. against tokens[1..30].
+  std::vector<int32_t> input{40, 41}, targets{-1, -1};
+  input.insert(input.end(), tokens.begin(), tokens.end() - 1);
+  targets.insert(targets.end(), tokens.begin() + 1, tokens.end());
+  const double direct = m.forward({input, {}}, targets);
+  EXPECT_NEAR(evaluate_loss(m, tokens, 32, 1), direct, 1e-6 * std::max(1.0, direct));
+  const StreamEvalResult dense = stream_eval(m, tokens, {.policy = StreamPolicy::dense, .tokens = 31});
+  EXPECT_NEAR(dense.mean_nll(), direct, 1e-5 * std::max(1.0, direct));
+  const StreamEvalResult sink = stream_eval(m, tokens, {.policy = StreamPolicy::sink, .window = 5, .n_sink = 2, .tokens = 31});
+  EXPECT_EQ(sink.cache_positions, (std::vector<int64_t>{0, 1, 27, 28, 29, 30, 31}));  // 2 + 30 fed
+  c.registers = 32;  // no room left in the context
+  EXPECT_THROW(validate(c), Error);
+}
+
+}  // namespace
+}  // namespace attnkit

@@ -10,9 +10,12 @@
 //            rope_theta, tie_word_embeddings, hidden_act ("silu" only), attention_bias.
 //   attnkit: attnkit_gate ("none" | "headwise" | "elementwise"), attnkit_gate_source ("input" |
 //            "query"), attnkit_sink ("none" | "learned" | "off_by_one"), attnkit_window (keys
-//            before the diagonal each query sees; -1 = full causal).
+//            before the diagonal each query sees; -1 = full causal), attnkit_registers (k >= 0
+//            learned scratch tokens: the ids V-k..V-1, prepended to every training window, every
+//            evaluation window and every stream; their positions are never scored).
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "attnkit/nn/attention_block.hpp"  // GateMode, GateSource, SinkMode
 
@@ -35,6 +38,7 @@ struct GptConfig {
   GateSource gate_source = GateSource::kInput;
   SinkMode sink = SinkMode::kNone;
   int64_t window = -1;
+  int64_t registers = 0;               // k register tokens (ids V-k..V-1) prepended to every input
 };
 
 // Parses config.json text; throws attnkit::Error naming the key for missing/invalid values.
@@ -43,6 +47,8 @@ GptConfig parse_gpt_config(const std::string& json_text);
 std::string gpt_config_to_json(const GptConfig& config);
 // Checks divisibility and ranges; throws attnkit::Error naming the key.
 void validate(const GptConfig& config);
+// The register token ids (V-k..V-1, in order); empty without registers.
+std::vector<int32_t> gpt_register_ids(const GptConfig& config);
 // Number of parameters of the model this config describes.
 int64_t gpt_parameter_count(const GptConfig& config);
 

@@ -4,7 +4,8 @@
 // and the statistics of the output gates (Qiu et al. 2025) over the same windows.
 //
 // For each window tokens[s, s + N] (N + 1 tokens, the text's own token at position 0, exactly as
-// training windows are drawn), one forward runs and, per layer l and head h, the probabilities of
+// training windows are drawn; a model with k registers gets them at positions 0..k-1 and text
+// from position k), one forward runs and, per layer l and head h, the probabilities of
 // query N are recomputed in float64 from the model's own q and k (after RoPE, read from the
 // forward's saved activations; nothing bigger than one row per head is materialised):
 //   s_j = scale · q_N·k_j   for the keys j the block's mask lets query N see

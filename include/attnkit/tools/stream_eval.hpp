@@ -8,6 +8,9 @@
 //   recompute  sliding window with re-computation: for every token, a fresh forward over the
 //              last W tokens at positions 0..W-1 (no cache; cost W per token).
 // dense / window / sink run through GptGenerator (decode with RoPE at cache positions).
+// A model with k registers (attnkit_registers) reads them first, unscored (stream positions
+// 0..k-1; the sink policy with n_sink = k keeps exactly them); recompute puts them before every
+// window (W counts them).
 #include <cstdint>
 #include <span>
 #include <string_view>

@@ -1,5 +1,6 @@
 #pragma once
-// Causal-LM training of a GptModel on a TextCorpus: random windows keyed by (seed, step), AdamW,
+// Causal-LM training of a GptModel on a TextCorpus: random windows keyed by (seed, step) (after
+// the model's register tokens, if it has any: seq_len counts them), AdamW,
 // warmup + cosine schedule, global-norm clipping, periodic evaluation, a CSV log, and atomic
 // checkpoints (weights, optimizer moments, step) from which a resumed run reproduces the
 // uninterrupted losses bit for bit (the data position is the step: no hidden sampler state).
@@ -72,6 +73,8 @@ std::vector<NamedParameter> gpt_named_parameters(GptModel& model);
 
 // Mean next-token loss of `model` over up to `max_windows` consecutive windows of `tokens`
 // (each seq_len + 1 long); also returns bits per byte = loss / ln 2 for the byte tokenizer.
+// With k registers (attnkit_registers) each window is the k register ids then seq_len - k text
+// tokens, and only the text's next tokens are scored (as in training).
 double evaluate_loss(GptModel& model, std::span<const int32_t> tokens, int64_t seq_len,
                      int64_t max_windows);
 
