@@ -34,7 +34,7 @@ GenerateOptions resolve_options(const GenerateCli& cli) {
   o.cache_dtype = parse_kv_storage_dtype(cli.cache_dtype, "--cache-dtype");
   check(cli.max_tokens >= 0, "--max-tokens: must be >= 0");
   if (o.n_sink < 0 && o.window <= 0 && o.capacity == 0)  // dense: room for prompt + output
-    o.capacity = int64_t(cli.prompt.size()) + cli.max_tokens + 1 + model.config().registers;
+    o.capacity = int64_t(cli.prompt.size()) + cli.max_tokens + 1;
   check((o.n_sink >= 0) == (o.window > 0), "--sink and --window go together (StreamingLLM cache)");
   return o;
 }
@@ -45,8 +45,6 @@ template <class Generator>
 std::pair<int64_t, double> generate_text(Generator& gen, const GenerateCli& cli, bool print) {
   std::vector<int32_t> prompt = ByteTokenizer::encode(cli.prompt);
   prompt.insert(prompt.begin(), ByteTokenizer::kEndOfText);  // documents start after <|endoftext|>
-  const std::vector<int32_t> regs = gpt_register_ids(model.config());  // registers open every input
-  prompt.insert(prompt.begin(), regs.begin(), regs.end());
   std::span<const float> logits;
   for (int32_t t : prompt) logits = gen.feed(t);
   if (print) std::fwrite(cli.prompt.data(), 1, cli.prompt.size(), stdout);
