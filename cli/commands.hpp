@@ -25,6 +25,7 @@ bool is_bert_dir(const std::string& dir);
 void run_bert_eval(const std::string& dir, const std::vector<std::string>& data, int64_t examples);
 void add_convert_gqa_command(CLI::App& app);  // cmd_convert_gqa.cpp
 void add_demo_command(CLI::App& app);      // cmd_demo.cpp
+void add_dataset_command(CLI::App& app);   // cmd_dataset.cpp (IDX data sets)
 void add_sinks_commands(CLI::App& app);    // cmd_sinks.cpp (sink-profile, eval-stream)
 
 }  // namespace attnkit::cli

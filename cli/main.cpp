@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   attnkit::cli::add_generate_command(app);
   attnkit::cli::add_convert_gqa_command(app);
   attnkit::cli::add_demo_command(app);
+  attnkit::cli::add_dataset_command(app);
   attnkit::cli::add_sinks_commands(app);
   try {
     app.parse(argc, argv);
