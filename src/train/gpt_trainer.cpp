@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -182,7 +183,9 @@ TrainStepResult GptTrainer::run() {
     if (writer && ((options_.checkpoint_every > 0 && next_step_ % options_.checkpoint_every == 0) ||
                    next_step_ == options_.steps))
       save_checkpoint(next_step_);
-    if (writer && options_.progress && (tty || eval || s % 10 == 0)) {
+    // On a terminal the bar redraws every step; in a log, about 20 lines per run (at least 10 steps apart).
+    const int64_t every = std::max<int64_t>(10, options_.steps / 20);
+    if (writer && options_.progress && (tty || eval || s % every == 0)) {
       const double elapsed = now_seconds() - start;
       const double rate = tokens_done / elapsed;
       const double eta = double(options_.steps - next_step_) * options_.batch * options_.seq_len / rate;

@@ -18,7 +18,7 @@ def test_quick_demo_runs_every_section_and_streams_in_constant_memory(tmp_path):
                         "--threads", "2", "--out", str(tmp_path / "demo")],
                        capture_output=True, text=True, errors="replace", timeout=300)
     assert r.returncode == 0, r.stderr
-    for title in ["1. KV-cache memory", "3. Flash vs naive", "4. Decode", "5. Train", "6. Streaming"]:
+    for title in ["1. KV-cache memory", "2. Flash vs naive", "4. Decode", "5. Train", "6. Streaming"]:
         assert title in r.stdout
     # MHA / GQA / MQA bytes per token of the 70B shape: 2 * 80 layers * Hkv * 128 * 2 bytes.
     for hkv in (64, 8, 1):
