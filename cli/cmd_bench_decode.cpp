@@ -13,6 +13,7 @@
 #include "attnkit/kv/kv_cache.hpp"
 #include "attnkit/tools/decode_bench.hpp"
 #include "attnkit/tools/roofline.hpp"
+#include "attnkit/ops/gemm.hpp"
 #include "commands.hpp"
 
 namespace attnkit::cli {
@@ -119,7 +120,8 @@ void add_bench_decode_command(CLI::App& bench) {
                               {"fma_gflops", measure_fma_gflops(n)},
                               {"read_gbps_1thread", measure_read_gbps(1)},
                               {"read_gbps", measure_read_gbps(n)},
-                              {"sgemm_gflops", measure_sgemm_gflops(n)}};
+                              {"sgemm_gflops", measure_sgemm_gflops(n)},
+                              {"blas_kernels", blas_kernels()}};
     if (*json) {
       std::printf("%s\n", j.dump(2).c_str());
       return;
@@ -131,6 +133,7 @@ void add_bench_decode_command(CLI::App& bench) {
                 double(j["read_gbps_1thread"]), double(j["read_gbps"]), n);
     std::printf("  OpenBLAS sgemm %7.1f GFLOP/s (n = 2048, %d threads)\n", double(j["sgemm_gflops"]), n);
     std::printf("  machine balance %.1f flop/byte\n", double(j["fma_gflops"]) / double(j["read_gbps"]));
+    std::printf("  OpenBLAS kernels: %s\n", blas_kernels().c_str());
   });
 }
 

@@ -9,6 +9,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
+#include "attnkit/io/idx.hpp"
 #include "attnkit/io/text_corpus.hpp"
 #include "attnkit/io/tokenizer.hpp"
 #include "attnkit/train/gpt_trainer.hpp"
@@ -183,13 +184,19 @@ void add_train_command(CLI::App& app) {
   auto data = std::make_shared<std::vector<std::string>>(std::vector<std::string>{"fortunes"});
   auto windows = std::make_shared<int64_t>(64);
   auto split = std::make_shared<std::string>("validation");
-  auto* ev = app.add_subcommand("eval", "Loss, perplexity and bits per byte of a GPT on text; masked-LM loss or task accuracy of a BERT");
+  auto* ev = app.add_subcommand("eval", "Loss, perplexity and bits per byte of a GPT on text; masked-LM loss or task accuracy of a BERT; test accuracy of an image model");
   ev->add_option("--model", *model, "Model directory (config.json + model.safetensors)")->required();
   ev->add_option("--data", *data, "Text files, or 'fortunes' / 'bible'")->capture_default_str();
-  ev->add_option("--windows", *windows, "Context-length windows to evaluate, at most (BERT: validation examples)")->capture_default_str();
+  ev->add_option("--windows", *windows, "Context-length windows to evaluate, at most (BERT: validation examples; image models: test images, default all)")->capture_default_str();
   ev->add_option("--split", *split, "validation, train, or all (files given as --data: use all)")->capture_default_str();
-  ev->callback([model, data, windows, split] {
+  auto data_dir = std::make_shared<std::string>(kFashionMnistDir);
+  ev->add_option("--data-dir", *data_dir, "Image models: MNIST-style IDX directory (its test split is scored)")
+      ->capture_default_str();
+  auto windows_set = std::make_shared<bool>(false);
+  ev->callback([model, data, windows, split, data_dir, windows_set, ev] {
+    *windows_set = ev->count("--windows") > 0;
     if (is_bert_dir(*model)) return run_bert_eval(*model, *data, *windows);  // masked LM / task
+    if (is_image_model_dir(*model)) return run_image_eval(*model, *data_dir, *windows_set ? *windows : 0);
     GptModel m = GptModel::load(*model);
     const std::vector<int32_t> tokens = load_split_tokens(*data, *split);
     const int64_t seq = m.config().max_position_embeddings;

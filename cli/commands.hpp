@@ -27,5 +27,12 @@ void add_convert_gqa_command(CLI::App& app);  // cmd_convert_gqa.cpp
 void add_demo_command(CLI::App& app);      // cmd_demo.cpp
 void add_dataset_command(CLI::App& app);   // cmd_dataset.cpp (IDX data sets)
 void add_sinks_commands(CLI::App& app);    // cmd_sinks.cpp (sink-profile, eval-stream)
+void add_vision_commands(CLI::App& app);   // cmd_vision.cpp (train cnn, classify); after train
+
+// True if dir/config.json declares an image model (model_type cnn, vit or deformable).
+bool is_image_model_dir(const std::string& dir);
+// `attnkit eval` for an image model: accuracy and loss on the test split of data_dir (first
+// `limit` images; 0 = all) (cmd_vision.cpp).
+void run_image_eval(const std::string& dir, const std::string& data_dir, int64_t limit);
 
 }  // namespace attnkit::cli

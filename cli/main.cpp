@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   attnkit::cli::add_bench_command(app);
   attnkit::cli::add_train_command(app);
   attnkit::cli::add_bert_commands(app);
+  attnkit::cli::add_vision_commands(app);
   attnkit::cli::add_generate_command(app);
   attnkit::cli::add_convert_gqa_command(app);
   attnkit::cli::add_demo_command(app);

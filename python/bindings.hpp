@@ -9,6 +9,7 @@ void bind_attention(pybind11::module_& m);   // bind_attention.cpp
 void bind_attention_block(pybind11::module_& m);  // bind_attention_block.cpp
 void bind_bert(pybind11::module_& m);        // bind_bert.cpp
 void bind_idx(pybind11::module_& m);         // bind_idx.cpp
+void bind_image_model(pybind11::module_& m); // bind_image_model.cpp (CNN, ViT, deformable)
 void bind_io(pybind11::module_& m);          // bind_io.cpp
 void bind_kv(pybind11::module_& m);          // bind_kv.cpp
 void bind_kv_cache(pybind11::module_& m);    // bind_kv_cache.cpp

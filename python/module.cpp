@@ -15,6 +15,7 @@ PYBIND11_MODULE(_attnkit, m) {
   attnkit::python::bind_attention_block(m);
   attnkit::python::bind_bert(m);
   attnkit::python::bind_idx(m);
+  attnkit::python::bind_image_model(m);
   attnkit::python::bind_io(m);
   attnkit::python::bind_kv(m);
   attnkit::python::bind_kv_cache(m);

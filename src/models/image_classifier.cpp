@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnkit/core/error.hpp"
+#include "attnkit/models/cnn.hpp"
 #include "attnkit/models/deformable_classifier.hpp"
 #include "attnkit/models/model_dir.hpp"
 
@@ -41,6 +42,7 @@ std::unique_ptr<ImageClassifier> make_image_classifier(const std::string& config
         "image model config: missing string key 'model_type'");
   const std::string type = j["model_type"].get<std::string>();
   // One line per architecture (keep the list in the error message in step).
+  if (type == "cnn") return make_cnn_classifier(config_json);
   if (type == "deformable") return make_deformable_classifier(config_json);
   fail("image model config: unknown model_type '", type, "' (expected cnn, vit or deformable)");
 }

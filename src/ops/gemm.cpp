@@ -9,6 +9,7 @@ namespace attnkit {
 
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  (void)blas_kernels();  // kernel selection happens once, before the first BLAS call
   if (m == 0 || n == 0) return;
   if (k == 0) {  // BLAS may skip beta scaling when k = 0; make the result defined
     for (int64_t i = 0; i < m; ++i)

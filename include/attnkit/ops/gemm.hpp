@@ -2,8 +2,14 @@
 // Single-precision GEMM: the only place attnkit calls BLAS (OpenBLAS, OpenMP build).
 // PyTorch: C = alpha · op(A) @ op(B) + beta · C, row-major, op(X) = X or X.T.
 #include <cstdint>
+#include <string>
 
 namespace attnkit {
+
+// The OpenBLAS kernel set in use and how it was chosen, e.g. "SkylakeX (attnkit's choice: OpenBLAS
+// picked Prescott on this CPU, ...)" (ops/blas_kernels.cpp: on CPUs the installed OpenBLAS does
+// not know, attnkit selects the AVX-512 or AVX2 kernels before the first BLAS call).
+const std::string& blas_kernels();
 
 // C[m, n] = alpha·op(A)·op(B) + beta·C, row-major; op(A) is [m, k], op(B) is [k, n]; lda, ldb, ldc
 // are row strides in elements of A, B, C as stored (before op). beta = 0 ignores C's contents.

@@ -1,0 +1,81 @@
+// `attnkit train cnn|vit|deformable`: shared flags and the training run (see image_training.hpp).
+#include "image_training.hpp"
+
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "attnkit/core/parallel.hpp"
+#include "attnkit/io/idx.hpp"
+
+namespace attnkit::cli {
+
+void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f) {
+  f.data_dir = kFashionMnistDir;
+  cmd.add_option("--out", f.opts.out_dir, "Output directory (model, optimizer state, log.csv)")->required();
+  cmd.add_option("--data-dir", f.data_dir, "MNIST-style IDX directory ({train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz])")
+      ->capture_default_str();
+  cmd.add_option("--epochs", f.opts.epochs, "Passes over the training set")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd.add_option("--batch", f.opts.batch, "Images per optimizer step")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd.add_option("--lr", f.opts.max_lr, "Peak learning rate (AdamW)")->capture_default_str();
+  cmd.add_option("--min-lr", f.opts.min_lr, "Final learning rate of the cosine decay")->capture_default_str();
+  cmd.add_option("--warmup-epochs", f.opts.warmup_epochs, "Linear warmup length in epochs")->capture_default_str();
+  cmd.add_option("--weight-decay", f.opts.adamw.weight_decay, "AdamW decoupled weight decay (matrices and kernels only)")
+      ->capture_default_str();
+  cmd.add_option("--clip", f.opts.clip, "Global gradient-norm bound (0: off)")->capture_default_str();
+  cmd.add_option("--pad", f.opts.pad, "Random-crop padding in pixels (0: no crop)")->capture_default_str();
+  cmd.add_flag("--no-augment", f.no_augment, "No random crop or flip");
+  cmd.add_option("--max-minutes", f.opts.max_minutes, "Stop training after this many minutes (0: no limit); then evaluate and save")
+      ->capture_default_str();
+  cmd.add_option("--train-limit", f.opts.train_limit, "Use only the first N training images (0: all)")->capture_default_str();
+  cmd.add_option("--eval-limit", f.opts.eval_limit, "Evaluate on the first N test images (0: all)")->capture_default_str();
+  cmd.add_option("--seed", f.opts.seed, "Seed for shuffling, augmentation and initialisation")->capture_default_str();
+  cmd.add_option("--threads", f.threads, "Threads (0: all cores)")->capture_default_str();
+  cmd.add_flag("--resume", f.resume, "Continue from the checkpoint in --out");
+  cmd.add_flag("--json", f.json, "Print the results as one JSON object");
+}
+
+void run_image_training(ImageClassifier& model, const ImageTrainFlags& f) {
+  if (f.threads > 0) set_num_threads(f.threads);
+  const ImageDataset train = load_fashion_mnist(f.data_dir, DatasetSplit::kTrain);
+  const ImageDataset test = load_fashion_mnist(f.data_dir, DatasetSplit::kTest);
+  ImageTrainOptions opts = f.opts;
+  if (f.no_augment) opts.pad = 0, opts.flip = false;
+  opts.progress = !f.json;
+  model.init_random(f.init_seed ? f.init_seed : opts.seed);
+  ImageTrainer trainer(model, train, test, opts);
+  const int64_t start = f.resume ? trainer.resume() : 0;
+  if (!f.json)
+    std::fprintf(stderr, "%s: %lld parameters, %lld steps of %lld images (%lld per epoch)%s\n",
+                 model.model_type().c_str(), (long long)model.parameter_count(),
+                 (long long)trainer.total_steps(), (long long)opts.batch,
+                 (long long)trainer.steps_per_epoch(),
+                 start > 0 ? (", resuming at step " + std::to_string(start)).c_str() : "");
+  const std::vector<ImageEpochResult> results = trainer.run();
+  double seconds = 0, images = 0;
+  for (const auto& r : results) seconds += r.seconds, images += r.images_per_second * r.seconds;
+  if (f.json) {
+    nlohmann::ordered_json j;
+    j["model_type"] = model.model_type();
+    j["parameters"] = model.parameter_count();
+    j["threads"] = num_threads();
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const auto& r : results)
+      rows.push_back({{"epoch", r.epoch}, {"step", r.step}, {"train_loss", r.train_loss},
+                      {"train_accuracy", r.train_accuracy}, {"test_loss", r.test.loss},
+                      {"test_accuracy", r.test.accuracy}, {"seconds", r.seconds},
+                      {"images_per_second", r.images_per_second}});
+    j["epochs"] = rows;
+    j["train_seconds"] = seconds;
+    j["images_per_second"] = seconds > 0 ? images / seconds : 0.0;
+    j["test_accuracy"] = results.empty() ? 0.0 : results.back().test.accuracy;
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  if (!results.empty())
+    std::printf("%s: test accuracy %.4f after %lld steps, %.1f min of training (%.0f images/s, %d threads); saved to %s\n",
+                model.model_type().c_str(), results.back().test.accuracy, (long long)results.back().step,
+                seconds / 60.0, seconds > 0 ? images / seconds : 0.0, num_threads(), opts.out_dir.c_str());
+}
+
+}  // namespace attnkit::cli

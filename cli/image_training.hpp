@@ -1,0 +1,32 @@
+#pragma once
+// Shared pieces of `attnkit train cnn|vit|deformable`: the data and optimisation flags every
+// image model takes, and the run (load Fashion-MNIST, resume, train, print the epoch table).
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "attnkit/models/image_classifier.hpp"
+#include "attnkit/train/image_trainer.hpp"
+
+namespace attnkit::cli {
+
+struct ImageTrainFlags {
+  ImageTrainOptions opts;
+  std::string data_dir;      // MNIST-style IDX directory (default: Debian's Fashion-MNIST)
+  uint64_t init_seed = 0;    // weight initialisation (0: use --seed)
+  int threads = 0;           // 0: all cores
+  bool resume = false;
+  bool no_augment = false;
+  bool json = false;
+};
+
+// Adds --out, --data-dir, --epochs, --batch, --lr, --min-lr, --warmup-epochs, --weight-decay,
+// --clip, --pad, --no-augment, --max-minutes, --train-limit, --eval-limit, --seed, --threads,
+// --resume, --json to an image-training subcommand.
+void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f);
+
+// Loads the data (train and test splits of --data-dir), initialises or resumes `model`, trains,
+// and prints one line per epoch plus a summary (or one JSON object with --json).
+void run_image_training(ImageClassifier& model, const ImageTrainFlags& f);
+
+}  // namespace attnkit::cli

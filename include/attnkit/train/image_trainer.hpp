@@ -1,0 +1,109 @@
+#pragma once
+// Image classification training for any ImageClassifier (CNN, ViT, deformable encoder):
+// epochs over a shuffled training set, seeded crop/flip augmentation, softmax cross-entropy,
+// AdamW with warmup + cosine decay (per step), optional global-norm clipping, a test-set
+// evaluation after every epoch, a CSV log and checkpoints (weights, optimizer moments, step).
+// Step s of a run reads images [b·B, (b+1)·B) of epoch e = s / steps_per_epoch's permutation
+// (b = s mod steps_per_epoch), a pure function of (seed, e); augmentation is keyed by (seed, e,
+// image), so --resume continues the exact uninterrupted run. A wall-clock budget stops training
+// early (after the step that crosses it), then evaluates and checkpoints.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnkit/io/idx.hpp"
+#include "attnkit/models/image_classifier.hpp"
+#include "attnkit/train/adamw.hpp"
+#include "attnkit/train/image_batch.hpp"
+#include "attnkit/train/schedule.hpp"
+
+namespace attnkit {
+
+struct ImageTrainOptions {
+  int64_t epochs = 10;
+  int64_t batch = 128;               // images per step (the last partial batch of an epoch is dropped)
+  double max_lr = 2e-3, min_lr = 2e-5;
+  double warmup_epochs = 0.5;        // linear warmup length, in epochs
+  AdamWOptions adamw{.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.05};
+  double clip = 0;                   // global gradient-norm bound; 0 = off
+  int64_t pad = 2;                   // random-crop padding in pixels (0: no crop)
+  bool flip = true;                  // random horizontal flip
+  double max_minutes = 0;            // wall-clock budget for training steps; 0 = none
+  int64_t train_limit = 0;           // use only the first n training images; 0 = all
+  int64_t eval_limit = 0;            // evaluate on the first n test images; 0 = all
+  uint64_t seed = 1;                 // shuffling, augmentation, dropout
+  std::string out_dir{};             // checkpoints, log.csv, preprocessor_config.json
+  bool progress = true;              // progress lines on stderr
+};
+
+// Loss and accuracy of a model over a data set (eval mode).
+struct ImageEvalResult {
+  double loss = 0, accuracy = 0;
+  int64_t count = 0;
+};
+
+// One line of the training log: the state after an epoch (or after the budget stopped it).
+struct ImageEpochResult {
+  int64_t epoch = 0;          // epochs completed (fractional runs report the partial epoch)
+  int64_t step = 0;           // optimizer steps completed
+  double train_loss = 0, train_accuracy = 0;  // over this epoch's training batches
+  ImageEvalResult test;
+  double seconds = 0;         // training time of this epoch (excludes evaluation)
+  double images_per_second = 0;
+};
+
+// Pixel normalisation a model directory records (preprocessor_config.json, Hugging Face keys
+// image_mean, image_std, rescale_factor 1/255).
+struct ImageNormalization {
+  double mean = 0, std = 1;
+};
+// Writes dir/preprocessor_config.json atomically.
+void save_image_normalization(const std::string& dir, const ImageNormalization& norm,
+                              const ImageShape& shape);
+// Reads dir/preprocessor_config.json; throws attnkit::Error if missing or invalid.
+ImageNormalization load_image_normalization(const std::string& dir);
+
+// Evaluates `model` on ds (first `limit` images; 0 = all) in eval mode, batches of `batch`.
+ImageEvalResult evaluate_images(ImageClassifier& model, const ImageDataset& ds,
+                                const ImageNormalization& norm, int64_t limit = 0,
+                                int64_t batch = 500);
+
+class ImageTrainer {
+ public:
+  // Validates the options and that the data sets match the model's input shape and classes.
+  ImageTrainer(ImageClassifier& model, const ImageDataset& train, const ImageDataset& test,
+               const ImageTrainOptions& options);
+  // Continues from out_dir's checkpoint if there is one (weights, moments, step); returns the
+  // step to start at.
+  int64_t resume();
+  // Trains from the current step to the end (epochs) or the time budget; evaluates after every
+  // epoch; writes log.csv and checkpoints. A NaN loss throws attnkit::Error, leaving the last
+  // good checkpoint in place.
+  std::vector<ImageEpochResult> run();
+  // One optimizer step (step index s); returns the batch's mean loss and fills `correct`.
+  double step(int64_t s, int64_t* correct = nullptr);
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  int64_t total_steps() const { return steps_per_epoch_ * options_.epochs; }
+  const ImageNormalization& normalization() const { return norm_; }
+  // Writes the model, optimizer.safetensors and preprocessor_config.json to out_dir.
+  void save_checkpoint();
+
+ private:
+  std::vector<int64_t> epoch_order(int64_t epoch) const;
+
+  ImageClassifier& model_;
+  const ImageDataset& train_;
+  const ImageDataset& test_;
+  ImageTrainOptions options_;
+  ImageNormalization norm_;
+  AdamW optimizer_;
+  int64_t train_count_ = 0, steps_per_epoch_ = 0, next_step_ = 0;
+  WarmupCosineSchedule schedule_;
+  std::vector<int64_t> order_;      // permutation of the current epoch
+  int64_t order_epoch_ = -1;
+};
+
+// The model's tensors as AdamW parameters (weight decay on matrices and conv kernels only).
+std::vector<NamedParameter> image_named_parameters(ImageClassifier& model);
+
+}  // namespace attnkit

@@ -1,0 +1,115 @@
+// Python bindings for the image classifiers (CNN, ViT, deformable encoder): one class,
+// attnkit.ImageModel, over the ImageClassifier interface. Parameters, gradients and buffers are
+// returned as writable numpy views into the model (they keep the model alive).
+#include <pybind11/stl.h>
+
+#include "array_views.hpp"
+#include "attnkit/core/error.hpp"
+#include "attnkit/models/image_classifier.hpp"
+#include "bindings.hpp"
+
+namespace attnkit::python {
+namespace {
+
+const ParameterInfo& find(const std::vector<ParameterInfo>& info, const std::string& name,
+                          const char* what) {
+  for (const auto& p : info)
+    if (p.name == name) return p;
+  fail(what, ": no tensor named '", name, "'");
+}
+
+// A numpy view of `p` inside `base` (float buffer owned by the model `owner`).
+py::array view_of(const ParameterInfo& p, float* base, const py::object& owner) {
+  std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end()), strides(p.shape.size());
+  py::ssize_t s = sizeof(float);
+  for (size_t d = p.shape.size(); d-- > 0;) {
+    strides[d] = s;
+    s *= py::ssize_t(p.shape[d]);
+  }
+  return py::array_t<float>(shape, strides, base + p.offset, owner);
+}
+
+std::vector<std::string> names(const std::vector<ParameterInfo>& info) {
+  std::vector<std::string> out;
+  for (const auto& p : info) out.push_back(p.name);
+  return out;
+}
+
+}  // namespace
+
+void bind_image_model(py::module_& m) {
+  using namespace pybind11::literals;
+  py::class_<ImageClassifier>(m, "ImageModel",
+                              "An image classifier (model_type cnn, vit or deformable): NCHW float32 "
+                              "images in, logits out, explicit forward/backward.")
+      .def(py::init([](const std::string& config_json) { return make_image_classifier(config_json); }),
+           "config_json"_a, "A model with zero weights for config.json text (call init_random).")
+      .def_static("load", &load_image_classifier, "dir"_a,
+                  "Loads config.json + model.safetensors from a model directory.")
+      .def("save", &ImageClassifier::save, "dir"_a, "Writes config.json + model.safetensors atomically.")
+      .def("init_random", &ImageClassifier::init_random, "seed"_a)
+      .def_property_readonly("model_type", &ImageClassifier::model_type)
+      .def_property_readonly("num_classes", &ImageClassifier::num_classes)
+      .def_property_readonly("input_shape",
+                             [](const ImageClassifier& c) {
+                               const ImageShape s = c.input_shape();
+                               return py::make_tuple(s.channels, s.height, s.width);
+                             })
+      .def_property_readonly("config_json", &ImageClassifier::config_json)
+      .def_property_readonly("parameter_count", &ImageClassifier::parameter_count)
+      .def("parameter_names", [](const ImageClassifier& c) { return names(c.parameter_info()); })
+      .def("buffer_names", [](const ImageClassifier& c) { return names(c.buffer_info()); })
+      .def(
+          "parameter",
+          [](py::object self, const std::string& name) {
+            auto& c = self.cast<ImageClassifier&>();
+            return view_of(find(c.parameter_info(), name, "parameter"), c.parameters().data(), self);
+          },
+          "name"_a, "Writable view of a trainable tensor.")
+      .def(
+          "gradient",
+          [](py::object self, const std::string& name) {
+            auto& c = self.cast<ImageClassifier&>();
+            return view_of(find(c.parameter_info(), name, "gradient"), c.gradients().data(), self);
+          },
+          "name"_a, "Writable view of a tensor's gradient (accumulated by backward).")
+      .def(
+          "buffer",
+          [](py::object self, const std::string& name) {
+            auto& c = self.cast<ImageClassifier&>();
+            return view_of(find(c.buffer_info(), name, "buffer"), c.buffers().data(), self);
+          },
+          "name"_a, "Writable view of a non-trainable tensor (batch-norm running statistics).")
+      .def("set_training", &ImageClassifier::set_training, "training"_a, "seed"_a = 0)
+      .def("zero_grad", &ImageClassifier::zero_grad)
+      .def(
+          "forward",
+          [](ImageClassifier& c, const py::handle& x) {
+            py::array a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(x);
+            check(bool(a), "x: expected a float32 array [N, C, H, W]");
+            const ConstView4 v = const_view<4>(a, "x");
+            py::array_t<float> out;
+            ConstView2 logits;
+            {
+              py::gil_scoped_release nogil;
+              logits = c.forward(v);
+            }
+            out = new_array({py::ssize_t(logits.shape[0]), py::ssize_t(logits.shape[1])});
+            for (int64_t i = 0; i < logits.shape[0]; ++i)
+              std::copy_n(logits.ptr(i), logits.shape[1], out.mutable_data() + i * logits.shape[1]);
+            return out;
+          },
+          "x"_a, "logits [N, K] of images x [N, C, H, W]; keeps activations for backward().")
+      .def(
+          "backward",
+          [](ImageClassifier& c, const py::handle& d) {
+            py::array a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(d);
+            check(bool(a), "d_logits: expected a float32 array [N, K]");
+            const ConstView2 v = const_view<2>(a, "d_logits");
+            py::gil_scoped_release nogil;
+            c.backward(v);
+          },
+          "d_logits"_a, "Adds the gradients of the last forward for d_logits [N, K].");
+}
+
+}  // namespace attnkit::python

@@ -1,0 +1,55 @@
+// Grey-scale image decoding with stb_image, and bilinear resizing (see image_file.hpp).
+#include "attnkit/io/image_file.hpp"
+
+#include <stb/stb_image.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "attnkit/core/error.hpp"
+
+namespace attnkit {
+
+GreyImage read_grey_image(const std::string& path) {
+  int w = 0, h = 0, c = 0;
+  check(stbi_info(path.c_str(), &w, &h, &c) == 1, path, ": not a readable PNG, PGM/PPM, JPEG or BMP image (",
+        stbi_failure_reason() ? stbi_failure_reason() : "unknown reason", ")");
+  check(w >= 1 && h >= 1 && w <= 16384 && h <= 16384, path, ": image size ", w, "x", h,
+        " is outside 1..16384");
+  std::unique_ptr<stbi_uc, void (*)(void*)> data(stbi_load(path.c_str(), &w, &h, &c, 1), stbi_image_free);
+  check(data != nullptr, path, ": cannot decode (",
+        stbi_failure_reason() ? stbi_failure_reason() : "unknown reason", ")");
+  GreyImage img;
+  img.height = h, img.width = w, img.channels_in_file = c;
+  img.pixels.assign(data.get(), data.get() + size_t(w) * size_t(h));
+  return img;
+}
+
+GreyImage resize_bilinear(const GreyImage& in, int64_t height, int64_t width) {
+  check(height >= 1 && width >= 1, "resize_bilinear: target size must be positive");
+  check(in.height >= 1 && in.width >= 1 && int64_t(in.pixels.size()) == in.height * in.width,
+        "resize_bilinear: malformed input image");
+  if (in.height == height && in.width == width) return in;
+  GreyImage out;
+  out.height = height, out.width = width, out.channels_in_file = in.channels_in_file;
+  out.pixels.resize(size_t(height * width));
+  const double sy = double(in.height) / double(height), sx = double(in.width) / double(width);
+  for (int64_t i = 0; i < height; ++i) {
+    const double y = std::clamp((double(i) + 0.5) * sy - 0.5, 0.0, double(in.height - 1));
+    const int64_t y0 = int64_t(y), y1 = std::min(y0 + 1, in.height - 1);
+    const double fy = y - double(y0);
+    for (int64_t j = 0; j < width; ++j) {
+      const double x = std::clamp((double(j) + 0.5) * sx - 0.5, 0.0, double(in.width - 1));
+      const int64_t x0 = int64_t(x), x1 = std::min(x0 + 1, in.width - 1);
+      const double fx = x - double(x0);
+      auto p = [&](int64_t r, int64_t c) { return double(in.pixels[size_t(r * in.width + c)]); };
+      const double v = (1 - fy) * ((1 - fx) * p(y0, x0) + fx * p(y0, x1)) +
+                       fy * ((1 - fx) * p(y1, x0) + fx * p(y1, x1));
+      out.pixels[size_t(i * width + j)] = uint8_t(std::clamp(std::lround(v), 0L, 255L));
+    }
+  }
+  return out;
+}
+
+}  // namespace attnkit

@@ -1,0 +1,434 @@
+// CnnModel: parameter layout, initialisation, forward and backward (see models/cnn.hpp).
+#include "attnkit/models/cnn.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <random>
+
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/parallel.hpp"
+#include "attnkit/nn/batch_norm2d.hpp"
+#include "attnkit/nn/cbam.hpp"
+#include "attnkit/nn/conv2d.hpp"
+#include "attnkit/nn/global_pool.hpp"
+#include "attnkit/nn/linear.hpp"
+#include "attnkit/nn/pool2d.hpp"
+#include "attnkit/nn/se_block.hpp"
+
+namespace attnkit {
+
+namespace {
+
+using T4 = Tensor<float, 4>;
+using T2 = Tensor<float, 2>;
+
+// Saved batch-norm statistics of one forward.
+struct BnStats {
+  std::vector<float> mean, rstd;
+  void resize(int64_t c) { mean.assign(size_t(c), 0.0f), rstd.assign(size_t(c), 0.0f); }
+};
+
+// y = max(x, 0) in place.
+void relu_inplace(T4& t) {
+  float* p = t.data();
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) p[i] = std::max(p[i], 0.0f);
+}
+// d ← d where y > 0, else 0 (y is the ReLU's output).
+void relu_backward_inplace(T4& d, const T4& y) {
+  float* g = d.data();
+  const float* o = y.data();
+  const int64_t n = d.numel();
+  for (int64_t i = 0; i < n; ++i) g[i] = o[i] > 0.0f ? g[i] : 0.0f;
+}
+void add_into(T4& a, const T4& b) {
+  float* p = a.data();
+  const float* q = b.data();
+  for (int64_t i = 0; i < a.numel(); ++i) p[i] += q[i];
+}
+
+ConstView4 as4(std::span<const float> s, int64_t a, int64_t b, int64_t c, int64_t d) {
+  return ConstView4::contiguous(s.data(), {a, b, c, d});
+}
+View4 as4(std::span<float> s, int64_t a, int64_t b, int64_t c, int64_t d) {
+  return View4::contiguous(s.data(), {a, b, c, d});
+}
+ConstView2 as2(std::span<const float> s, int64_t a, int64_t b) {
+  return ConstView2::contiguous(s.data(), {a, b});
+}
+View2 as2(std::span<float> s, int64_t a, int64_t b) { return View2::contiguous(s.data(), {a, b}); }
+
+// Gives t the shape [n, c, h, w], reallocating only when the shape changes (every user
+// overwrites the whole tensor).
+void ensure(T4& t, int64_t n, int64_t c, int64_t h, int64_t w) {
+  const std::array<int64_t, 4> shape{n, c, h, w};
+  if (t.shape() != shape) t = T4(shape);
+}
+
+}  // namespace
+
+// Activations of one stage (or the stem: c1/h1 and pooling only).
+struct CnnStage {
+  int64_t in_c = 0, out_c = 0, size = 0;  // input channels, output channels, spatial side
+  bool project = false, pool = false;
+  T4 c1, h1, c2, r, att, scc, scn, o, pooled;
+  BnStats bn1, bn2, bnsc;
+  std::vector<int32_t> argmax;
+  SeCache se;
+  CbamCache cbam;
+  // backward scratch
+  T4 d_o, d_r, d_c2, d_h1, d_c1, d_in, d_scn, d_scc, d_tmp;
+};
+
+class CnnActivations {
+ public:
+  int64_t n = 0;
+  T4 x;                        // copy of the input (the stem's conv needs it for d_w)
+  CnnStage stem;               // c1 = conv, h1 = BN + ReLU, pooled
+  std::vector<CnnStage> stages;
+  T2 features, logits;         // [N, w_last], [N, K]
+  T2 d_features;
+  bool has_forward = false;
+  bool training = false;
+};
+
+std::unique_ptr<ImageClassifier> make_cnn_classifier(const std::string& config_json) {
+  return std::make_unique<CnnModel>(parse_cnn_config(config_json));
+}
+
+CnnModel::CnnModel(const CnnConfig& config) : config_(config) {
+  validate(config_);
+  build_layout();
+}
+CnnModel::~CnnModel() = default;
+
+ImageShape CnnModel::input_shape() const {
+  return {config_.num_channels, config_.image_size, config_.image_size};
+}
+
+void CnnModel::build_layout() {
+  int64_t np = 0, nb = 0;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    info_.push_back({name, shape, np, n});
+    np += n;
+  };
+  auto add_bn = [&](const std::string& prefix, int64_t c) {
+    add(prefix + ".weight", {c});
+    add(prefix + ".bias", {c});
+    buffer_info_.push_back({prefix + ".running_mean", {c}, nb, c});
+    nb += c;
+    buffer_info_.push_back({prefix + ".running_var", {c}, nb, c});
+    nb += c;
+  };
+  const auto& w = config_.widths;
+  add("stem.conv.weight", {w[0], config_.num_channels, 3, 3});
+  add_bn("stem.bn", w[0]);
+  for (size_t i = 1; i < w.size(); ++i) {
+    const std::string p = "stages." + std::to_string(i) + ".";
+    add(p + "conv1.weight", {w[i], w[i - 1], 3, 3});
+    add_bn(p + "bn1", w[i]);
+    add(p + "conv2.weight", {w[i], w[i], 3, 3});
+    add_bn(p + "bn2", w[i]);
+    const int64_t hidden = std::max<int64_t>(1, w[i] / config_.reduction);
+    if (config_.attention != ChannelAttention::kNone) {
+      const std::string a = p + (config_.attention == ChannelAttention::kSe ? "se." : "cbam.");
+      add(a + "fc1.weight", {hidden, w[i]});
+      add(a + "fc1.bias", {hidden});
+      add(a + "fc2.weight", {w[i], hidden});
+      add(a + "fc2.bias", {w[i]});
+      if (config_.attention == ChannelAttention::kCbam) {
+        add(a + "spatial.weight", {1, 2, config_.spatial_kernel, config_.spatial_kernel});
+        add(a + "spatial.bias", {1});
+      }
+    }
+    if (w[i] != w[i - 1]) {
+      add(p + "shortcut.conv.weight", {w[i], w[i - 1], 1, 1});
+      add_bn(p + "shortcut.bn", w[i]);
+    }
+  }
+  add("fc.weight", {config_.num_labels, w.back()});
+  add("fc.bias", {config_.num_labels});
+  params_.assign(size_t(np), 0.0f);
+  grads_.assign(size_t(np), 0.0f);
+  buffers_.assign(size_t(nb), 0.0f);
+  for (const auto& b : buffer_info_)
+    if (b.name.ends_with("running_var")) std::fill_n(buffers_.begin() + b.offset, b.numel, 1.0f);
+}
+
+namespace {
+const ParameterInfo& find_info(const std::vector<ParameterInfo>& info, const std::string& name) {
+  for (const auto& p : info)
+    if (p.name == name) return p;
+  fail("CnnModel: no tensor '", name, "'");
+}
+}  // namespace
+
+std::span<float> CnnModel::param(const std::string& name) {
+  const ParameterInfo& p = find_info(info_, name);
+  return std::span<float>(params_).subspan(size_t(p.offset), size_t(p.numel));
+}
+std::span<float> CnnModel::grad(const std::string& name) {
+  const ParameterInfo& p = find_info(info_, name);
+  return std::span<float>(grads_).subspan(size_t(p.offset), size_t(p.numel));
+}
+std::span<float> CnnModel::buffer(const std::string& name) {
+  const ParameterInfo& p = find_info(buffer_info_, name);
+  return std::span<float>(buffers_).subspan(size_t(p.offset), size_t(p.numel));
+}
+
+void CnnModel::init_random(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (const auto& p : info_) {
+    float* x = params_.data() + p.offset;
+    const bool conv = p.shape.size() == 4 && !p.name.ends_with("spatial.weight");
+    const bool bn = p.name.find(".bn") != std::string::npos || p.name.find("bn.") != std::string::npos;
+    if (bn) {
+      std::fill_n(x, p.numel, p.name.ends_with(".weight") ? 1.0f : 0.0f);
+    } else if (conv) {  // kaiming_normal_(mode="fan_out", nonlinearity="relu")
+      const double fan_out = double(p.shape[0] * p.shape[2] * p.shape[3]);
+      std::normal_distribution<float> normal(0.0f, float(std::sqrt(2.0 / fan_out)));
+      for (int64_t i = 0; i < p.numel; ++i) x[i] = normal(rng);
+    } else {  // torch.nn.Linear / Conv2d default: U(±1/sqrt(fan_in)) for weight and bias
+      const ParameterInfo& wi = p.name.ends_with(".bias")
+                                    ? find_info(info_, p.name.substr(0, p.name.size() - 4) + "weight")
+                                    : p;
+      int64_t fan_in = 1;
+      for (size_t d = 1; d < wi.shape.size(); ++d) fan_in *= wi.shape[d];
+      const float bound = float(1.0 / std::sqrt(double(fan_in)));
+      std::uniform_real_distribution<float> uni(-bound, bound);
+      for (int64_t i = 0; i < p.numel; ++i) x[i] = uni(rng);
+    }
+  }
+  for (const auto& b : buffer_info_)
+    std::fill_n(buffers_.begin() + b.offset, b.numel, b.name.ends_with("running_var") ? 1.0f : 0.0f);
+}
+
+ConstView2 CnnModel::forward(ConstView4 x) {
+  const auto& w = config_.widths;
+  const int64_t n = x.shape[0];
+  check(n >= 1, "CnnModel.forward: x: expected at least one image");
+  check(x.shape[1] == config_.num_channels && x.shape[2] == config_.image_size &&
+            x.shape[3] == config_.image_size,
+        "CnnModel.forward: x: expected [N, ", config_.num_channels, ", ", config_.image_size, ", ",
+        config_.image_size, "], got [", x.shape[0], ", ", x.shape[1], ", ", x.shape[2], ", ",
+        x.shape[3], "]");
+  check(x.stride[3] == 1 && x.stride[2] == x.shape[3] && x.stride[1] == x.shape[2] * x.shape[3] &&
+            x.stride[0] == x.shape[1] * x.shape[2] * x.shape[3],
+        "CnnModel.forward: x must be contiguous NCHW");
+  if (!acts_ || acts_->n != n) {
+    acts_ = std::make_unique<CnnActivations>();
+    acts_->n = n;
+  }
+  CnnActivations& a = *acts_;
+  a.training = training_;
+  const BatchNormOptions bno{.eps = float(config_.batch_norm_eps),
+                             .momentum = float(config_.batch_norm_momentum),
+                             .training = training_};
+  auto bn = [&](T4& y, BnStats& st, const T4& in, const std::string& prefix) {
+    st.resize(in.shape()[1]);
+    batch_norm2d_forward(y.view(), st.mean, st.rstd, buffer(prefix + ".running_mean"),
+                         buffer(prefix + ".running_var"), in.view(), param(prefix + ".weight"),
+                         param(prefix + ".bias"), bno);
+  };
+  const Pool2dOptions pool{.kernel = 2};
+
+  // Stem.
+  int64_t s = config_.image_size;
+  CnnStage& st = a.stem;
+  st.in_c = config_.num_channels, st.out_c = w[0], st.size = s, st.pool = true;
+  ensure(a.x, n, config_.num_channels, s, s);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < x.shape[1]; ++c)
+      for (int64_t h = 0; h < s; ++h)
+        std::copy_n(x.ptr(i, c, h), s, a.x.view().ptr(i, c, h));
+  ensure(st.c1, n, w[0], s, s);
+  ensure(st.h1, n, w[0], s, s);
+  conv2d_forward(st.c1.view(), a.x.view(), as4(param("stem.conv.weight"), w[0], st.in_c, 3, 3), {},
+                 {.stride = 1, .padding = 1});
+  bn(st.h1, st.bn1, st.c1, "stem.bn");
+  relu_inplace(st.h1);
+  s /= 2;
+  ensure(st.pooled, n, w[0], s, s);
+  st.argmax.assign(size_t(n * w[0] * s * s), 0);
+  max_pool2d_forward(st.pooled.view(), st.argmax, st.h1.view(), pool);
+  const T4* in = &st.pooled;
+
+  a.stages.resize(w.size() - 1);
+  for (size_t i = 1; i < w.size(); ++i) {
+    CnnStage& g = a.stages[i - 1];
+    const std::string p = "stages." + std::to_string(i) + ".";
+    g.in_c = w[i - 1], g.out_c = w[i], g.size = s;
+    g.project = w[i] != w[i - 1];
+    g.pool = i + 1 < w.size();
+    const int64_t c = w[i];
+    ensure(g.c1, n, c, s, s), ensure(g.h1, n, c, s, s), ensure(g.c2, n, c, s, s);
+    ensure(g.r, n, c, s, s), ensure(g.o, n, c, s, s);
+    conv2d_forward(g.c1.view(), in->view(), as4(param(p + "conv1.weight"), c, g.in_c, 3, 3), {},
+                   {.stride = 1, .padding = 1});
+    bn(g.h1, g.bn1, g.c1, p + "bn1");
+    relu_inplace(g.h1);
+    conv2d_forward(g.c2.view(), g.h1.view(), as4(param(p + "conv2.weight"), c, c, 3, 3), {},
+                   {.stride = 1, .padding = 1});
+    bn(g.r, g.bn2, g.c2, p + "bn2");
+    const T4* branch = &g.r;
+    const int64_t hidden = std::max<int64_t>(1, c / config_.reduction);
+    if (config_.attention == ChannelAttention::kSe) {
+      ensure(g.att, n, c, s, s);
+      se_block_forward(g.att.view(), g.se, g.r.view(),
+                       SeWeights{as2(param(p + "se.fc1.weight"), hidden, c), param(p + "se.fc1.bias"),
+                                 as2(param(p + "se.fc2.weight"), c, hidden), param(p + "se.fc2.bias")});
+      branch = &g.att;
+    } else if (config_.attention == ChannelAttention::kCbam) {
+      ensure(g.att, n, c, s, s);
+      const int64_t k = config_.spatial_kernel;
+      cbam_forward(g.att.view(), g.cbam, g.r.view(),
+                   CbamWeights{as2(param(p + "cbam.fc1.weight"), hidden, c), param(p + "cbam.fc1.bias"),
+                               as2(param(p + "cbam.fc2.weight"), c, hidden), param(p + "cbam.fc2.bias"),
+                               as4(param(p + "cbam.spatial.weight"), 1, 2, k, k),
+                               param(p + "cbam.spatial.bias")});
+      branch = &g.att;
+    }
+    const T4* shortcut = in;
+    if (g.project) {
+      ensure(g.scc, n, c, s, s), ensure(g.scn, n, c, s, s);
+      conv2d_forward(g.scc.view(), in->view(), as4(param(p + "shortcut.conv.weight"), c, g.in_c, 1, 1),
+                     {}, {});
+      bn(g.scn, g.bnsc, g.scc, p + "shortcut.bn");
+      shortcut = &g.scn;
+    }
+    {
+      float* o = g.o.data();
+      const float* b = branch->data();
+      const float* sc = shortcut->data();
+      for (int64_t e = 0; e < g.o.numel(); ++e) o[e] = std::max(b[e] + sc[e], 0.0f);
+    }
+    in = &g.o;
+    if (g.pool) {
+      s /= 2;
+      ensure(g.pooled, n, c, s, s);
+      g.argmax.assign(size_t(n * c * s * s), 0);
+      max_pool2d_forward(g.pooled.view(), g.argmax, g.o.view(), pool);
+      in = &g.pooled;
+    }
+  }
+  // Head.
+  const int64_t cl = w.back();
+  a.features = T2({n, cl});
+  global_avg_pool_forward(a.features.view(), in->view());
+  a.logits = T2({n, config_.num_labels});
+  linear_forward(a.logits.view(), a.features.view(), as2(param("fc.weight"), config_.num_labels, cl),
+                 param("fc.bias"));
+  a.has_forward = true;
+  return a.logits.view();
+}
+
+void CnnModel::backward(ConstView2 d_logits) {
+  check(acts_ && acts_->has_forward, "CnnModel.backward: call forward() first");
+  CnnActivations& a = *acts_;
+  const int64_t n = a.n;
+  const int64_t k = config_.num_labels;
+  check(d_logits.shape[0] == n && d_logits.shape[1] == k, "CnnModel.backward: d_logits: expected [",
+        n, ", ", k, "], got [", d_logits.shape[0], ", ", d_logits.shape[1], "]");
+  const auto& w = config_.widths;
+  const BatchNormOptions bno{.eps = float(config_.batch_norm_eps),
+                             .momentum = float(config_.batch_norm_momentum),
+                             .training = a.training};
+  auto bn_back = [&](T4& d_x, const T4& d_y, const T4& x, const BnStats& st, const std::string& prefix) {
+    batch_norm2d_backward(d_x.view(), grad(prefix + ".weight"), grad(prefix + ".bias"), d_y.view(),
+                          x.view(), param(prefix + ".weight"), st.mean, st.rstd, bno);
+  };
+  auto like = [](T4& t, const T4& shape_of) {
+    if (t.shape() != shape_of.shape()) t = T4(shape_of.shape());
+  };
+
+  // Head.
+  const int64_t cl = w.back();
+  a.d_features = T2({n, cl});
+  linear_backward(a.d_features.view(), as2(grad("fc.weight"), k, cl), grad("fc.bias"), d_logits,
+                  a.features.view(), as2(param("fc.weight"), k, cl));
+  CnnStage& last = a.stages.empty() ? a.stem : a.stages.back();
+  T4* d_next = nullptr;  // gradient of the tensor the following layer read
+  T4& last_out = a.stages.empty() ? a.stem.pooled : last.o;
+  T4& d_last = a.stages.empty() ? a.stem.d_tmp : last.d_o;
+  like(d_last, last_out);
+  global_avg_pool_backward(d_last.view(), a.d_features.view());
+  d_next = &d_last;
+
+  for (size_t i = w.size() - 1; i >= 1; --i) {
+    CnnStage& g = a.stages[i - 1];
+    const std::string p = "stages." + std::to_string(i) + ".";
+    const int64_t c = g.out_c;
+    if (g.pool) {  // d_next is the gradient of g.pooled
+      like(g.d_o, g.o);
+      max_pool2d_backward(g.d_o.view(), d_next->view(), g.argmax);
+      d_next = &g.d_o;
+    }
+    T4& d_s = *d_next;  // gradient of o; becomes the gradient of the pre-ReLU sum
+    relu_backward_inplace(d_s, g.o);
+    // Residual branch.
+    like(g.d_r, g.r);
+    const int64_t hidden = std::max<int64_t>(1, c / config_.reduction);
+    if (config_.attention == ChannelAttention::kSe) {
+      se_block_backward(g.d_r.view(),
+                        SeGrads{as2(grad(p + "se.fc1.weight"), hidden, c), grad(p + "se.fc1.bias"),
+                                as2(grad(p + "se.fc2.weight"), c, hidden), grad(p + "se.fc2.bias")},
+                        d_s.view(), g.r.view(),
+                        SeWeights{as2(param(p + "se.fc1.weight"), hidden, c), param(p + "se.fc1.bias"),
+                                  as2(param(p + "se.fc2.weight"), c, hidden), param(p + "se.fc2.bias")},
+                        g.se);
+    } else if (config_.attention == ChannelAttention::kCbam) {
+      const int64_t ks = config_.spatial_kernel;
+      cbam_backward(g.d_r.view(),
+                    CbamGrads{as2(grad(p + "cbam.fc1.weight"), hidden, c), grad(p + "cbam.fc1.bias"),
+                              as2(grad(p + "cbam.fc2.weight"), c, hidden), grad(p + "cbam.fc2.bias"),
+                              as4(grad(p + "cbam.spatial.weight"), 1, 2, ks, ks),
+                              grad(p + "cbam.spatial.bias")},
+                    d_s.view(), g.r.view(),
+                    CbamWeights{as2(param(p + "cbam.fc1.weight"), hidden, c), param(p + "cbam.fc1.bias"),
+                                as2(param(p + "cbam.fc2.weight"), c, hidden), param(p + "cbam.fc2.bias"),
+                                as4(param(p + "cbam.spatial.weight"), 1, 2, ks, ks),
+                                param(p + "cbam.spatial.bias")},
+                    g.cbam);
+    } else {
+      std::copy_n(d_s.data(), d_s.numel(), g.d_r.data());
+    }
+    like(g.d_c2, g.c2);
+    bn_back(g.d_c2, g.d_r, g.c2, g.bn2, p + "bn2");
+    like(g.d_h1, g.h1);
+    conv2d_backward(g.d_h1.view(), as4(grad(p + "conv2.weight"), c, c, 3, 3), {}, g.d_c2.view(),
+                    g.h1.view(), as4(param(p + "conv2.weight"), c, c, 3, 3), {.stride = 1, .padding = 1});
+    relu_backward_inplace(g.d_h1, g.h1);
+    like(g.d_c1, g.c1);
+    bn_back(g.d_c1, g.d_h1, g.c1, g.bn1, p + "bn1");
+    const T4& in = i == 1 ? a.stem.pooled : a.stages[i - 2].pool ? a.stages[i - 2].pooled : a.stages[i - 2].o;
+    like(g.d_in, in);
+    conv2d_backward(g.d_in.view(), as4(grad(p + "conv1.weight"), c, g.in_c, 3, 3), {}, g.d_c1.view(),
+                    in.view(), as4(param(p + "conv1.weight"), c, g.in_c, 3, 3), {.stride = 1, .padding = 1});
+    // Shortcut.
+    if (g.project) {
+      like(g.d_scc, g.scc);
+      bn_back(g.d_scc, d_s, g.scc, g.bnsc, p + "shortcut.bn");
+      like(g.d_tmp, in);
+      conv2d_backward(g.d_tmp.view(), as4(grad(p + "shortcut.conv.weight"), c, g.in_c, 1, 1), {},
+                      g.d_scc.view(), in.view(), as4(param(p + "shortcut.conv.weight"), c, g.in_c, 1, 1), {});
+      add_into(g.d_in, g.d_tmp);
+    } else {
+      add_into(g.d_in, d_s);
+    }
+    d_next = &g.d_in;
+  }
+  // Stem: d_next is the gradient of stem.pooled.
+  CnnStage& st = a.stem;
+  like(st.d_o, st.h1);
+  max_pool2d_backward(st.d_o.view(), d_next->view(), st.argmax);
+  relu_backward_inplace(st.d_o, st.h1);
+  like(st.d_c1, st.c1);
+  bn_back(st.d_c1, st.d_o, st.c1, st.bn1, "stem.bn");
+  conv2d_backward(View4{}, as4(grad("stem.conv.weight"), w[0], st.in_c, 3, 3), {}, st.d_c1.view(),
+                  a.x.view(), as4(param("stem.conv.weight"), w[0], st.in_c, 3, 3), {.stride = 1, .padding = 1});
+}
+
+}  // namespace attnkit

@@ -1,0 +1,289 @@
+// Image classification trainer (see image_trainer.hpp).
+#include "attnkit/train/image_trainer.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/rng.hpp"
+#include "attnkit/nn/cross_entropy.hpp"
+#include "attnkit/train/grad_clip.hpp"
+
+namespace attnkit {
+
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Decay only matrices and kernels (rank >= 2) that are not embeddings (ViT's cls token and
+// position table), as timm's no_weight_decay does.
+NoDecayPredicate no_decay_for(const ImageClassifier& model) {
+  std::set<std::string, std::less<>> excluded;
+  for (const auto& p : model.parameter_info())
+    if (p.shape.size() < 2 || p.name.find("embeddings.cls_token") != std::string::npos ||
+        p.name.find("position_embeddings") != std::string::npos)
+      excluded.insert(p.name);
+  return [excluded](std::string_view name) { return excluded.count(name) > 0; };
+}
+
+void check_dataset(const ImageClassifier& model, const ImageDataset& ds, const char* which) {
+  const ImageShape s = model.input_shape();
+  check(ds.count > 0, "ImageTrainer: the ", which, " set is empty");
+  check(s.channels == 1 && ds.rows == s.height && ds.cols == s.width, "ImageTrainer: the ", which,
+        " images are ", ds.rows, "x", ds.cols, " grey-scale, the model expects ", s.channels, "x",
+        s.height, "x", s.width);
+  check(ds.classes <= model.num_classes(), "ImageTrainer: the ", which, " set has ", ds.classes,
+        " classes, the model ", model.num_classes());
+}
+
+// Mean loss over the batch and the number of correct argmax predictions; d_logits (if not empty)
+// receives the gradient of the mean loss.
+double batch_loss(ConstView2 logits, std::span<const int32_t> labels, View2 d_logits,
+                  int64_t* correct) {
+  const int64_t n = logits.shape[0], k = logits.shape[1];
+  std::vector<float> losses(static_cast<size_t>(n)), lse(static_cast<size_t>(n));
+  const double loss = cross_entropy_forward(losses, lse, logits, labels);
+  if (correct) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = logits.ptr(i);
+      *correct += int64_t(std::max_element(row, row + k) - row) == labels[size_t(i)];
+    }
+  }
+  if (!d_logits.empty()) cross_entropy_backward(d_logits, logits, labels, lse, 1.0f);
+  return loss;
+}
+
+}  // namespace
+
+std::vector<NamedParameter> image_named_parameters(ImageClassifier& model) {
+  std::vector<NamedParameter> out;
+  const std::span<float> p = model.parameters(), g = model.gradients();
+  for (const auto& t : model.parameter_info())
+    out.push_back({t.name, p.subspan(size_t(t.offset), size_t(t.numel)),
+                   g.subspan(size_t(t.offset), size_t(t.numel))});
+  return out;
+}
+
+void save_image_normalization(const std::string& dir, const ImageNormalization& norm,
+                              const ImageShape& shape) {
+  nlohmann::ordered_json j;
+  j["do_rescale"] = true;
+  j["rescale_factor"] = 1.0 / 255.0;
+  j["do_normalize"] = true;
+  j["image_mean"] = {norm.mean};
+  j["image_std"] = {norm.std};
+  j["size"] = {{"height", shape.height}, {"width", shape.width}};
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/preprocessor_config.json", tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << j.dump(2) << "\n";
+    out.flush();
+    check(bool(out), "cannot write ", tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  check(!ec, "cannot rename ", tmp, ": ", ec.message());
+}
+
+ImageNormalization load_image_normalization(const std::string& dir) {
+  const std::string path = dir + "/preprocessor_config.json";
+  std::ifstream in(path);
+  check(bool(in), "cannot read ", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text.str());
+    ImageNormalization n{j.at("image_mean").at(0).get<double>(), j.at("image_std").at(0).get<double>()};
+    check(std::isfinite(n.mean) && std::isfinite(n.std) && n.std > 0, path,
+          ": image_mean/image_std must be finite with std > 0");
+    return n;
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": invalid preprocessor config: ", e.what());
+  }
+}
+
+ImageEvalResult evaluate_images(ImageClassifier& model, const ImageDataset& ds,
+                                const ImageNormalization& norm, int64_t limit, int64_t batch) {
+  check(batch >= 1, "evaluate_images: batch must be >= 1");
+  const int64_t n = limit > 0 ? std::min(limit, ds.count) : ds.count;
+  const ImageShape s = model.input_shape();
+  model.set_training(false);
+  ImageEvalResult r;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  Tensor<float, 4> x;
+  std::vector<int32_t> labels;
+  std::vector<int64_t> idx;
+  for (int64_t b0 = 0; b0 < n; b0 += batch) {
+    const int64_t b = std::min(batch, n - b0);
+    if (x.shape()[0] != b) x = Tensor<float, 4>({b, s.channels, s.height, s.width});
+    labels.resize(size_t(b));
+    idx.resize(size_t(b));
+    for (int64_t i = 0; i < b; ++i) idx[size_t(i)] = b0 + i;
+    image_batch(x.view(), labels, ds, idx, {.mean = float(norm.mean), .std = float(norm.std)});
+    const ConstView2 logits = model.forward(x.view());
+    loss_sum += batch_loss(logits, labels, View2{}, &correct) * double(b);
+  }
+  r.count = n;
+  r.loss = n > 0 ? loss_sum / double(n) : 0;
+  r.accuracy = n > 0 ? double(correct) / double(n) : 0;
+  return r;
+}
+
+ImageTrainer::ImageTrainer(ImageClassifier& model, const ImageDataset& train, const ImageDataset& test,
+                           const ImageTrainOptions& options)
+    : model_(model),
+      train_(train),
+      test_(test),
+      options_(options),
+      optimizer_(image_named_parameters(model), options.adamw, no_decay_for(model)) {
+  check(options_.epochs >= 1, "ImageTrainer: epochs must be >= 1, got ", options_.epochs);
+  check(options_.batch >= 1, "ImageTrainer: batch must be >= 1, got ", options_.batch);
+  check(options_.max_lr > 0 && options_.min_lr >= 0 && options_.min_lr <= options_.max_lr,
+        "ImageTrainer: need 0 <= min_lr <= max_lr and max_lr > 0");
+  check(options_.warmup_epochs >= 0, "ImageTrainer: warmup_epochs must be >= 0");
+  check(options_.pad >= 0 && options_.pad < 8, "ImageTrainer: pad must be in [0, 8)");
+  check(options_.max_minutes >= 0, "ImageTrainer: max_minutes must be >= 0");
+  check(options_.clip >= 0, "ImageTrainer: clip must be >= 0");
+  check(!options_.out_dir.empty(), "ImageTrainer: an output directory is required");
+  check_dataset(model, train, "training");
+  check_dataset(model, test, "test");
+  train_count_ = options_.train_limit > 0 ? std::min(options_.train_limit, train.count) : train.count;
+  check(train_count_ >= options_.batch, "ImageTrainer: ", train_count_,
+        " training images are fewer than one batch of ", options_.batch);
+  steps_per_epoch_ = train_count_ / options_.batch;
+  const auto [mean, std] = pixel_mean_std(train);
+  norm_ = {mean, std > 0 ? std : 1.0};
+  schedule_ = {.max_lr = options_.max_lr, .min_lr = options_.min_lr,
+               .warmup_steps = int64_t(std::llround(options_.warmup_epochs * double(steps_per_epoch_))),
+               .total_steps = total_steps()};
+  schedule_.warmup_steps = std::min(schedule_.warmup_steps, schedule_.total_steps);
+}
+
+std::vector<int64_t> ImageTrainer::epoch_order(int64_t epoch) const {
+  // Fisher-Yates with Philox draws keyed by (seed, epoch, i): the same order on any platform.
+  std::vector<int64_t> order(static_cast<size_t>(train_count_));
+  for (int64_t i = 0; i < train_count_; ++i) order[size_t(i)] = i;
+  for (int64_t i = train_count_ - 1; i > 0; --i) {
+    const auto r = philox4x32(options_.seed ^ 0x5eedf00dULL, {uint32_t(i), uint32_t(epoch), 7, 0});
+    const uint64_t u = (uint64_t(r[0]) << 32) | r[1];
+    std::swap(order[size_t(i)], order[size_t(u % uint64_t(i + 1))]);
+  }
+  return order;
+}
+
+int64_t ImageTrainer::resume() {
+  namespace fs = std::filesystem;
+  const std::string opt = options_.out_dir + "/optimizer.safetensors";
+  if (!fs::exists(opt)) return next_step_ = 0;
+  model_.load_weights(options_.out_dir);
+  optimizer_.load_state(opt);
+  return next_step_ = optimizer_.step_count();
+}
+
+double ImageTrainer::step(int64_t s, int64_t* correct) {
+  const int64_t epoch = s / steps_per_epoch_, b = s % steps_per_epoch_;
+  if (order_epoch_ != epoch) order_ = epoch_order(epoch), order_epoch_ = epoch;
+  const ImageShape sh = model_.input_shape();
+  const int64_t n = options_.batch;
+  Tensor<float, 4> x({n, sh.channels, sh.height, sh.width});
+  std::vector<int32_t> labels(static_cast<size_t>(n));
+  const std::span<const int64_t> idx(order_.data() + b * n, size_t(n));
+  image_batch(x.view(), labels, train_, idx,
+              {.mean = float(norm_.mean), .std = float(norm_.std), .pad = options_.pad,
+               .flip = options_.flip, .seed = options_.seed, .epoch = uint64_t(epoch)});
+  model_.set_training(true, options_.seed * 1000003ULL + uint64_t(s));
+  model_.zero_grad();
+  const ConstView2 logits = model_.forward(x.view());
+  Tensor<float, 2> d_logits({n, logits.shape[1]});
+  const double loss = batch_loss(logits, labels, d_logits.view(), correct);
+  check(std::isfinite(loss), "ImageTrainer: step ", s, ": the loss is not finite (", loss,
+        "); lower --lr. The last checkpoint in ", options_.out_dir, " is intact");
+  model_.backward(d_logits.view());
+  if (options_.clip > 0) {
+    const std::span<float> g[] = {model_.gradients()};
+    const double norm = clip_grad_norm(g, options_.clip);
+    check(std::isfinite(norm), "ImageTrainer: step ", s, ": the gradient is not finite");
+  }
+  optimizer_.step(warmup_cosine_lr(schedule_, s));
+  return loss;
+}
+
+void ImageTrainer::save_checkpoint() {
+  model_.save(options_.out_dir);
+  save_image_normalization(options_.out_dir, norm_, model_.input_shape());
+  optimizer_.save_state(options_.out_dir + "/optimizer.safetensors");
+}
+
+std::vector<ImageEpochResult> ImageTrainer::run() {
+  namespace fs = std::filesystem;
+  fs::create_directories(options_.out_dir);
+  const bool tty = isatty(fileno(stderr));
+  std::ofstream log(options_.out_dir + "/log.csv", next_step_ == 0 ? std::ios::trunc : std::ios::app);
+  if (next_step_ == 0)
+    log << "epoch,step,train_loss,train_accuracy,test_loss,test_accuracy,seconds,images_per_second\n";
+  std::vector<ImageEpochResult> results;
+  const double budget = options_.max_minutes * 60.0;
+  double trained = 0;  // seconds spent in training steps in this process
+  bool out_of_time = false;
+  const int64_t total = total_steps();
+  while (next_step_ < total && !out_of_time) {
+    const int64_t epoch = next_step_ / steps_per_epoch_;
+    const int64_t end = std::min(total, (epoch + 1) * steps_per_epoch_);
+    double loss_sum = 0, epoch_seconds = 0;
+    int64_t correct = 0, seen = 0;
+    const int64_t every = std::max<int64_t>(1, steps_per_epoch_ / 10);
+    while (next_step_ < end) {
+      const double t0 = now_seconds();
+      loss_sum += step(next_step_, &correct);
+      const double dt = now_seconds() - t0;
+      epoch_seconds += dt, trained += dt;
+      seen += options_.batch;
+      ++next_step_;
+      if (options_.progress && (tty || (next_step_ - epoch * steps_per_epoch_) % every == 0))
+        std::fprintf(stderr, "%sepoch %lld step %lld/%lld | loss %.4f | acc %.3f | %.0f img/s%s",
+                     tty ? "\r" : "", (long long)(epoch + 1), (long long)next_step_, (long long)total,
+                     loss_sum / double(seen / options_.batch), double(correct) / double(seen),
+                     double(seen) / epoch_seconds, tty ? "   " : "\n");
+      if (budget > 0 && trained >= budget) {
+        out_of_time = true;
+        break;
+      }
+    }
+    if (options_.progress && tty) std::fprintf(stderr, "\n");
+    ImageEpochResult r;
+    r.epoch = epoch + 1;
+    r.step = next_step_;
+    const int64_t batches = seen / options_.batch;
+    r.train_loss = batches > 0 ? loss_sum / double(batches) : 0;
+    r.train_accuracy = seen > 0 ? double(correct) / double(seen) : 0;
+    r.seconds = epoch_seconds;
+    r.images_per_second = epoch_seconds > 0 ? double(seen) / epoch_seconds : 0;
+    r.test = evaluate_images(model_, test_, norm_, options_.eval_limit);
+    save_checkpoint();
+    log << r.epoch << ',' << r.step << ',' << r.train_loss << ',' << r.train_accuracy << ','
+        << r.test.loss << ',' << r.test.accuracy << ',' << r.seconds << ',' << r.images_per_second
+        << '\n';
+    log.flush();
+    if (options_.progress)
+      std::fprintf(stderr, "epoch %lld%s: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.0f s, %.0f img/s\n",
+                   (long long)r.epoch, out_of_time ? " (time budget reached)" : "", r.train_loss,
+                   r.train_accuracy, r.test.loss, r.test.accuracy, r.seconds, r.images_per_second);
+    results.push_back(r);
+  }
+  return results;
+}
+
+}  // namespace attnkit
