@@ -87,7 +87,10 @@ void bind_image_model(py::module_& m) {
           [](ImageClassifier& c, const py::handle& x) {
             py::array a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(x);
             check(bool(a), "x: expected a float32 array [N, C, H, W]");
-            const ConstView4 v = const_view<4>(a, "x");
+            check(a.ndim() == 4, "x: expected 4 dimensions [N, C, H, W], got ", a.ndim());
+            // C-contiguous (numpy may give size-1 dimensions any stride): canonical strides.
+            const ConstView4 v = ConstView4::contiguous(static_cast<const float*>(a.data()),
+                                                        {a.shape(0), a.shape(1), a.shape(2), a.shape(3)});
             py::array_t<float> out;
             ConstView2 logits;
             {
@@ -105,7 +108,8 @@ void bind_image_model(py::module_& m) {
           [](ImageClassifier& c, const py::handle& d) {
             py::array a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(d);
             check(bool(a), "d_logits: expected a float32 array [N, K]");
-            const ConstView2 v = const_view<2>(a, "d_logits");
+            check(a.ndim() == 2, "d_logits: expected 2 dimensions [N, K], got ", a.ndim());
+            const ConstView2 v = ConstView2::contiguous(static_cast<const float*>(a.data()), {a.shape(0), a.shape(1)});
             py::gil_scoped_release nogil;
             c.backward(v);
           },
