@@ -87,6 +87,7 @@ class DeformableActivations {
   deformable_detail::T2 pooled, logits;     // [N, C], [N, K]
   deformable_detail::T2 tmp, d_src, d_a, d_h, d_x, d_f, d_pos, d_pooled;  // scratch
   bool has_forward = false;
+  bool training = false;                    // the batch-norm mode of the forward
 };
 
 }  // namespace attnkit

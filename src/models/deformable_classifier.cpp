@@ -195,6 +195,7 @@ ConstView2 DeformableClassifier::forward(ConstView4 x) {
     acts_ = std::make_unique<DeformableActivations>(c, n);
   }
   acts_->has_forward = false;
+  acts_->training = training_;
   backbone_forward(x);
   encoder_forward();
   acts_->has_forward = true;
@@ -259,7 +260,7 @@ void DeformableClassifier::backbone_backward() {
   const auto& c = config_;
   const BatchNormOptions bno{.eps = float(c.batch_norm_eps),
                              .momentum = float(c.batch_norm_momentum),
-                             .training = training_};
+                             .training = a.training};  // the forward's mode, whatever it is now
   for (size_t i = a.stages.size(); i-- > 0;) {
     DeformableStage& s = a.stages[i];
     const std::string p = "backbone." + std::to_string(i) + ".";

@@ -213,6 +213,28 @@ TEST(DeformableClassifier, EvalUsesRunningStatisticsAndBatchIndependence) {
   for (int j = 0; j < 3; ++j) EXPECT_NEAR(one(0, j), eval2[size_t(j)], 1e-5f);
 }
 
+TEST(DeformableClassifier, BackwardUsesTheForwardsBatchNormModeAndIsRepeatable) {
+  const ThreadCountScope one_thread(1);
+  DeformableClassifier m(tiny());
+  m.init_random(2);
+  const std::vector<float> x = randn(2 * 256, 3), r = randn(2 * 3, 4);
+  const ConstView2 rv = ConstView2::contiguous(r.data(), {2, 3});
+  m.set_training(true);
+  m.forward(ConstView4::contiguous(x.data(), {2, 1, 16, 16}));
+  m.backward(rv);
+  const std::vector<float> once(m.gradients().begin(), m.gradients().end());
+  m.set_training(false);  // after the forward: the backward still differentiates batch statistics
+  m.zero_grad();
+  m.backward(rv);
+  EXPECT_EQ(std::vector<float>(m.gradients().begin(), m.gradients().end()), once);
+  m.backward(rv);  // a second backward adds the same gradient again (+= contract; the kernels'
+                   // partial sums then round differently, hence not bitwise)
+  double scale = 0;
+  for (float g : once) scale = std::max(scale, double(std::abs(g)));
+  for (size_t i = 0; i < once.size(); ++i)
+    ASSERT_NEAR(m.gradients()[i], 2 * once[i], 1e-5 * scale) << i;
+}
+
 TEST(DeformableClassifier, LayoutNamesAndFactory) {
   const DeformableConfig cfg;
   std::unique_ptr<ImageClassifier> m = make_image_classifier(deformable_config_to_json(cfg));
