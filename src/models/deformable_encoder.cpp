@@ -86,17 +86,44 @@ MsDeformAttnBlockGrads DeformableClassifier::block_grads(int64_t k) {
           m("output_proj.weight"),       v("output_proj.bias")};
 }
 
+ConstView2 DeformableClassifier::matrix(const std::string& name) const {
+  const ParameterInfo& i = param_info(name);
+  return ConstView2::contiguous(params_.data() + i.offset, {i.shape[0], i.shape[1]});
+}
+View2 DeformableClassifier::grad_matrix(const std::string& name) {
+  const ParameterInfo& i = param_info(name);
+  return View2::contiguous(grads_.data() + i.offset, {i.shape[0], i.shape[1]});
+}
+
+MsDeformAttnBlockInputs DeformableClassifier::block_inputs(int64_t k) const {
+  const DeformableActivations& a = *acts_;
+  return {.query = as3(a.layers[size_t(k)].query, a.n),
+          .reference_points = a.ref.view(),
+          .input_flatten = as3(a.src[size_t(k)], a.n),
+          .spatial_shapes = spatial_shapes_,
+          .level_start_index = level_start_,
+          .padding_mask = {}};
+}
+
 void DeformableClassifier::encoder_forward() {
+  tokens_forward();
+  for (int64_t k = 0; k < config_.layers; ++k) layer_forward(k);
+  head_forward();
+}
+
+void DeformableClassifier::encoder_backward(ConstView2 d_logits) {
+  head_backward(d_logits);
+  std::fill_n(acts_->d_pos.data(), acts_->d_pos.numel(), 0.0f);
+  for (int64_t k = config_.layers - 1; k >= 0; --k) layer_backward(k);
+  tokens_backward();
+}
+
+// src₀[n, start_l + p] = input_proj.l(pixel p of level l); pos = sine + level_embed; ref.
+void DeformableClassifier::tokens_forward() {
   DeformableActivations& a = *acts_;
-  const auto& c = config_;
-  const int64_t n = a.n, t = a.tokens, C = c.d_model, Lv = c.levels();
-  const float eps = float(c.layer_norm_eps);
-  auto mat = [&](const std::string& name) {
-    const ParameterInfo& i = param_info(name);
-    return ConstView2::contiguous(params_.data() + i.offset, {i.shape[0], i.shape[1]});
-  };
-  // Tokens: src₀[n, start_l + p] = input_proj.l(pixel p of level l); positions and references.
+  const int64_t n = a.n, t = a.tokens, C = config_.d_model, Lv = config_.levels();
   const std::span<const float> level_embed = param("level_embed");
+  const View<float, 4> ref = a.ref.view();
   for (int64_t l = 0; l < Lv; ++l) {
     const DeformableStage& s = a.stages[size_t(l + 1)];
     const int64_t hw = s.size * s.size, w = s.channels, start = level_start_[size_t(l)];
@@ -108,7 +135,7 @@ void DeformableClassifier::encoder_forward() {
       }
     });
     const std::string p = "input_proj." + std::to_string(l);
-    linear_fwd(reference_, a.proj[size_t(l)].view(), tok.view(), mat(p + ".weight"),
+    linear_fwd(reference_, a.proj[size_t(l)].view(), tok.view(), matrix(p + ".weight"),
                param(p + ".bias"));
     for (int64_t i = 0; i < n; ++i)
       std::copy_n(a.proj[size_t(l)].data() + i * hw * C, hw * C,
@@ -119,129 +146,118 @@ void DeformableClassifier::encoder_forward() {
         a.pos.data()[tt * C + ch] = sine_[size_t(tt * C + ch)] + level_embed[size_t(l * C + ch)];
       const float rx = float((double(q % s.size) + 0.5) / double(s.size));
       const float ry = float((double(q / s.size) + 0.5) / double(s.size));
-      const View<float, 4> ref = a.ref.view();
       for (int64_t i = 0; i < n; ++i)
         for (int64_t lv = 0; lv < Lv; ++lv) ref(i, tt, lv, 0) = rx, ref(i, tt, lv, 1) = ry;
     }
   }
-  const MsDeformAttnBlockOptions bo = block_options();
-  for (int64_t k = 0; k < c.layers; ++k) {
-    DeformableLayer& y = a.layers[size_t(k)];
-    const std::string p = "encoder.layers." + std::to_string(k) + ".";
-    T2& src = a.src[size_t(k)];
-    add_rows(y.query, src, a.pos);
-    const MsDeformAttnBlockInputs in{.query = as3(std::as_const(y.query), n),
-                                     .reference_points = a.ref.view(),
-                                     .input_flatten = as3(std::as_const(src), n),
-                                     .spatial_shapes = spatial_shapes_,
-                                     .level_start_index = level_start_,
-                                     .padding_mask = {}};
-    ms_deform_attn_block_forward(as3(a.tmp, n), y.attn, in, block_params(k), bo);
-    add_rows(y.sum1, src, a.tmp);
-    ln_fwd(reference_, y.h1.view(), y.mean1, y.rstd1, y.sum1.view(), param(p + "norm1.weight"),
-           param(p + "norm1.bias"), eps);
-    linear_fwd(reference_, y.pre.view(), y.h1.view(), mat(p + "linear1.weight"),
-               param(p + "linear1.bias"));
-    (reference_ ? gelu_forward_reference : gelu_forward)(y.u.view(), y.pre.view(),
-                                                         GeluApproximation::kNone);
-    linear_fwd(reference_, a.tmp.view(), y.u.view(), mat(p + "linear2.weight"),
-               param(p + "linear2.bias"));
-    add_rows(y.sum2, y.h1, a.tmp);
-    ln_fwd(reference_, a.src[size_t(k) + 1].view(), y.mean2, y.rstd2, y.sum2.view(),
-           param(p + "norm2.weight"), param(p + "norm2.bias"), eps);
-  }
-  // Head: mean over tokens (double sums), then the classifier.
+}
+
+// src[k+1] = LN₂(h1 + linear2(gelu(linear1(h1)))), h1 = LN₁(src[k] + MSDeformAttn(src[k] + pos)).
+void DeformableClassifier::layer_forward(int64_t k) {
+  DeformableActivations& a = *acts_;
+  DeformableLayer& y = a.layers[size_t(k)];
+  const std::string p = "encoder.layers." + std::to_string(k) + ".";
+  const float eps = float(config_.layer_norm_eps);
+  add_rows(y.query, a.src[size_t(k)], a.pos);
+  ms_deform_attn_block_forward(as3(a.tmp, a.n), y.attn, block_inputs(k), block_params(k),
+                               block_options());
+  add_rows(y.sum1, a.src[size_t(k)], a.tmp);
+  ln_fwd(reference_, y.h1.view(), y.mean1, y.rstd1, y.sum1.view(), param(p + "norm1.weight"),
+         param(p + "norm1.bias"), eps);
+  linear_fwd(reference_, y.pre.view(), y.h1.view(), matrix(p + "linear1.weight"),
+             param(p + "linear1.bias"));
+  (reference_ ? gelu_forward_reference : gelu_forward)(y.u.view(), y.pre.view(),
+                                                       GeluApproximation::kNone);
+  linear_fwd(reference_, a.tmp.view(), y.u.view(), matrix(p + "linear2.weight"),
+             param(p + "linear2.bias"));
+  add_rows(y.sum2, y.h1, a.tmp);
+  ln_fwd(reference_, a.src[size_t(k) + 1].view(), y.mean2, y.rstd2, y.sum2.view(),
+         param(p + "norm2.weight"), param(p + "norm2.bias"), eps);
+}
+
+// logits = classifier(mean over tokens of src[L]) (sums in double).
+void DeformableClassifier::head_forward() {
+  DeformableActivations& a = *acts_;
+  const int64_t t = a.tokens, C = config_.d_model;
   const T2& out = a.src.back();
-  parallel_for(n, [&](int64_t i) {
+  parallel_for(a.n, [&](int64_t i) {
     for (int64_t ch = 0; ch < C; ++ch) {
       double sum = 0;
       for (int64_t q = 0; q < t; ++q) sum += out.data()[(i * t + q) * C + ch];
       a.pooled.data()[i * C + ch] = float(sum / double(t));
     }
   });
-  linear_fwd(reference_, a.logits.view(), a.pooled.view(), mat("classifier.weight"),
+  linear_fwd(reference_, a.logits.view(), a.pooled.view(), matrix("classifier.weight"),
              param("classifier.bias"));
 }
 
-void DeformableClassifier::encoder_backward(ConstView2 d_logits) {
+// d_pooled = d_logits·W; every token of image i gets d_pooled[i] / T (into d_src).
+void DeformableClassifier::head_backward(ConstView2 d_logits) {
   DeformableActivations& a = *acts_;
-  const auto& c = config_;
-  const int64_t n = a.n, t = a.tokens, C = c.d_model, Lv = c.levels();
-  auto mat = [&](const std::string& name) {
-    const ParameterInfo& i = param_info(name);
-    return ConstView2::contiguous(params_.data() + i.offset, {i.shape[0], i.shape[1]});
-  };
-  auto grad_mat = [&](const std::string& name) {
-    const ParameterInfo& i = param_info(name);
-    return View2::contiguous(grads_.data() + i.offset, {i.shape[0], i.shape[1]});
-  };
-  // Head: d_pooled = d_logits·W; every token of image i gets d_pooled[i] / T.
-  linear_bwd(reference_, a.d_pooled.view(), grad_mat("classifier.weight"), grad("classifier.bias"),
-             d_logits, a.pooled.view(), mat("classifier.weight"));
-  parallel_for(n, [&](int64_t i) {
+  const int64_t t = a.tokens, C = config_.d_model;
+  linear_bwd(reference_, a.d_pooled.view(), grad_matrix("classifier.weight"),
+             grad("classifier.bias"), d_logits, a.pooled.view(), matrix("classifier.weight"));
+  parallel_for(a.n, [&](int64_t i) {
     for (int64_t q = 0; q < t; ++q)
       for (int64_t ch = 0; ch < C; ++ch)
         a.d_src.data()[(i * t + q) * C + ch] = a.d_pooled.data()[i * C + ch] / float(t);
   });
-  std::fill_n(a.d_pos.data(), a.d_pos.numel(), 0.0f);
-  const MsDeformAttnBlockOptions bo = block_options();
-  for (int64_t k = c.layers - 1; k >= 0; --k) {
-    DeformableLayer& y = a.layers[size_t(k)];
-    const std::string p = "encoder.layers." + std::to_string(k) + ".";
-    // d_sum2 (in d_a) from LN₂; it reaches h1 directly and through the FFN.
-    ln_bwd(reference_, a.d_a.view(), grad(p + "norm2.weight"), grad(p + "norm2.bias"),
-           a.d_src.view(), y.sum2.view(), param(p + "norm2.weight"), y.mean2, y.rstd2);
-    std::copy_n(a.d_a.data(), a.d_a.numel(), a.d_h.data());
-    linear_bwd(reference_, a.d_f.view(), grad_mat(p + "linear2.weight"), grad(p + "linear2.bias"),
-               a.d_a.view(), y.u.view(), mat(p + "linear2.weight"));
-    (reference_ ? gelu_backward_reference : gelu_backward)(a.d_f.view(), a.d_f.view(), y.pre.view(),
-                                                           GeluApproximation::kNone);
-    linear_bwd(reference_, a.d_x.view(), grad_mat(p + "linear1.weight"), grad(p + "linear1.bias"),
-               a.d_f.view(), y.h1.view(), mat(p + "linear1.weight"));
-    add_into(a.d_h, a.d_x);
-    // d_sum1 (in d_src, whose old value is no longer needed) from LN₁: the residual's gradient.
-    ln_bwd(reference_, a.d_src.view(), grad(p + "norm1.weight"), grad(p + "norm1.bias"),
-           a.d_h.view(), y.sum1.view(), param(p + "norm1.weight"), y.mean1, y.rstd1);
-    const T2& src = a.src[size_t(k)];
-    const MsDeformAttnBlockInputs in{.query = as3(std::as_const(y.query), n),
-                                     .reference_points = a.ref.view(),
-                                     .input_flatten = as3(src, n),
-                                     .spatial_shapes = spatial_shapes_,
-                                     .level_start_index = level_start_,
-                                     .padding_mask = {}};
-    ms_deform_attn_block_backward(as3(a.d_a, n), as3(a.d_x, n), View<float, 4>{}, block_grads(k),
-                                  as3(std::as_const(a.d_src), n), in, y.attn, block_params(k), bo);
-    add_into(a.d_src, a.d_a);  // query = src + pos
-    add_into(a.d_src, a.d_x);  // value input = src
-    parallel_for(t, [&](int64_t q) {
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t ch = 0; ch < C; ++ch)
-          a.d_pos.data()[q * C + ch] += a.d_a.data()[(i * t + q) * C + ch];
-    });
-  }
-  // pos = sine + level_embed[level]: the level embedding collects its level's tokens.
+}
+
+// d_src: d(src[k+1]) in, d(src[k]) out; d_pos += Σ_n d_query.
+void DeformableClassifier::layer_backward(int64_t k) {
+  DeformableActivations& a = *acts_;
+  DeformableLayer& y = a.layers[size_t(k)];
+  const std::string p = "encoder.layers." + std::to_string(k) + ".";
+  const int64_t n = a.n, t = a.tokens, C = config_.d_model;
+  // d_sum2 (in d_a) from LN₂; it reaches h1 directly and through the FFN.
+  ln_bwd(reference_, a.d_a.view(), grad(p + "norm2.weight"), grad(p + "norm2.bias"),
+         a.d_src.view(), y.sum2.view(), param(p + "norm2.weight"), y.mean2, y.rstd2);
+  std::copy_n(a.d_a.data(), a.d_a.numel(), a.d_h.data());
+  linear_bwd(reference_, a.d_f.view(), grad_matrix(p + "linear2.weight"), grad(p + "linear2.bias"),
+             a.d_a.view(), y.u.view(), matrix(p + "linear2.weight"));
+  (reference_ ? gelu_backward_reference : gelu_backward)(a.d_f.view(), a.d_f.view(), y.pre.view(),
+                                                         GeluApproximation::kNone);
+  linear_bwd(reference_, a.d_x.view(), grad_matrix(p + "linear1.weight"), grad(p + "linear1.bias"),
+             a.d_f.view(), y.h1.view(), matrix(p + "linear1.weight"));
+  add_into(a.d_h, a.d_x);
+  // d_sum1 (in d_src, whose old value is no longer needed) from LN₁: the residual's gradient.
+  ln_bwd(reference_, a.d_src.view(), grad(p + "norm1.weight"), grad(p + "norm1.bias"),
+         a.d_h.view(), y.sum1.view(), param(p + "norm1.weight"), y.mean1, y.rstd1);
+  ms_deform_attn_block_backward(as3(a.d_a, n), as3(a.d_x, n), View<float, 4>{}, block_grads(k),
+                                as3(std::as_const(a.d_src), n), block_inputs(k), y.attn,
+                                block_params(k), block_options());
+  add_into(a.d_src, a.d_a);  // query = src + pos
+  add_into(a.d_src, a.d_x);  // value input = src
+  parallel_for(t, [&](int64_t q) {
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t ch = 0; ch < C; ++ch)
+        a.d_pos.data()[q * C + ch] += a.d_a.data()[(i * t + q) * C + ch];
+  });
+}
+
+// level_embed collects d_pos over its level's tokens; d_src₀ goes back through input_proj to
+// the level maps' d_act (assigned; the stem's is zeroed).
+void DeformableClassifier::tokens_backward() {
+  DeformableActivations& a = *acts_;
+  const int64_t n = a.n, t = a.tokens, C = config_.d_model, Lv = config_.levels();
   const std::span<float> g_level = grad("level_embed");
+  std::fill_n(a.stages[0].d_act.data(), a.stages[0].d_act.numel(), 0.0f);
   for (int64_t l = 0; l < Lv; ++l) {
-    const int64_t start = level_start_[size_t(l)], hw = spatial_shapes_[size_t(2 * l)] *
-                                                        spatial_shapes_[size_t(2 * l + 1)];
+    DeformableStage& s = a.stages[size_t(l + 1)];
+    const int64_t hw = s.size * s.size, w = s.channels, start = level_start_[size_t(l)];
     for (int64_t ch = 0; ch < C; ++ch) {
       double sum = 0;
       for (int64_t q = start; q < start + hw; ++q) sum += a.d_pos.data()[q * C + ch];
       g_level[size_t(l * C + ch)] += float(sum);
     }
-  }
-  // Tokens → level maps: d_proj (in proj) gathered from d_src, through input_proj, to NCHW.
-  std::fill_n(a.stages[0].d_act.data(), a.stages[0].d_act.numel(), 0.0f);
-  for (int64_t l = 0; l < Lv; ++l) {
-    DeformableStage& s = a.stages[size_t(l + 1)];
-    const int64_t hw = s.size * s.size, w = s.channels, start = level_start_[size_t(l)];
-    T2& d_proj = a.proj[size_t(l)];
+    T2& d_proj = a.proj[size_t(l)];  // the forward's projection is no longer needed
     for (int64_t i = 0; i < n; ++i)
       std::copy_n(a.d_src.data() + (i * t + start) * C, hw * C, d_proj.data() + i * hw * C);
     const std::string p = "input_proj." + std::to_string(l);
     T2& d_tok = a.d_tok[size_t(l)];
-    linear_bwd(reference_, d_tok.view(), grad_mat(p + ".weight"), grad(p + ".bias"),
-               d_proj.view(), a.tok[size_t(l)].view(), mat(p + ".weight"));
+    linear_bwd(reference_, d_tok.view(), grad_matrix(p + ".weight"), grad(p + ".bias"),
+               d_proj.view(), a.tok[size_t(l)].view(), matrix(p + ".weight"));
     parallel_for(n, [&](int64_t i) {  // [pixels, channels] → NCHW
       for (int64_t ch = 0; ch < w; ++ch) {
         float* plane = s.d_act.data() + (i * w + ch) * hw;

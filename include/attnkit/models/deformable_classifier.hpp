@@ -105,9 +105,18 @@ class DeformableClassifier final : public ImageClassifier {
  private:
   void build_layout();
   void backbone_forward(ConstView4 x);
-  void encoder_forward();
-  void encoder_backward(ConstView2 d_logits);
+  void encoder_forward();  // tokens, layers, head (deformable_encoder.cpp)
+  void tokens_forward();
+  void layer_forward(int64_t layer);
+  void head_forward();
+  void encoder_backward(ConstView2 d_logits);  // head, layers, tokens, in reverse
+  void head_backward(ConstView2 d_logits);
+  void layer_backward(int64_t layer);
+  void tokens_backward();
   void backbone_backward();
+  MsDeformAttnBlockInputs block_inputs(int64_t layer) const;
+  ConstView2 matrix(const std::string& name) const;
+  View2 grad_matrix(const std::string& name);
   MsDeformAttnBlockOptions block_options() const;
   MsDeformAttnBlockParams block_params(int64_t layer) const;
   MsDeformAttnBlockGrads block_grads(int64_t layer);
