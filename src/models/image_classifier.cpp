@@ -8,6 +8,7 @@
 #include "attnkit/models/cnn.hpp"
 #include "attnkit/models/deformable_classifier.hpp"
 #include "attnkit/models/model_dir.hpp"
+#include "attnkit/models/vit.hpp"
 
 namespace attnkit {
 
@@ -44,6 +45,7 @@ std::unique_ptr<ImageClassifier> make_image_classifier(const std::string& config
   // One line per architecture (keep the list in the error message in step).
   if (type == "cnn") return make_cnn_classifier(config_json);
   if (type == "deformable") return make_deformable_classifier(config_json);
+  if (type == "vit") return make_vit_classifier(config_json);
   fail("image model config: unknown model_type '", type, "' (expected cnn, vit or deformable)");
 }
 

@@ -1,0 +1,119 @@
+#pragma once
+// Vision Transformer (Dosovitskiy et al. 2021) for image classification, as Hugging Face's
+// ViTForImageClassification (pre-LN encoder), forward and backward the llm.c way (layers in
+// order, then their backwards in reverse, every saved activation explicit). Parameters and
+// gradients each live in one flat float buffer addressed by Hugging Face tensor names:
+//   vit.embeddings.cls_token [1, 1, C], vit.embeddings.position_embeddings [1, S, C] (S = Np + 1)
+//   vit.embeddings.patch_embeddings.projection.{weight [C, Cin, P, P], bias [C]}
+//   vit.encoder.layer.N.layernorm_before.{weight, bias} [C]
+//   vit.encoder.layer.N.attention.attention.{query,key,value}.{weight [C, C], bias [C]}
+//       (the three weights are consecutive rows of one fused [3C, C] matrix, the biases one
+//       [3C]; no biases when qkv_bias is false)
+//   vit.encoder.layer.N.attention.output.dense.{weight [C, C], bias [C]}
+//   vit.encoder.layer.N.layernorm_after.{weight, bias} [C]
+//   vit.encoder.layer.N.intermediate.dense.{weight [F, C], bias [F]}
+//   vit.encoder.layer.N.output.dense.{weight [C, F], bias [C]}
+//   vit.layernorm.{weight, bias} [C], classifier.{weight [K, C], bias [K]}
+//
+// Forward, for a batch of N images x [N, Cin, H, W] (Np = (H/P)·(W/P) patches, row-major):
+//   e  = patchify(x)·W_pᵀ + b_p                     [N·Np, C]  (= conv2d with stride P)
+//   x₀ = drop([cls; e_n] + pos)                     [N·S, C], one sequence of S tokens per image
+//   per layer: x ← x + drop(attn(LN_before(x)))     (bidirectional flash attention, q/k/v/o
+//              x ← x + drop(W₂·gelu(W₁·LN_after(x) + b₁) + b₂)        biases, no RoPE)
+//   y  = LN(x_L); pooled = y[CLS] ("cls") or mean of the patch rows of y ("mean")
+//   logits = pooled·W_cᵀ + b_c                      [N, K]
+// All N·S tokens go through every linear layer as one matrix; attention takes the packed batch
+// with cu_seqlens = [0, S, 2S, ..., N·S]. PyTorch: tests/python/test_vit.py writes the same
+// network in torch.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "attnkit/models/image_classifier.hpp"
+#include "attnkit/models/vit_config.hpp"
+#include "attnkit/nn/attention_block.hpp"
+
+namespace attnkit {
+
+class VitActivations;  // vit_activations.hpp: saved activations for one batch size
+
+class VitModel final : public ImageClassifier {
+ public:
+  // A model with all parameters zero (call init_random or load_weights).
+  explicit VitModel(const VitConfig& config);
+  ~VitModel() override;
+  VitModel(VitModel&&) noexcept;
+  VitModel& operator=(VitModel&&) noexcept;
+
+  // The configuration this model was built from.
+  const VitConfig& config() const { return config_; }
+
+  // "vit".
+  std::string model_type() const override { return "vit"; }
+  // [num_channels, image height, image width].
+  ImageShape input_shape() const override;
+  // num_labels (K).
+  int64_t num_classes() const override { return config_.num_labels; }
+  // vit_config_to_json(config()).
+  std::string config_json() const override;
+
+  // Trainable tensors (Hugging Face names; see the file comment), and their flat buffers.
+  const std::vector<ParameterInfo>& parameter_info() const override { return info_; }
+  std::span<float> parameters() override { return params_; }
+  std::span<const float> parameters() const override { return params_; }
+  std::span<float> gradients() override { return grads_; }
+  // The named tensor's parameter slice; throws attnkit::Error if unknown.
+  std::span<float> parameter(const std::string& name);
+  // The named tensor's entry of parameter_info(); throws attnkit::Error if unknown.
+  const ParameterInfo& info(const std::string& name) const;
+
+  // Hugging Face ViT's _init_weights: truncated normal (±2σ, σ = initializer_range) for every
+  // matrix, the patch projection, cls token and position embeddings; zero biases; LayerNorm
+  // weights one. Deterministic in seed.
+  void init_random(uint64_t seed) override;
+  // Training turns on hidden and attention-probability dropout (if the config has them), keyed
+  // by seed (use a new seed per step). Eval mode (the default) is deterministic.
+  void set_training(bool training, uint64_t seed = 0) override;
+  // logits [N, K] of x [N, Cin, H, W] (contiguous NCHW; shape must match input_shape());
+  // valid until the next forward. Keeps the activations for backward().
+  ConstView2 forward(ConstView4 x) override;
+  // Adds (+=) into gradients() the gradient of a loss whose gradient with respect to the last
+  // forward's logits [N, K] is d_logits [N, K]. No input gradient is formed.
+  void backward(ConstView2 d_logits) override;
+
+ private:
+  void build_layout();
+  void embed(ConstView4 x);
+  void encoder_forward();
+  void head_forward();
+  void head_backward(ConstView2 d_logits);
+  void encoder_backward();
+  void embed_backward();
+  AttentionBlockOptions block_options(int64_t layer) const;
+  AttentionBlockParams block_params(int64_t layer) const;
+  AttentionBlockGrads block_grads(int64_t layer);
+  std::string lname(int64_t layer, const char* rest) const;
+  ConstView2 matrix(const std::string& name) const;  // rank-2 view (conv weight as [C, Cin·P·P])
+  std::span<const float> vec(const std::string& name) const;
+  View2 grad_matrix(const std::string& name);
+  std::span<float> grad_vec(const std::string& name);
+  float dropout_p() const;
+
+  VitConfig config_;
+  std::vector<ParameterInfo> info_;
+  std::vector<float> params_, grads_;
+  bool training_ = false;
+  uint64_t seed_ = 0;
+  std::unique_ptr<VitActivations> acts_;
+};
+
+// A VitModel (as an ImageClassifier) from config.json text (zero weights); throws
+// attnkit::Error naming the invalid key. make_image_classifier calls it for model_type "vit".
+std::unique_ptr<ImageClassifier> make_vit_classifier(const std::string& config_json);
+
+// Number of trainable parameters of the model a config describes.
+int64_t vit_parameter_count(const VitConfig& config);
+
+}  // namespace attnkit

@@ -1,0 +1,180 @@
+// ViT model: parameter layout with Hugging Face names, initialisation, accessors, the factory.
+// The forward and backward passes are in vit_forward.cpp.
+#include "attnkit/models/vit.hpp"
+
+#include <cmath>
+#include <random>
+
+#include "attnkit/core/error.hpp"
+#include "vit_activations.hpp"
+
+namespace attnkit {
+
+VitModel::VitModel(const VitConfig& config) : config_(config) {
+  validate(config_);
+  build_layout();
+}
+VitModel::~VitModel() = default;
+VitModel::VitModel(VitModel&&) noexcept = default;
+VitModel& VitModel::operator=(VitModel&&) noexcept = default;
+
+ImageShape VitModel::input_shape() const {
+  return {config_.num_channels, config_.image_height, config_.image_width};
+}
+
+std::string VitModel::config_json() const { return vit_config_to_json(config_); }
+
+std::string VitModel::lname(int64_t l, const char* rest) const {
+  return "vit.encoder.layer." + std::to_string(l) + "." + rest;
+}
+
+void VitModel::build_layout() {
+  const VitConfig& c = config_;
+  const int64_t C = c.hidden_size, F = c.intermediate_size, P = c.patch_size;
+  int64_t offset = 0;
+  auto add = [&](std::string name, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (auto s : shape) n *= s;
+    info_.push_back({std::move(name), std::move(shape), offset, n});
+    offset += n;
+  };
+  auto dense = [&](const std::string& p, int64_t out, int64_t in) {
+    add(p + ".weight", {out, in});
+    add(p + ".bias", {out});
+  };
+  auto norm = [&](const std::string& p) {
+    add(p + ".weight", {C});
+    add(p + ".bias", {C});
+  };
+  add("vit.embeddings.cls_token", {1, 1, C});
+  add("vit.embeddings.position_embeddings", {1, c.seq_len(), C});
+  add("vit.embeddings.patch_embeddings.projection.weight", {C, c.num_channels, P, P});
+  add("vit.embeddings.patch_embeddings.projection.bias", {C});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    norm(lname(l, "layernorm_before"));
+    add(lname(l, "attention.attention.query.weight"), {C, C});  // q, k, v rows consecutive:
+    add(lname(l, "attention.attention.key.weight"), {C, C});    // one fused [3C, C] matrix
+    add(lname(l, "attention.attention.value.weight"), {C, C});
+    if (c.qkv_bias) {
+      add(lname(l, "attention.attention.query.bias"), {C});  // and one fused [3C] bias
+      add(lname(l, "attention.attention.key.bias"), {C});
+      add(lname(l, "attention.attention.value.bias"), {C});
+    }
+    dense(lname(l, "attention.output.dense"), C, C);
+    norm(lname(l, "layernorm_after"));
+    dense(lname(l, "intermediate.dense"), F, C);
+    dense(lname(l, "output.dense"), C, F);
+  }
+  norm("vit.layernorm");
+  dense("classifier", c.num_labels, C);
+  params_.assign(size_t(offset), 0.0f);
+  grads_.assign(size_t(offset), 0.0f);
+}
+
+const ParameterInfo& VitModel::info(const std::string& name) const {
+  for (const auto& p : info_)
+    if (p.name == name) return p;
+  fail("VitModel: no parameter named '", name, "'");
+}
+
+std::span<float> VitModel::parameter(const std::string& name) {
+  const auto& p = info(name);
+  return {params_.data() + p.offset, size_t(p.numel)};
+}
+ConstView2 VitModel::matrix(const std::string& name) const {
+  const auto& p = info(name);
+  return ConstView2::contiguous(params_.data() + p.offset, {p.shape[0], p.numel / p.shape[0]});
+}
+std::span<const float> VitModel::vec(const std::string& name) const {
+  const auto& p = info(name);
+  return {params_.data() + p.offset, size_t(p.numel)};
+}
+View2 VitModel::grad_matrix(const std::string& name) {
+  const auto& p = info(name);
+  return View2::contiguous(grads_.data() + p.offset, {p.shape[0], p.numel / p.shape[0]});
+}
+std::span<float> VitModel::grad_vec(const std::string& name) {
+  const auto& p = info(name);
+  return {grads_.data() + p.offset, size_t(p.numel)};
+}
+
+AttentionBlockOptions VitModel::block_options(int64_t l) const {
+  AttentionBlockOptions o;
+  o.heads = o.kv_heads = config_.num_attention_heads;
+  o.head_dim = config_.head_dim();
+  o.rope_theta = 0;  // learned absolute positions are added to the embeddings instead
+  o.causal = false;
+  o.qkv_bias = config_.qkv_bias;
+  o.o_bias = true;
+  if (training_ && config_.attention_probs_dropout_prob > 0) {
+    o.dropout_p = float(config_.attention_probs_dropout_prob);
+    o.dropout_seed = vit_detail::attention_seed(seed_, l);
+  }
+  return o;
+}
+
+AttentionBlockParams VitModel::block_params(int64_t l) const {
+  const int64_t C = config_.hidden_size;
+  AttentionBlockParams p;
+  p.qkv_proj_weight = ConstView2::contiguous(
+      params_.data() + info(lname(l, "attention.attention.query.weight")).offset, {3 * C, C});
+  if (config_.qkv_bias)
+    p.qkv_proj_bias = {params_.data() + info(lname(l, "attention.attention.query.bias")).offset,
+                       size_t(3 * C)};
+  p.o_proj_weight = matrix(lname(l, "attention.output.dense.weight"));
+  p.o_proj_bias = vec(lname(l, "attention.output.dense.bias"));
+  return p;
+}
+
+AttentionBlockGrads VitModel::block_grads(int64_t l) {
+  const int64_t C = config_.hidden_size;
+  AttentionBlockGrads g;
+  g.qkv_proj_weight = View2::contiguous(
+      grads_.data() + info(lname(l, "attention.attention.query.weight")).offset, {3 * C, C});
+  if (config_.qkv_bias)
+    g.qkv_proj_bias = {grads_.data() + info(lname(l, "attention.attention.query.bias")).offset,
+                       size_t(3 * C)};
+  g.o_proj_weight = grad_matrix(lname(l, "attention.output.dense.weight"));
+  g.o_proj_bias = grad_vec(lname(l, "attention.output.dense.bias"));
+  return g;
+}
+
+float VitModel::dropout_p() const {
+  return training_ ? float(config_.hidden_dropout_prob) : 0.0f;
+}
+
+void VitModel::set_training(bool training, uint64_t seed) {
+  training_ = training;
+  seed_ = seed;
+}
+
+void VitModel::init_random(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const float sigma = float(config_.initializer_range);
+  std::normal_distribution<float> normal(0.0f, sigma);
+  auto trunc_normal = [&] {  // torch.nn.init.trunc_normal_ at ±2σ, by rejection
+    for (;;) {
+      const float v = normal(rng);
+      if (std::abs(v) <= 2 * sigma) return v;
+    }
+  };
+  for (const auto& p : info_) {
+    float* x = params_.data() + p.offset;
+    const bool norm = p.name.find("layernorm") != std::string::npos;
+    const bool weight = p.name.ends_with(".weight");
+    const bool random = (weight && !norm) || p.name.ends_with("cls_token") ||
+                        p.name.ends_with("position_embeddings");
+    for (int64_t i = 0; i < p.numel; ++i) x[i] = random ? trunc_normal() : norm && weight ? 1.0f : 0.0f;
+  }
+}
+
+std::unique_ptr<ImageClassifier> make_vit_classifier(const std::string& config_json) {
+  return std::make_unique<VitModel>(parse_vit_config(config_json));
+}
+
+int64_t vit_parameter_count(const VitConfig& config) {
+  const VitModel m(config);  // the layout is the definition
+  return m.parameter_count();
+}
+
+}  // namespace attnkit
