@@ -1,6 +1,7 @@
 // Activation fast path: Highway vectors (static dispatch, AVX2 + FMA under -march=native) over
 // contiguous rows, rows in parallel; a row's tail goes through a zero-padded vector so there is
-// one code path per function. Exact GELU uses the scalar erff (Highway 1.0 has no Erf).
+// one code path per function. Exact GELU's Φ uses Abramowitz & Stegun 7.1.26 for erf (|error| <=
+// 1.5e-7; PyTorch's vectorised CPU erf is the same formula), since Highway 1.0 has no Erf.
 //   gelu_tanh(x) = x/2·(1 + tanh u), u = √(2/π)·(x + 0.044715·x³)
 //     gelu_tanh'(x) = (1 + tanh u)/2 + x/2·(1 - tanh² u)·√(2/π)·(1 + 3·0.044715·x²)
 //   gelu(x) = x·Φ(x), gelu'(x) = Φ(x) + x·φ(x)
@@ -85,11 +86,21 @@ V sigmoid(D d, V x) {
   return hn::Div(hn::Set(d, 1.0f), hn::Add(hn::Set(d, 1.0f), e));
 }
 
-float gelu_exact(float x) { return 0.5f * x * (1.0f + std::erf(x * float(M_SQRT1_2))); }
-float gelu_exact_grad(float x) {
-  const float cdf = 0.5f * (1.0f + std::erf(x * float(M_SQRT1_2)));
-  const float pdf = std::exp(-0.5f * x * x) * float(0.3989422804014327);  // 1/√(2π)
-  return cdf + x * pdf;
+// Φ(x) and φ(x) of the standard normal. erf(z) = 1 - poly(t)·exp(-z²), t = 1/(1 + p·|z|),
+// z = |x|/√2 (A&S 7.1.26), evaluated on the side that needs no cancellation: Φ(x) = h for x < 0
+// and 1 - h otherwise, h = ½·poly(t)·exp(-x²/2). The exponent is clamped to Exp's range (Φ is
+// then 0 or 1 to float precision).
+void normal_cdf_pdf(D d, V x, V& cdf, V& pdf) {
+  const V one = hn::Set(d, 1.0f), half_x2 = hn::Mul(hn::Set(d, 0.5f), hn::Mul(x, x));
+  const V e = hn::Exp(d, hn::Max(hn::Neg(half_x2), hn::Set(d, -87.0f)));
+  const V t = hn::Div(one, hn::MulAdd(hn::Set(d, 0.3275911f * float(M_SQRT1_2)), hn::Abs(x), one));
+  V r = hn::MulAdd(hn::Set(d, 1.061405429f), t, hn::Set(d, -1.453152027f));
+  r = hn::MulAdd(r, t, hn::Set(d, 1.421413741f));
+  r = hn::MulAdd(r, t, hn::Set(d, -0.284496736f));
+  r = hn::Mul(hn::MulAdd(r, t, hn::Set(d, 0.254829592f)), t);
+  const V h = hn::Mul(hn::Mul(hn::Set(d, 0.5f), r), e);
+  cdf = hn::IfThenElse(hn::Lt(x, hn::Zero(d)), h, hn::Sub(one, h));
+  pdf = hn::Mul(e, hn::Set(d, 0.3989422804014327f));  // 1/√(2π)
 }
 
 }  // namespace
@@ -97,9 +108,11 @@ float gelu_exact_grad(float x) {
 void gelu_forward(View2 y, ConstView2 x, GeluApproximation approx) {
   nn::check_elementwise("gelu_forward", {{"x", x}, {"y", y}});
   if (approx == GeluApproximation::kNone) {
-    nn::parallel_rows(x.shape[0], x.shape[1], [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t)
-        for (int64_t j = 0; j < x.shape[1]; ++j) y(t, j) = gelu_exact(x(t, j));
+    map_rows<1, 1>({x}, {y}, [](D d, auto in, auto out) {
+      const V v = hn::LoadU(d, in[0]);
+      V cdf, pdf;
+      normal_cdf_pdf(d, v, cdf, pdf);
+      hn::StoreU(hn::Mul(v, cdf), d, out[0]);
     });
     return;
   }
@@ -115,9 +128,11 @@ void gelu_forward(View2 y, ConstView2 x, GeluApproximation approx) {
 void gelu_backward(View2 d_x, ConstView2 d_y, ConstView2 x, GeluApproximation approx) {
   nn::check_elementwise("gelu_backward", {{"x", x}, {"d_y", d_y}, {"d_x", d_x}});
   if (approx == GeluApproximation::kNone) {
-    nn::parallel_rows(x.shape[0], x.shape[1], [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t)
-        for (int64_t j = 0; j < x.shape[1]; ++j) d_x(t, j) = d_y(t, j) * gelu_exact_grad(x(t, j));
+    map_rows<2, 1>({d_y, x}, {d_x}, [](D d, auto in, auto out) {
+      const V g = hn::LoadU(d, in[0]), v = hn::LoadU(d, in[1]);
+      V cdf, pdf;
+      normal_cdf_pdf(d, v, cdf, pdf);
+      hn::StoreU(hn::Mul(g, hn::MulAdd(v, pdf, cdf)), d, out[0]);
     });
     return;
   }
