@@ -1,10 +1,15 @@
 // Linear layer fast path: y = x·Wᵀ + b on parallel sgemm tiles (nn_common.cpp), bias added in the
 // tile epilogue while the tile is in cache. Backward (from y = x·Wᵀ + b):
 //   d_x = d_y·W,  d_W += d_yᵀ·x,  d_b += Σ_t d_y[t, :].
+// d_W of a small layer over many tokens splits the token sum into fixed chunks (weight_gradient).
 // PyTorch: torch.nn.functional.linear(x, W, b).
 #include "attnkit/nn/linear.hpp"
 
+#include <algorithm>
 #include <vector>
+
+#include "attnkit/core/parallel.hpp"
+#include "attnkit/ops/gemm.hpp"
 
 #include "nn_common.hpp"
 
@@ -45,6 +50,45 @@ void nn::matmul_bias(View2 y, ConstView2 x, ConstView2 w, std::span<const float>
                  });
 }
 
+namespace {
+
+// d_w[out, in] += d_yᵀ·x over T tokens. A small d_w is one GEMM tile, so the tiled GEMM would run
+// it on one thread however long T is (the weight gradients of a ViT or BERT layer over a whole
+// batch): split T into fixed chunks instead, multiply the chunks in parallel into partial sums
+// and add those in chunk order. Chunks depend only on (T, out, in): bitwise identical for any
+// thread count.
+void weight_gradient(View2 d_w, ConstView2 d_y, ConstView2 x) {
+  constexpr int64_t kMinChunk = 512, kMaxChunks = 16, kMaxElems = 256 * 512;
+  const int64_t t = x.shape[0], in = x.shape[1], out = d_w.shape[0];
+  const int64_t chunks = std::min(kMaxChunks, t / kMinChunk);
+  if (chunks < 2 || out * in > kMaxElems) {
+    nn::parallel_sgemm(true, false, out, in, t, 1.0f, d_y.data, nn::ld(d_y), x.data, nn::ld(x),
+                       1.0f, d_w.data, nn::ld(d_w));
+    return;
+  }
+  const int64_t per = (t + chunks - 1) / chunks;
+  std::vector<float> partial(size_t(chunks * out * in));
+  {
+    BlasThreadsScope blas(1);
+    parallel_for(chunks, [&](int64_t c) {
+      const int64_t t0 = c * per, t1 = std::min(t, t0 + per);
+      sgemm(true, false, out, in, t1 - t0, 1.0f, d_y.ptr(t0), nn::ld(d_y), x.ptr(t0), nn::ld(x),
+            0.0f, partial.data() + c * out * in, in);
+    });
+  }
+  nn::parallel_rows(out, in * chunks, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* g = d_w.ptr(r);
+      for (int64_t c = 0; c < chunks; ++c) {
+        const float* p = partial.data() + (c * out + r) * in;
+        for (int64_t j = 0; j < in; ++j) g[j] += p[j];
+      }
+    }
+  });
+}
+
+}  // namespace
+
 void linear_forward(View2 y, ConstView2 x, ConstView2 w, std::span<const float> b) {
   nn::check_linear_forward("linear_forward", y, x, w, b);
   nn::matmul_bias(y, x, w, b);
@@ -57,9 +101,7 @@ void linear_backward(View2 d_x, View2 d_w, std::span<float> d_b, ConstView2 d_y,
   if (nn::present(d_x))
     nn::parallel_sgemm(false, false, t, in, out, 1.0f, d_y.data, nn::ld(d_y), w.data, nn::ld(w),
                        0.0f, d_x.data, nn::ld(d_x));
-  if (nn::present(d_w))
-    nn::parallel_sgemm(true, false, out, in, t, 1.0f, d_y.data, nn::ld(d_y), x.data, nn::ld(x),
-                       1.0f, d_w.data, nn::ld(d_w));
+  if (nn::present(d_w)) weight_gradient(d_w, d_y, x);
   if (d_b.empty()) return;
   // Column sums in double, each block of channels summing its tokens in order.
   nn::parallel_columns(out, [&](int64_t c0, int64_t c1) {
