@@ -1,7 +1,8 @@
 // Linear layer fast path: y = x·Wᵀ + b on parallel sgemm tiles (nn_common.cpp), bias added in the
 // tile epilogue while the tile is in cache. Backward (from y = x·Wᵀ + b):
 //   d_x = d_y·W,  d_W += d_yᵀ·x,  d_b += Σ_t d_y[t, :].
-// d_W of a small layer over many tokens splits the token sum into fixed chunks (weight_gradient).
+// d_W and d_b of a small layer over many tokens split the token sum into fixed chunks
+// (chunked_weight_gradient).
 // PyTorch: torch.nn.functional.linear(x, W, b).
 #include "attnkit/nn/linear.hpp"
 
@@ -52,39 +53,54 @@ void nn::matmul_bias(View2 y, ConstView2 x, ConstView2 w, std::span<const float>
 
 namespace {
 
-// d_w[out, in] += d_yᵀ·x over T tokens. A small d_w is one GEMM tile, so the tiled GEMM would run
-// it on one thread however long T is (the weight gradients of a ViT or BERT layer over a whole
-// batch): split T into fixed chunks instead, multiply the chunks in parallel into partial sums
-// and add those in chunk order. Chunks depend only on (T, out, in): bitwise identical for any
-// thread count.
-void weight_gradient(View2 d_w, ConstView2 d_y, ConstView2 x) {
+// d_w[out, in] += d_yᵀ·x and d_b[out] += Σ_t d_y[t, :] over T tokens, when d_w is small and T
+// long (the weight gradients of a ViT or BERT layer over a whole batch). The tiled GEMM would run
+// such a d_w, one tile, on one thread however long T is, so T is split into fixed chunks instead:
+// each chunk's product and column sums (double) go to a partial buffer in parallel, and the
+// partials are added in chunk order. Chunks depend only on (T, out, in): bitwise identical for
+// any thread count. Returns false (nothing done) for shapes that do not qualify.
+bool chunked_weight_gradient(View2 d_w, std::span<float> d_b, ConstView2 d_y, ConstView2 x) {
   constexpr int64_t kMinChunk = 512, kMaxChunks = 16, kMaxElems = 256 * 512;
   const int64_t t = x.shape[0], in = x.shape[1], out = d_w.shape[0];
   const int64_t chunks = std::min(kMaxChunks, t / kMinChunk);
-  if (chunks < 2 || out * in > kMaxElems) {
-    nn::parallel_sgemm(true, false, out, in, t, 1.0f, d_y.data, nn::ld(d_y), x.data, nn::ld(x),
-                       1.0f, d_w.data, nn::ld(d_w));
-    return;
-  }
+  if (chunks < 2 || out * in > kMaxElems) return false;
   const int64_t per = (t + chunks - 1) / chunks;
-  std::vector<float> partial(size_t(chunks * out * in));
+  thread_local std::vector<float> partial;  // reused: no page faults or zeroing per call
+  thread_local std::vector<double> partial_b;
+  if (partial.size() < size_t(chunks * out * in)) partial.resize(size_t(chunks * out * in));
+  if (partial_b.size() < size_t(chunks * out)) partial_b.resize(size_t(chunks * out));
+  float* pw = partial.data();
+  double* pb = partial_b.data();
   {
     BlasThreadsScope blas(1);
     parallel_for(chunks, [&](int64_t c) {
       const int64_t t0 = c * per, t1 = std::min(t, t0 + per);
       sgemm(true, false, out, in, t1 - t0, 1.0f, d_y.ptr(t0), nn::ld(d_y), x.ptr(t0), nn::ld(x),
-            0.0f, partial.data() + c * out * in, in);
+            0.0f, pw + c * out * in, in);
+      if (d_b.empty()) return;
+      double* acc = pb + c * out;
+      std::fill_n(acc, out, 0.0);
+      for (int64_t i = t0; i < t1; ++i) {
+        const float* g = d_y.ptr(i);
+        for (int64_t j = 0; j < out; ++j) acc[j] += double(g[j]);
+      }
     });
   }
   nn::parallel_rows(out, in * chunks, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       float* g = d_w.ptr(r);
       for (int64_t c = 0; c < chunks; ++c) {
-        const float* p = partial.data() + (c * out + r) * in;
+        const float* p = pw + (c * out + r) * in;
         for (int64_t j = 0; j < in; ++j) g[j] += p[j];
       }
     }
   });
+  for (int64_t j = 0; j < int64_t(d_b.size()); ++j) {
+    double sum = 0;
+    for (int64_t c = 0; c < chunks; ++c) sum += pb[c * out + j];
+    d_b[size_t(j)] += float(sum);
+  }
+  return true;
 }
 
 }  // namespace
@@ -101,7 +117,10 @@ void linear_backward(View2 d_x, View2 d_w, std::span<float> d_b, ConstView2 d_y,
   if (nn::present(d_x))
     nn::parallel_sgemm(false, false, t, in, out, 1.0f, d_y.data, nn::ld(d_y), w.data, nn::ld(w),
                        0.0f, d_x.data, nn::ld(d_x));
-  if (nn::present(d_w)) weight_gradient(d_w, d_y, x);
+  if (nn::present(d_w) && chunked_weight_gradient(d_w, d_b, d_y, x)) return;
+  if (nn::present(d_w))
+    nn::parallel_sgemm(true, false, out, in, t, 1.0f, d_y.data, nn::ld(d_y), x.data, nn::ld(x),
+                       1.0f, d_w.data, nn::ld(d_w));
   if (d_b.empty()) return;
   // Column sums in double, each block of channels summing its tokens in order.
   nn::parallel_columns(out, [&](int64_t c0, int64_t c1) {

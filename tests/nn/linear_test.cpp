@@ -25,7 +25,7 @@ struct LinearCase {
 };
 
 TEST(NnLinear, FastMatchesReferenceOnTailShapes) {
-  for (int64_t t : {1, 7, 65})
+  for (int64_t t : {1, 7, 65, 1100})  // 1100: weight gradients split the tokens into chunks
     for (int64_t in : {1, 17, 64})
       for (int64_t out : {1, 17, 64})
         for (bool bias : {false, true}) {
@@ -121,6 +121,21 @@ TEST(NnLinear, BitwiseIdenticalForAnyThreadCount) {
   EXPECT_TRUE(nn_testing::bitwise_equal(std::get<1>(one), std::get<1>(many)));
   EXPECT_TRUE(nn_testing::bitwise_equal(std::get<2>(one), std::get<2>(many)));
   EXPECT_EQ(std::get<3>(one), std::get<3>(many));
+}
+
+TEST(NnLinear, ChunkedWeightGradientIsIdenticalForAnyThreadCount) {
+  // A small d_w over many tokens: the token sum is split into fixed chunks run in parallel.
+  LinearCase c(2600, 40, 24, true, 41);
+  auto run = [&](int threads) {
+    ThreadCountScope scope(threads);
+    Mat d_w(24, 40);
+    std::vector<float> d_b(24, 0.5f);
+    linear_backward({}, d_w.view(), d_b, c.d_y.cview(), c.x.cview(), c.w.cview());
+    return std::make_pair(d_w, d_b);
+  };
+  const auto one = run(1), many = run(3);
+  EXPECT_TRUE(nn_testing::bitwise_equal(one.first, many.first));
+  EXPECT_EQ(one.second, many.second);
 }
 
 TEST(NnLinear, RejectsMismatchedShapesNamingTheArgument) {
