@@ -29,6 +29,7 @@ void add_dataset_command(CLI::App& app);   // cmd_dataset.cpp (IDX data sets)
 void add_sinks_commands(CLI::App& app);    // cmd_sinks.cpp (sink-profile, eval-stream)
 void add_vision_commands(CLI::App& app);   // cmd_vision.cpp (train cnn, classify); after train
 void add_train_deformable_command(CLI::App& app);  // cmd_train_deformable.cpp; after train
+void add_train_vit_command(CLI::App& app);  // cmd_train_vit.cpp (train vit); after train
 
 // True if dir/config.json declares an image model (model_type cnn, vit or deformable).
 bool is_image_model_dir(const std::string& dir);

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   attnkit::cli::add_bert_commands(app);
   attnkit::cli::add_vision_commands(app);
   attnkit::cli::add_train_deformable_command(app);
+  attnkit::cli::add_train_vit_command(app);
   attnkit::cli::add_generate_command(app);
   attnkit::cli::add_convert_gqa_command(app);
   attnkit::cli::add_demo_command(app);

@@ -1,0 +1,68 @@
+// `attnkit train vit`: a Vision Transformer (Hugging Face ViTForImageClassification layout, see
+// include/attnkit/models/vit.hpp) trained on Fashion-MNIST-style IDX images with the shared image
+// trainer (image_training.hpp).
+#include <iterator>
+#include <memory>
+
+#include "attnkit/core/error.hpp"
+#include "attnkit/models/vit.hpp"
+#include "commands.hpp"
+#include "image_training.hpp"
+
+namespace attnkit::cli {
+namespace {
+
+// Fashion-MNIST's class names (its README), stored as the model's id2label.
+const char* const kFashionLabels[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                        "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+
+struct VitFlags {
+  ImageTrainFlags train;
+  int64_t patch = 4, dim = 96, layers = 6, heads = 4, mlp_dim = 192;
+  std::string pool = "cls";
+  double dropout = 0, attention_dropout = 0;
+};
+
+void run_train_vit(const VitFlags& f) {
+  VitConfig c;
+  c.image_height = c.image_width = 28;  // Fashion-MNIST / MNIST geometry
+  c.num_channels = 1;
+  c.patch_size = f.patch;
+  c.hidden_size = f.dim;
+  c.num_hidden_layers = f.layers;
+  c.num_attention_heads = f.heads;
+  c.intermediate_size = f.mlp_dim;
+  check(f.pool == "cls" || f.pool == "mean", "--pool: expected cls or mean, got '", f.pool, "'");
+  c.pooling = f.pool == "cls" ? VitPooling::kCls : VitPooling::kMean;
+  c.hidden_dropout_prob = f.dropout;
+  c.attention_probs_dropout_prob = f.attention_dropout;
+  c.num_labels = 10;
+  c.labels.assign(std::begin(kFashionLabels), std::end(kFashionLabels));
+  validate(c);
+  VitModel model(c);
+  run_image_training(model, f.train);
+}
+
+}  // namespace
+
+void add_train_vit_command(CLI::App& app) {
+  CLI::App* train = app.get_subcommand("train");
+  auto f = std::make_shared<VitFlags>();
+  auto* vit = train->add_subcommand(
+      "vit", "Train a Vision Transformer (Hugging Face ViT layout, flash attention) on Fashion-MNIST (IDX)");
+  vit->add_option("--patch", f->patch, "Patch size P (28 must be a multiple of it)")->capture_default_str();
+  vit->add_option("--dim", f->dim, "Hidden size C")->capture_default_str();
+  vit->add_option("--layers", f->layers, "Encoder layers")->capture_default_str();
+  vit->add_option("--heads", f->heads, "Attention heads (must divide --dim)")->capture_default_str();
+  vit->add_option("--mlp-dim", f->mlp_dim, "MLP width (intermediate_size)")->capture_default_str();
+  vit->add_option("--pool", f->pool, "Classifier input: cls ([CLS] token, as Hugging Face) or mean (patch tokens)")
+      ->capture_default_str();
+  vit->add_option("--dropout", f->dropout, "Hidden dropout (hidden_dropout_prob)")->capture_default_str();
+  vit->add_option("--attention-dropout", f->attention_dropout,
+                  "Attention-probability dropout (attention_probs_dropout_prob)")
+      ->capture_default_str();
+  add_image_train_flags(*vit, f->train);
+  vit->callback([f] { run_train_vit(*f); });
+}
+
+}  // namespace attnkit::cli
