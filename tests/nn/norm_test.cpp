@@ -249,6 +249,41 @@ TEST(NnNorm, ParameterGradientsAreBitwiseIdenticalForAnyThreadCount) {
   EXPECT_EQ(std::get<4>(a), std::get<4>(b));
 }
 
+TEST(NnLayerNorm, ChunkedParameterGradientsAreIdenticalForAnyThreadCount) {
+  NormCase n(2600, 24, 83);  // many tokens, few channels: the token-chunked parameter pass
+  std::vector<float> mean(2600), rstd(2600);
+  Mat y(2600, 24);
+  layer_norm_forward(y.view(), mean, rstd, n.x.cview(), n.w, n.b, kEps);
+  auto run = [&](int threads) {
+    ThreadCountScope scope(threads);
+    Mat d_x(2600, 24);
+    std::vector<float> d_w(24, 0.25f), d_b(24, -0.5f);
+    layer_norm_backward(d_x.view(), d_w, d_b, n.d_y.cview(), n.x.cview(), n.w, mean, rstd);
+    return std::make_tuple(d_x, d_w, d_b);
+  };
+  const auto a = run(1), b = run(3);
+  EXPECT_TRUE(nn_testing::bitwise_equal(std::get<0>(a), std::get<0>(b)));
+  EXPECT_EQ(std::get<1>(a), std::get<1>(b));
+  EXPECT_EQ(std::get<2>(a), std::get<2>(b));
+  // Against the reference, with the tail-shape test's bars: d_w terms d_y·x̂ (x̂ rounded in
+  // float) summed in double, d_b summed in double; each added once to its prior value.
+  Mat d_x_ref(2600, 24);
+  std::vector<float> d_w_ref(24, 0.25f), d_b_ref(24, -0.5f);
+  layer_norm_backward_reference(d_x_ref.view(), d_w_ref, d_b_ref, n.d_y.cview(), n.x.cview(), n.w,
+                                mean, rstd);
+  for (size_t j = 0; j < 24; ++j) {
+    double mw = 0.25, mb = 0.5;
+    for (int64_t i = 0; i < 2600; ++i) {
+      const double g = std::abs(n.d_y.at(i, int64_t(j)));
+      const double xh = std::abs((double(n.x.at(i, int64_t(j))) - mean[size_t(i)]) * rstd[size_t(i)]);
+      mw += g * (xh + rstd[size_t(i)] * std::abs(mean[size_t(i)]));
+      mb += g;
+    }
+    EXPECT_NEAR(std::get<1>(a)[j], d_w_ref[j], 8 * kU * mw) << "d_w[" << j << "]";
+    EXPECT_NEAR(std::get<2>(a)[j], d_b_ref[j], 3 * kU * mb) << "d_b[" << j << "]";
+  }
+}
+
 TEST(NnNorm, RejectsBadArgumentsNamingThem) {
   NormCase n(4, 6, 91);
   Mat y(4, 6);
