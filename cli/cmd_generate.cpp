@@ -78,8 +78,20 @@ void run_generate(const GenerateCli& cli) {
 }
 
 #if ATTNKIT_HAVE_MPI
+void run_generate_tp_ranks(const GenerateCli& cli, const dist::MpiWorld& world);
+
 void run_generate_tp(const GenerateCli& cli) {
   dist::MpiWorld world;
+  try {
+    run_generate_tp_ranks(cli, world);
+  } catch (const std::exception& e) {
+    world.abort_all_if_parallel(e.what());  // the other ranks may wait in a collective
+    throw;
+  }
+}
+
+// Tensor-parallel generation on this rank.
+void run_generate_tp_ranks(const GenerateCli& cli, const dist::MpiWorld& world) {
   check(world.size() == cli.tp, "--tp: ", cli.tp, " processes requested but MPI started ", world.size(),
         " (launch with mpirun -np ", cli.tp, ")");
   ThreadCountScope threads(cli.threads);

@@ -105,6 +105,12 @@ struct DataParallel {
     check(total == sum * world->size(), "--dp: ranks ended with different parameters");
 #endif
   }
+  // An error on one rank: end every rank (others may wait in an all-reduce forever otherwise).
+  void abort_if_parallel(const std::exception& e) const {
+#if ATTNKIT_HAVE_MPI
+    if (world) world->abort_all_if_parallel(e.what());
+#endif
+  }
   bool writer() const {
 #if ATTNKIT_HAVE_MPI
     return !world || world->rank() == 0;
@@ -114,8 +120,20 @@ struct DataParallel {
   }
 };
 
+void run_train_ranks(const TrainCli& cli, const DataParallel& dp);
+
 void run_train(const TrainCli& cli) {
   const DataParallel dp(cli.dp);
+  try {
+    run_train_ranks(cli, dp);
+  } catch (const std::exception& e) {
+    dp.abort_if_parallel(e);
+    throw;
+  }
+}
+
+// The training run on this rank (all of it without --dp).
+void run_train_ranks(const TrainCli& cli, const DataParallel& dp) {
   ThreadCountScope threads(cli.threads);
   check(cli.tokens >= 0, "--tokens: must be >= 0");
   GptModel model = initial_model(cli, cli.opts.seed);

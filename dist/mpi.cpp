@@ -3,6 +3,8 @@
 
 #include <mpi.h>
 
+#include <cstdio>
+
 #include "attnkit/core/error.hpp"
 
 namespace attnkit::dist {
@@ -26,6 +28,13 @@ MpiWorld::MpiWorld() {
 
 MpiWorld::~MpiWorld() {
   if (owns_) MPI_Finalize();
+}
+
+void MpiWorld::abort_all_if_parallel(const char* what, int code) const {
+  if (size_ <= 1) return;
+  std::fprintf(stderr, "attnkit: error: rank %d of %d: %s\n", rank_, size_, what);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
 }
 
 void all_reduce_sum(std::span<float> x) {

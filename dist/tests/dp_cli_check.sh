@@ -16,5 +16,13 @@ paste -d, "$dir/one/log.csv" "$dir/dp/log.csv" | awk -F, '
   function bad(a, b) { d = a - b; if (d < 0) d = -d; m = (a < 0 ? -a : a); return d > 1e-4 * (m > 1 ? m : 1) }
   { rows++; if (bad($2, $8) || bad($4, $10) || ($6 != "" && bad($6, $12))) { print "FAIL: step " $1 ": " $0; fail = 1 } }
   END { if (rows != 8) { print "FAIL: " rows " steps logged"; exit 1 } exit fail }'
-echo "dp cli check P=$p: losses and gradient norms equal one process's (8 steps)"
+# An error on rank 0 alone (it is the only writer: its --out cannot be created) ends every rank
+# with a one-line error instead of leaving the others waiting in an all-reduce.
+mkdir -p "$dir/ro" && touch "$dir/ro/file"
+rc=0
+timeout 60 "$mpiexec" -np "$p" --oversubscribe "$cli" "${args[@]}" --out "$dir/ro/file/sub" --dp > /dev/null 2> "$dir/err" || rc=$?
+[ "$rc" -ne 0 ] || { echo "FAIL: a failing rank 0 did not fail the job"; exit 1; }
+[ "$rc" -ne 124 ] || { echo "FAIL: the job hung after rank 0 failed"; exit 1; }
+grep -q "attnkit: error: rank 0 of $p:" "$dir/err" || { echo "FAIL: no rank-prefixed error line"; cat "$dir/err"; exit 1; }
+echo "dp cli check P=$p: losses and gradient norms equal one process's (8 steps); a rank-0 failure ends the job"
 tail -n 2 "$dir/dp/log.csv"

@@ -17,6 +17,10 @@ class MpiWorld {
   MpiWorld& operator=(const MpiWorld&) = delete;
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // For an error on this rank while other ranks may be waiting in a collective: prints
+  // "attnkit: error: rank R of P: <what>" to stderr and ends every rank with MPI_Abort(code), so
+  // the job fails fast instead of hanging. With one process it returns (the caller rethrows).
+  void abort_all_if_parallel(const char* what, int code = 2) const;
 
  private:
   int rank_ = 0, size_ = 1;
