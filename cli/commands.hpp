@@ -30,6 +30,7 @@ void add_sinks_commands(CLI::App& app);    // cmd_sinks.cpp (sink-profile, eval-
 void add_vision_commands(CLI::App& app);   // cmd_vision.cpp (train cnn, classify); after train
 void add_train_deformable_command(CLI::App& app);  // cmd_train_deformable.cpp; after train
 void add_train_vit_command(CLI::App& app);  // cmd_train_vit.cpp (train vit); after train
+void add_report_command(CLI::App& app);    // cmd_report.cpp (runs python -m attnkit.report)
 
 // True if dir/config.json declares an image model (model_type cnn, vit or deformable).
 bool is_image_model_dir(const std::string& dir);

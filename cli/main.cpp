@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   attnkit::cli::add_demo_command(app);
   attnkit::cli::add_dataset_command(app);
   attnkit::cli::add_sinks_commands(app);
+  attnkit::cli::add_report_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

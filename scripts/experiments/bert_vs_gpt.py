@@ -32,17 +32,19 @@ def main():
     ap.add_argument("--bert-batch", type=int, default=24)
     ap.add_argument("--finetune-steps", type=int, default=200)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=str(ROOT / "runs"), help="directory for the three model directories")
+    ap.add_argument("--eval-windows", type=int, default=400, help="GPT validation windows (BERT: 5x examples)")
     a = ap.parse_args()
-    runs = ROOT / "runs"
+    runs = pathlib.Path(a.out)
     common = ["--steps", str(a.steps), "--seq", "128", "--checkpoint-every", "0", "--threads", str(a.threads),
-              "--quiet", "--warmup", "30"]
+              "--quiet", "--warmup", str(min(30, max(1, a.steps // 10)))]
     run(["train", "gpt", "--config", str(ROOT / "scripts/experiments/gpt_mini.json"), "--data", "fortunes",
          "--batch", "16", "--eval-every", "0", "--out", str(runs / "cmp-gpt")] + common)
     run(["train", "bert", "--objective", "mlm", "--preset", "mini", "--batching", "pack", "--dropout", "0",
          "--batch", str(a.bert_batch), "--eval-every", "0", "--eval-examples", "16",
          "--out", str(runs / "cmp-bert")] + common)
-    gpt_eval = run(["eval", "--model", str(runs / "cmp-gpt"), "--data", "fortunes", "--windows", "400"])
-    bert_eval = run(["eval", "--model", str(runs / "cmp-bert"), "--data", "fortunes", "--windows", "2000"])
+    gpt_eval = run(["eval", "--model", str(runs / "cmp-gpt"), "--data", "fortunes", "--windows", str(a.eval_windows)])
+    bert_eval = run(["eval", "--model", str(runs / "cmp-bert"), "--data", "fortunes", "--windows", str(5 * a.eval_windows)])
     print(gpt_eval.strip())
     print(bert_eval.strip())
     gpt_log = list(csv.DictReader(open(runs / "cmp-gpt" / "log.csv")))
@@ -58,6 +60,8 @@ def main():
     print(f"| GPT (causal LM) | {len(gpt_log)} | {gpt_tokens} | {gpt_tokens} (100 %) | {gpt_val:.3f} (next byte) |")
     print(f"| BERT (masked LM) | {len(bert_log)} | {bert_computed} ({bert_real} real) | {bert_loss_pos} "
           f"({100 * bert_loss_pos / bert_real:.1f} % of real tokens) | {bert_val:.3f} (masked byte) |")
+    if a.finetune_steps <= 0:
+        return
     ft = run(["finetune", "bert", "--task", "fortune-file", "--init", str(runs / "cmp-bert"), "--steps",
               str(a.finetune_steps), "--batch", "16", "--seq", "128", "--eval-every", "0", "--checkpoint-every", "0",
               "--threads", str(a.threads), "--quiet", "--out", str(runs / "cmp-bert-ft")])

@@ -1,0 +1,65 @@
+// `attnkit report --out DIR [--quick | --tiny]`: runs the experiments of every issue at sizes that
+// fit this machine and writes DIR/index.html with PNG figures and tables. The orchestration and
+// the figures are the Python module attnkit.report (matplotlib); this command runs it with
+// Debian's /usr/bin/python3 and the module next to this binary (BUILD/python), passing its own
+// path so every experiment runs this same attnkit.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnkit/core/error.hpp"
+#include "commands.hpp"
+
+namespace attnkit::cli {
+namespace {
+
+struct ReportFlags {
+  std::string out, python = "/usr/bin/python3";
+  bool quick = false, tiny = false;
+};
+
+[[noreturn]] void run_report(const ReportFlags& f) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  check(!ec, "report: cannot find this executable's path: ", ec.message());
+  const fs::path module_dir = self.parent_path() / "python";
+  check(fs::exists(module_dir / "attnkit" / "report.py"), "report: the Python module is not next to this binary (",
+        (module_dir / "attnkit" / "report.py").string(), " is missing; build with ATTNKIT_PYTHON=ON)");
+  check(fs::exists(f.python), "report: ", f.python, " not found (Debian's python3 with matplotlib is needed)");
+  const char* old = std::getenv("PYTHONPATH");
+  const std::string path = module_dir.string() + (old && *old ? ":" + std::string(old) : "");
+  setenv("PYTHONPATH", path.c_str(), 1);
+  std::vector<std::string> args = {f.python, "-m", "attnkit.report", "--out", f.out, "--cli", self.string()};
+  if (f.quick) args.push_back("--quick");
+  if (f.tiny) args.push_back("--tiny");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  execv(f.python.c_str(), argv.data());
+  fail("report: cannot run ", f.python, ": ", std::strerror(errno));
+}
+
+}  // namespace
+
+void add_report_command(CLI::App& app) {
+  auto f = std::make_shared<ReportFlags>();
+  auto* r = app.add_subcommand(
+      "report",
+      "Run the experiments of every issue at sizes that fit this machine and write DIR/index.html with PNG "
+      "figures and tables (each states its command and machine). Default: full sizes (about an hour on 2 "
+      "cores); --quick: under 15 minutes; --tiny: seconds (pipeline check, numbers not meaningful)");
+  r->add_option("--out", f->out, "Output directory (index.html, PNGs, commands.log, work/)")->required();
+  auto* q = r->add_flag("--quick", f->quick, "Small sizes: under 15 minutes on 2 cores");
+  r->add_flag("--tiny", f->tiny, "Tiny sizes: seconds; for tests")->excludes(q);
+  r->add_option("--python", f->python, "Python interpreter with numpy and matplotlib")->capture_default_str();
+  r->callback([f] { run_report(*f); });
+}
+
+}  // namespace attnkit::cli
