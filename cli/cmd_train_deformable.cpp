@@ -11,9 +11,6 @@
 namespace attnkit::cli {
 namespace {
 
-// Fashion-MNIST's class names (its README).
-const char* const kFashionLabels[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                                        "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
 
 struct DeformableFlags {
   ImageTrainFlags train;
@@ -22,7 +19,7 @@ struct DeformableFlags {
 
 void run_train_deformable(DeformableFlags& f) {
   DeformableConfig& c = f.config;
-  c.labels.assign(std::begin(kFashionLabels), std::end(kFashionLabels));
+  c.labels.assign(std::begin(kFashionMnistLabels), std::end(kFashionMnistLabels));
   validate(c);
   DeformableClassifier model(c);
   run_image_training(model, f.train);

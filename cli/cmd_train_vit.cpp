@@ -12,9 +12,6 @@
 namespace attnkit::cli {
 namespace {
 
-// Fashion-MNIST's class names (its README), stored as the model's id2label.
-const char* const kFashionLabels[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                                        "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
 
 struct VitFlags {
   ImageTrainFlags train;
@@ -37,7 +34,7 @@ void run_train_vit(const VitFlags& f) {
   c.hidden_dropout_prob = f.dropout;
   c.attention_probs_dropout_prob = f.attention_dropout;
   c.num_labels = 10;
-  c.labels.assign(std::begin(kFashionLabels), std::end(kFashionLabels));
+  c.labels.assign(std::begin(kFashionMnistLabels), std::end(kFashionMnistLabels));
   validate(c);
   VitModel model(c);
   run_image_training(model, f.train);

@@ -22,9 +22,6 @@
 namespace attnkit::cli {
 namespace {
 
-// Fashion-MNIST's class names (its README), used when a model has no id2label.
-const char* const kFashionLabels[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                                        "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
 
 struct CnnFlags {
   ImageTrainFlags train;
@@ -38,7 +35,7 @@ void run_train_cnn(const CnnFlags& f) {
   c.attention = parse_channel_attention(f.attention, "--attention");
   c.widths = f.widths;
   c.reduction = f.reduction;
-  c.labels.assign(std::begin(kFashionLabels), std::end(kFashionLabels));
+  c.labels.assign(std::begin(kFashionMnistLabels), std::end(kFashionMnistLabels));
   validate(c);
   CnnModel model(c);
   run_image_training(model, f.train);

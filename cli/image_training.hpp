@@ -10,6 +10,10 @@
 
 namespace attnkit::cli {
 
+// Fashion-MNIST's class names (its README), in label order: the id2label the train commands store.
+inline constexpr const char* kFashionMnistLabels[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                        "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+
 struct ImageTrainFlags {
   ImageTrainOptions opts;
   std::string data_dir;      // MNIST-style IDX directory (default: Debian's Fashion-MNIST)

@@ -66,7 +66,8 @@ def torch_rate(cfg, threads, batch, images):
     if avx512():
         env["OPENBLAS_CORETYPE"] = "SkylakeX"
     env["PYTHONPATH"] = str(ROOT / "build" / "python")
-    out = subprocess.run([sys.executable, "-c", TORCH_CHILD, str(ROOT / "tests" / "python"), json.dumps(cfg),
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # Debian torch
+    out = subprocess.run([python, "-c", TORCH_CHILD, str(ROOT / "tests" / "python"), json.dumps(cfg),
                           str(threads), str(batch), str(images)], env=env, check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out)["images_per_second"]
