@@ -17,6 +17,7 @@
 #include "commands.hpp"
 #if ATTNKIT_HAVE_MPI
 #include "attnkit/dist/mpi.hpp"
+#include "attnkit/dist/tp_train.hpp"
 #endif
 
 namespace attnkit::cli {
@@ -48,6 +49,7 @@ struct TrainCli {
   double lr = 1e-3, min_lr = 1e-4;
   int64_t warmup = 100;
   bool resume = false, quiet = false, dp = false;
+  int64_t tp = 1;  // > 1: tensor parallel over that many MPI processes
   int threads = 0;
   TrainCli() {  // the default run: about 15 minutes on this 2-core machine (README)
     opts.steps = 2000;
@@ -121,8 +123,12 @@ struct DataParallel {
 };
 
 void run_train_ranks(const TrainCli& cli, const DataParallel& dp);
+void run_train_tp(const TrainCli& cli);
 
 void run_train(const TrainCli& cli) {
+  check(cli.tp >= 1, "--tp: must be >= 1");
+  check(cli.tp == 1 || !cli.dp, "--tp and --dp together are not supported: use one of them");
+  if (cli.tp > 1) return run_train_tp(cli);
   const DataParallel dp(cli.dp);
   try {
     run_train_ranks(cli, dp);
@@ -132,35 +138,93 @@ void run_train(const TrainCli& cli) {
   }
 }
 
-// The training run on this rank (all of it without --dp).
-void run_train_ranks(const TrainCli& cli, const DataParallel& dp) {
-  ThreadCountScope threads(cli.threads);
+// The corpus and the trainer's options from the command line (any rank, any parallelism).
+TrainOptions train_options(const TrainCli& cli, const GptConfig& cfg) {
   check(cli.tokens >= 0, "--tokens: must be >= 0");
-  GptModel model = initial_model(cli, cli.opts.seed);
-  const GptConfig cfg = model.config();
   check(cfg.vocab_size - cfg.registers >= ByteTokenizer::vocab_size(),
         "config: vocab_size - attnkit_registers must be >= ", ByteTokenizer::vocab_size(),
         " for the byte tokenizer (registers take the last ids)");
-  TextCorpus corpus(load_documents(cli.data));
   TrainOptions o = cli.opts;
   if (cli.tokens > 0) o.steps = (cli.tokens + o.batch * o.seq_len - 1) / std::max<int64_t>(1, o.batch * o.seq_len);
   o.out_dir = cli.out;
+  o.schedule = {.max_lr = cli.lr, .min_lr = cli.min_lr, .warmup_steps = cli.warmup, .total_steps = o.steps};
+  return o;
+}
+
+void print_start(const GptConfig& cfg, const TextCorpus& corpus, int64_t start, int64_t steps, const char* how) {
+  std::fprintf(stderr, "training %lld parameters on %zu train tokens, steps %lld..%lld, %d threads%s\n",
+               (long long)gpt_parameter_count(cfg), corpus.tokens(Split::train).size(), (long long)start,
+               (long long)steps, num_threads(), how);
+}
+
+void print_summary(const TrainStepResult& last, double val, const std::string& out) {
+  std::printf("step %lld: train loss %.4f, validation loss %.4f (%.3f bits per byte); saved to %s\n",
+              (long long)(last.step + 1), last.loss, val, val / std::log(2.0), out.c_str());
+}
+
+// The training run on this rank (all of it without --dp).
+void run_train_ranks(const TrainCli& cli, const DataParallel& dp) {
+  ThreadCountScope threads(cli.threads);
+  GptModel model = initial_model(cli, cli.opts.seed);
+  const GptConfig cfg = model.config();
+  TrainOptions o = train_options(cli, cfg);
+  TextCorpus corpus(load_documents(cli.data));
   o.progress = !cli.quiet && dp.writer();
   dp.configure(o);
-  o.schedule = {.max_lr = cli.lr, .min_lr = cli.min_lr, .warmup_steps = cli.warmup, .total_steps = o.steps};
   GptTrainer trainer(model, corpus, o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
-  if (o.progress)
-    std::fprintf(stderr, "training %lld parameters on %zu train tokens, steps %lld..%lld, %d threads\n",
-                 (long long)gpt_parameter_count(cfg), corpus.tokens(Split::train).size(),
-                 (long long)start, (long long)o.steps, num_threads());
+  if (o.progress) print_start(cfg, corpus, start, o.steps, "");
   const TrainStepResult last = trainer.run();
   dp.check_in_sync(model.parameters());
   if (!dp.writer()) return;
-  const double val = trainer.evaluate(o.eval_windows);
-  std::printf("step %lld: train loss %.4f, validation loss %.4f (%.3f bits per byte); saved to %s\n",
-              (long long)(last.step + 1), last.loss, val, val / std::log(2.0), o.out_dir.c_str());
+  print_summary(last, trainer.evaluate(o.eval_windows), o.out_dir);
 }
+
+#if ATTNKIT_HAVE_MPI
+void run_train_tp_ranks(const TrainCli& cli, const dist::MpiWorld& world);
+
+void run_train_tp(const TrainCli& cli) {
+  dist::MpiWorld world;
+  try {
+    run_train_tp_ranks(cli, world);
+  } catch (const std::exception& e) {
+    world.abort_all_if_parallel(e.what());  // the other ranks may wait in a collective
+    throw;
+  }
+}
+
+// Tensor-parallel training on this rank (--tp P): every rank builds the same whole model (same
+// seed or --init), keeps its shard and runs every step's whole batch; rank 0 logs and writes
+// whole-model checkpoints (gathered; a gather also checks that replicas agree bitwise).
+void run_train_tp_ranks(const TrainCli& cli, const dist::MpiWorld& world) {
+  check(world.size() == cli.tp, "--tp: ", cli.tp, " processes requested but MPI started ", world.size(),
+        " (launch with mpirun -np ", cli.tp, ")");
+  ThreadCountScope threads(cli.threads);
+  std::unique_ptr<dist::TpTraining> tp;
+  GptConfig cfg;
+  {  // the whole model lives only until its shard is cut
+    const GptModel full = initial_model(cli, cli.opts.seed);
+    cfg = full.config();
+    tp = std::make_unique<dist::TpTraining>(full, world.rank(), world.size());
+  }
+  TrainOptions o = train_options(cli, cfg);
+  TextCorpus corpus(load_documents(cli.data));
+  o.progress = !cli.quiet && world.rank() == 0;
+  tp->configure(o);
+  GptTrainer trainer(tp->shard(), corpus, o);
+  const int64_t start = cli.resume ? trainer.resume() : 0;
+  if (o.progress)
+    print_start(cfg, corpus, start, o.steps,
+                (", tensor parallel over " + std::to_string(world.size()) + " processes").c_str());
+  const TrainStepResult last = trainer.run();  // its last checkpoint gathered and checked the replicas
+  const double val = trainer.evaluate(o.eval_windows);  // collective: every rank runs its shard
+  if (world.rank() == 0) print_summary(last, val, o.out_dir);
+}
+#else
+void run_train_tp(const TrainCli&) {
+  fail("--tp: this attnkit was built without MPI (ATTNKIT_MPI=OFF or Open MPI not found)");
+}
+#endif
 
 }  // namespace
 
@@ -194,6 +258,11 @@ void add_train_command(CLI::App& app) {
   gpt->add_flag("--dp", cli->dp,
                 "Data parallel under `mpirun -np P`: each process takes batch/P windows of every step; "
                 "gradients are averaged (all-reduce); rank 0 writes");
+  gpt->add_option("--tp", cli->tp,
+                  "Tensor parallel under `mpirun -np P` (P = --tp): each process holds H/P heads and F/P of "
+                  "the MLP (Megatron split) and runs the whole batch; rank 0 writes an ordinary one-process "
+                  "checkpoint (gathered). 1 = off; not with --dp")
+      ->capture_default_str();
   gpt->add_option("--threads", cli->threads, "Threads (0 = all cores)")->capture_default_str();
   gpt->add_flag("--quiet", cli->quiet, "No progress output");
   gpt->callback([cli] { run_train(*cli); });

@@ -3,7 +3,9 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <vector>
 
 #include "attnkit/core/error.hpp"
 
@@ -64,6 +66,23 @@ void gather(std::span<const int64_t> mine, std::span<int64_t> all, int root) {
   ok(MPI_Gather(mine.data(), int(mine.size()), MPI_INT64_T, all.data(), int(mine.size()), MPI_INT64_T, root,
                 MPI_COMM_WORLD),
      "MPI_Gather");
+}
+
+void gather(std::span<const float> mine, std::span<float> all, std::span<const int64_t> sizes, int root) {
+  std::vector<int> counts, displs;
+  int64_t at = 0;
+  for (int64_t n : sizes) {
+    check(n >= 0 && at + n <= INT32_MAX, "MPI: gather of ", at + n, " floats exceeds MPI's int counts");
+    counts.push_back(int(n));
+    displs.push_back(int(at));
+    at += n;
+  }
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  check(rank != root || int64_t(all.size()) == at, "MPI: gather into ", all.size(), " floats, expected ", at);
+  ok(MPI_Gatherv(mine.data(), int(mine.size()), MPI_FLOAT, all.data(), counts.data(), displs.data(), MPI_FLOAT,
+                 root, MPI_COMM_WORLD),
+     "MPI_Gatherv");
 }
 
 void barrier() { ok(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }

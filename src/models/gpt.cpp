@@ -67,6 +67,11 @@ void add_inplace(View2 y, ConstView2 a, ConstView2 b) {  // y = a + b, same shap
     for (int64_t c = 0; c < y.shape[1]; ++c) y(t, c) = a(t, c) + b(t, c);
 }
 
+// x [T, C] (contiguous) ← its sum over the tensor-parallel shards; nothing without a hook.
+void shard_sum(const std::function<void(std::span<float>)>& sum, Tensor<float, 2>& x) {
+  if (sum) sum({x.data(), size_t(x.numel())});
+}
+
 }  // namespace
 
 GptModel::GptModel(const GptConfig& config) : config_(config) {
@@ -81,19 +86,20 @@ std::string GptModel::layer_name(int64_t l, const char* rest) {
   return "model.layers." + std::to_string(l) + "." + rest;
 }
 
-void GptModel::build_layout() {
-  const auto& c = config_;
+std::vector<ParameterInfo> gpt_parameter_layout(const GptConfig& c) {
   const int64_t C = c.hidden_size, H = c.num_attention_heads, Hkv = c.num_key_value_heads,
                 D = c.head_dim, F = c.intermediate_size, V = c.vocab_size;
+  std::vector<ParameterInfo> info;
   int64_t offset = 0;
   auto add = [&](std::string name, std::vector<int64_t> shape) {
     int64_t n = 1;
     for (auto s : shape) n *= s;
-    info_.push_back({std::move(name), std::move(shape), offset, n});
+    info.push_back({std::move(name), std::move(shape), offset, n});
     offset += n;
   };
+  auto layer_name = [](int64_t l, const char* rest) { return GptModel::layer_name(l, rest); };
   add("model.embed_tokens.weight", {V, C});
-  const AttentionBlockOptions bo = block_options();
+  const int64_t gate_width = c.gate == GateMode::kHeadwise ? H : H * D;  // Hg
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     add(layer_name(l, "input_layernorm.weight"), {C});
     add(layer_name(l, "self_attn.q_proj.weight"), {H * D, C});  // q, k, v rows are consecutive:
@@ -108,8 +114,8 @@ void GptModel::build_layout() {
     if (c.sink == SinkMode::kLearned) add(layer_name(l, "self_attn.sinks"), {H});
     if (c.gate != GateMode::kNone) {
       const int64_t in = c.gate_source == GateSource::kInput ? C : D;
-      add(layer_name(l, "self_attn.output_gate.weight"), {bo.gate_width(), in});
-      add(layer_name(l, "self_attn.output_gate.bias"), {bo.gate_width()});
+      add(layer_name(l, "self_attn.output_gate.weight"), {gate_width, in});
+      add(layer_name(l, "self_attn.output_gate.bias"), {gate_width});
     }
     add(layer_name(l, "post_attention_layernorm.weight"), {C});
     add(layer_name(l, "mlp.gate_proj.weight"), {F, C});
@@ -118,8 +124,14 @@ void GptModel::build_layout() {
   }
   add("model.norm.weight", {C});
   if (!c.tie_word_embeddings) add("lm_head.weight", {V, C});
-  params_.assign(static_cast<size_t>(offset), 0.0f);
-  grads_.assign(static_cast<size_t>(offset), 0.0f);
+  return info;
+}
+
+void GptModel::build_layout() {
+  info_ = gpt_parameter_layout(config_);
+  const int64_t n = info_.empty() ? 0 : info_.back().offset + info_.back().numel;
+  params_.assign(static_cast<size_t>(n), 0.0f);
+  grads_.assign(static_cast<size_t>(n), 0.0f);
 }
 
 const ParameterInfo& GptModel::info(const std::string& name) const {
@@ -253,6 +265,7 @@ void GptModel::run_layers(const GptBatch& batch) {
                      vec(layer_name(l, "input_layernorm.weight")), eps);
     attention_block_forward(a.tmp.view(), a.block[size_t(l)].cache(), a.h1[size_t(l)].view(), bb,
                             block_params(l), bo);
+    shard_sum(tp_sum_, a.tmp);  // g: the shards' o_proj outputs add up to the whole model's
     add_inplace(a.mid[size_t(l)].view(), a.resid[size_t(l)].view(), a.tmp.view());
     rms_norm_forward(a.h2[size_t(l)].view(), a.rstd2[size_t(l)], a.mid[size_t(l)].view(),
                      vec(layer_name(l, "post_attention_layernorm.weight")), eps);
@@ -260,6 +273,7 @@ void GptModel::run_layers(const GptBatch& batch) {
     linear_forward(a.up[size_t(l)].view(), a.h2[size_t(l)].view(), matrix(layer_name(l, "mlp.up_proj.weight")), {});
     swiglu_forward(a.m[size_t(l)].view(), a.gate[size_t(l)].view(), a.up[size_t(l)].view());
     linear_forward(a.tmp.view(), a.m[size_t(l)].view(), matrix(layer_name(l, "mlp.down_proj.weight")), {});
+    shard_sum(tp_sum_, a.tmp);  // g: likewise down_proj's
     add_inplace(a.resid[size_t(l + 1)].view(), a.mid[size_t(l)].view(), a.tmp.view());
   }
   rms_norm_forward(a.hf.view(), a.rstdf, a.resid[size_t(c.num_hidden_layers)].view(),
@@ -308,12 +322,14 @@ void GptModel::backward(float d_loss) {
     linear_backward(a.d_h_b.view(), grad_matrix(layer_name(l, "mlp.up_proj.weight")), {}, a.d_up.view(),
                     a.h2[i].view(), matrix(layer_name(l, "mlp.up_proj.weight")));
     add_inplace(a.d_h.view(), a.d_h.view(), a.d_h_b.view());
+    shard_sum(tp_sum_, a.d_h);  // f: h2 feeds every shard's gate/up rows
     rms_norm_backward(a.tmp.view(), grad_vec(layer_name(l, "post_attention_layernorm.weight")), a.d_h.view(),
                       a.mid[i].view(), vec(layer_name(l, "post_attention_layernorm.weight")), a.rstd2[i]);
     add_inplace(a.d_mid.view(), a.d_mid.view(), a.tmp.view());
     // mid = resid[l] + attention_block(h1), h1 = rmsnorm(resid[l])
     attention_block_backward(a.d_h.view(), block_grads(l), a.block[i].scratch(), a.d_mid.view(),
                              a.h1[i].view(), a.block[i].cache(), bb, block_params(l), bo);
+    shard_sum(tp_sum_, a.d_h);  // f: h1 feeds every shard's q/k/v (and gate) rows
     rms_norm_backward(a.tmp.view(), grad_vec(layer_name(l, "input_layernorm.weight")), a.d_h.view(),
                       a.resid[i].view(), vec(layer_name(l, "input_layernorm.weight")), a.rstd1[i]);
     add_inplace(a.d_resid.view(), a.d_mid.view(), a.tmp.view());

@@ -96,6 +96,10 @@ int64_t GptTrainer::resume() {
   namespace fs = std::filesystem;
   const std::string opt = options_.out_dir + "/optimizer.safetensors";
   if (!fs::exists(opt)) return next_step_ = 0;
+  if (options_.tp_load) {  // a whole-model checkpoint, split into this shard
+    options_.tp_load(optimizer_, options_.out_dir);
+    return next_step_ = optimizer_.step_count();
+  }
   GptModel saved = GptModel::load(options_.out_dir);
   check(saved.parameters().size() == model_.parameters().size(),
         "resume: the checkpoint in ", options_.out_dir, " has a different model shape");
@@ -132,11 +136,18 @@ TrainStepResult GptTrainer::step(int64_t s) {
     options_.dp_average(model_.gradients());
     options_.dp_average({&loss, 1});
   }
+  if (options_.tp_sync_gradients) options_.tp_sync_gradients();
   check(std::isfinite(loss), "training diverged at step ", s, ": loss = ", loss,
         "; the last good checkpoint in ", options_.out_dir, " is kept");
   std::vector<std::span<float>> grads{model_.gradients()};
-  const double norm = options_.clip > 0 ? clip_grad_norm(grads, options_.clip)
-                                        : global_grad_norm(std::vector<std::span<const float>>{model_.gradients()});
+  double norm = 0;
+  if (options_.tp_grad_norm) {  // the whole model's norm: every shard scales by the same factor
+    norm = options_.tp_grad_norm();
+    if (options_.clip > 0) scale_to_max_norm(grads, options_.clip, norm);
+  } else {
+    norm = options_.clip > 0 ? clip_grad_norm(grads, options_.clip)
+                             : global_grad_norm(std::vector<std::span<const float>>{model_.gradients()});
+  }
   check(std::isfinite(norm), "training diverged at step ", s, ": gradient norm = ", norm,
         "; the last good checkpoint in ", options_.out_dir, " is kept");
   const double lr = warmup_cosine_lr(options_.schedule, s);
@@ -153,14 +164,15 @@ double GptTrainer::evaluate(int64_t windows) {
 }
 
 void GptTrainer::save_checkpoint(int64_t completed) {
-  model_.save(options_.out_dir);
   check(optimizer_.step_count() == completed, "checkpoint: optimizer step mismatch");
+  if (options_.tp_save) return options_.tp_save(optimizer_, options_.out_dir);
+  model_.save(options_.out_dir);
   optimizer_.save_state(options_.out_dir + "/optimizer.safetensors");
 }
 
 TrainStepResult GptTrainer::run() {
   namespace fs = std::filesystem;
-  const bool writer = options_.dp_rank == 0;  // data parallel: one process writes
+  const bool writer = options_.dp_rank == 0 && options_.tp_rank == 0;  // one process writes
   if (writer) fs::create_directories(options_.out_dir);
   const bool tty = isatty(fileno(stderr));
   std::ofstream log;
@@ -180,7 +192,7 @@ TrainStepResult GptTrainer::run() {
         << last.tokens_per_second << ',';
     if (eval) log << val;
     log << '\n' << std::flush;
-    if (writer && ((options_.checkpoint_every > 0 && next_step_ % options_.checkpoint_every == 0) ||
+    if ((writer || options_.tp_save) && ((options_.checkpoint_every > 0 && next_step_ % options_.checkpoint_every == 0) ||
                    next_step_ == options_.steps))
       save_checkpoint(next_step_);
     // On a terminal the bar redraws every step; in a log, about 20 lines per run (at least 10 steps apart).

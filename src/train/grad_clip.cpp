@@ -42,10 +42,15 @@ double norm_of(std::span<const std::span<T>> grads) {
 double global_grad_norm(std::span<const std::span<const float>> grads) { return norm_of(grads); }
 
 double clip_grad_norm(std::span<const std::span<float>> grads, double max_norm) {
+  const double norm = norm_of(grads);
+  scale_to_max_norm(grads, max_norm, norm);
+  return norm;
+}
+
+void scale_to_max_norm(std::span<const std::span<float>> grads, double max_norm, double norm) {
   check(max_norm > 0 && std::isfinite(max_norm), "clip_grad_norm: max_norm must be finite and "
         "> 0, got ", max_norm);
-  const double norm = norm_of(grads);
-  if (!std::isfinite(norm)) return norm;
+  if (!std::isfinite(norm)) return;
   const double coef = max_norm / (norm + 1e-6);  // torch's epsilon
   if (coef < 1.0) {
     const float scale = float(coef);
@@ -55,7 +60,6 @@ double clip_grad_norm(std::span<const std::span<float>> grads, double max_norm) 
         for (size_t i = size_t(c) * kChunk; i < end; ++i) g[i] *= scale;
       });
   }
-  return norm;
 }
 
 }  // namespace attnkit

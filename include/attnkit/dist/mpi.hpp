@@ -39,6 +39,9 @@ int32_t broadcast(int32_t value, int root = 0);
 void broadcast(std::span<float> x, int root = 0);
 // Every rank's `mine` (same size on all ranks), in rank order, into `all` on rank root only.
 void gather(std::span<const int64_t> mine, std::span<int64_t> all, int root = 0);
+// Every rank's `mine` (sizes may differ), concatenated in rank order into `all` on rank root
+// only (all.size() = Σ sizes there; ignored elsewhere). Every rank passes all ranks' sizes.
+void gather(std::span<const float> mine, std::span<float> all, std::span<const int64_t> sizes, int root = 0);
 // Waits for every rank.
 void barrier();
 

@@ -16,6 +16,7 @@
 //   model.norm.weight [C], lm_head.weight [V, C] (absent when tie_word_embeddings)
 // PyTorch: tests/python/test_gpt.py writes the same network in torch.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,6 +34,9 @@ struct GptBatch {
   std::span<const int32_t> tokens;      // [T] ids in [0, V)
   std::span<const int32_t> cu_seqlens;  // [B+1] or empty
 };
+
+// The flat parameter buffer's tensors for `config`, in buffer order (what GptModel allocates).
+std::vector<ParameterInfo> gpt_parameter_layout(const GptConfig& config);
 
 class GptActivations;  // defined in gpt.cpp: saved activations for one batch shape
 
@@ -80,6 +84,14 @@ class GptModel {
   void backward(float d_loss = 1.0f);
   // Sets gradients() to zero.
   void zero_grad();
+  // Tensor parallelism (Megatron-LM's f and g operators) for a model that is one shard of a
+  // whole model (gpt_tensor_parallel_shard): `sum` replaces x [n] in place by its sum over the
+  // shards (an MPI all-reduce). forward()/logits() sum the attention and MLP outputs [T, C]
+  // before each residual add; backward() sums the gradients [T, C] w.r.t. the normed inputs of
+  // the column-parallel projections (q/k/v and gate of the attention, gate/up of the MLP).
+  // There are no row-parallel biases (o_proj and down_proj have none), so nothing is counted
+  // twice. Empty (the default): one process, no reduction.
+  void set_tensor_parallel_sum(std::function<void(std::span<float>)> sum) { tp_sum_ = std::move(sum); }
   // The attention block's saved activations of layer `layer` from the last logits()/forward():
   // qkv [T, (H + 2·Hkv)·D] after RoPE, attn [T, H·D] before the gate, lse [H, T], gate [T, Hg]
   // (sigmoid values; empty without a gate). Throws attnkit::Error before any forward.
@@ -96,6 +108,7 @@ class GptModel {
   std::vector<ParameterInfo> info_;
   std::vector<float> params_, grads_;
   std::unique_ptr<GptActivations> acts_;  // rebuilt when the token count changes
+  std::function<void(std::span<float>)> tp_sum_;  // empty: not a tensor-parallel shard
 };
 
 }  // namespace attnkit

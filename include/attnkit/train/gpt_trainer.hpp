@@ -37,6 +37,17 @@ struct TrainOptions {
   // follow the single-process run up to float32 rounding.
   int64_t dp_rank = 0, dp_size = 1;
   std::function<void(std::span<float>)> dp_average;
+  // Tensor parallelism (the CLI's --tp under mpirun; dist/tp_train.hpp sets these): the model
+  // is this process's shard (gpt_tensor_parallel_shard) with its tensor-parallel sum set, and
+  // every process runs the whole batch. tp_sync_gradients runs after backward (sums replicated
+  // KV heads' gradients); tp_grad_norm returns the whole model's gradient norm (clipping, log);
+  // tp_save(optimizer, dir) is collective on every process and writes an ordinary one-process
+  // checkpoint (weights and AdamW moments of the whole model); tp_load(optimizer, dir) loads
+  // one into this shard (resume). Processes with tp_rank > 0 write no log.
+  int64_t tp_rank = 0;
+  std::function<void()> tp_sync_gradients;
+  std::function<double()> tp_grad_norm;
+  std::function<void(AdamW&, const std::string&)> tp_save, tp_load;
 };
 
 struct TrainStepResult {

@@ -13,5 +13,9 @@ double global_grad_norm(std::span<const std::span<const float>> grads);
 // norm before clipping. A non-finite norm (inf/NaN gradient) is returned with gradients left
 // untouched, so the caller can skip the step.
 double clip_grad_norm(std::span<const std::span<float>> grads, double max_norm);
+// The scaling of clip_grad_norm for a norm computed elsewhere (e.g. the whole model's, summed
+// over tensor-parallel shards): scales by max_norm / (norm + 1e-6) if that is < 1; a non-finite
+// norm leaves the gradients untouched.
+void scale_to_max_norm(std::span<const std::span<float>> grads, double max_norm, double norm);
 
 }  // namespace attnkit
