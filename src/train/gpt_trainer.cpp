@@ -192,9 +192,9 @@ TrainStepResult GptTrainer::run() {
         << last.tokens_per_second << ',';
     if (eval) log << val;
     log << '\n' << std::flush;
-    if ((writer || options_.tp_save) && ((options_.checkpoint_every > 0 && next_step_ % options_.checkpoint_every == 0) ||
-                   next_step_ == options_.steps))
-      save_checkpoint(next_step_);
+    const bool checkpoint = (options_.checkpoint_every > 0 && next_step_ % options_.checkpoint_every == 0) ||
+                            next_step_ == options_.steps;
+    if (checkpoint && (writer || options_.tp_save)) save_checkpoint(next_step_);  // tp_save: collective
     // On a terminal the bar redraws every step; in a log, about 20 lines per run (at least 10 steps apart).
     const int64_t every = std::max<int64_t>(10, options_.steps / 20);
     if (writer && options_.progress && (tty || eval || s % every == 0)) {
