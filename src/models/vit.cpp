@@ -158,12 +158,24 @@ void VitModel::init_random(uint64_t seed) {
       if (std::abs(v) <= 2 * sigma) return v;
     }
   };
+  const bool fan_in = config_.initializer == VitInitializer::kFanIn;
   for (const auto& p : info_) {
     float* x = params_.data() + p.offset;
     const bool norm = p.name.find("layernorm") != std::string::npos;
     const bool weight = p.name.ends_with(".weight");
-    const bool random = (weight && !norm) || p.name.ends_with("cls_token") ||
-                        p.name.ends_with("position_embeddings");
+    const bool embedding = p.name.ends_with("cls_token") || p.name.ends_with("position_embeddings");
+    if (fan_in && !norm && !embedding) {
+      // nn.Linear / nn.Conv2d reset_parameters: kaiming_uniform(a = √5) for the weight and
+      // U(±1/√fan_in) for the bias, i.e. both U(±1/√fan_in); fan_in = the weight's row length
+      // (Cin·P·P for the patch projection).
+      const std::string base = p.name.substr(0, p.name.rfind('.'));
+      const ParameterInfo& wi = info(base + ".weight");
+      const float bound = 1.0f / std::sqrt(float(wi.numel / wi.shape[0]));
+      std::uniform_real_distribution<float> uniform(-bound, bound);
+      for (int64_t i = 0; i < p.numel; ++i) x[i] = uniform(rng);
+      continue;
+    }
+    const bool random = (weight && !norm) || embedding;
     for (int64_t i = 0; i < p.numel; ++i) x[i] = random ? trunc_normal() : norm && weight ? 1.0f : 0.0f;
   }
 }

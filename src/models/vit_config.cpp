@@ -1,4 +1,4 @@
-// ViT config.json ↔ VitConfig (Hugging Face ViTConfig keys + attnkit's "pooling").
+// ViT config.json ↔ VitConfig (Hugging Face ViTConfig keys + attnkit's "pooling", "initializer").
 #include "attnkit/models/vit_config.hpp"
 
 #include <nlohmann/json.hpp>
@@ -139,6 +139,12 @@ VitConfig parse_vit_config(const std::string& text) {
     check(p == "cls" || p == "mean", "vit config: 'pooling' must be \"cls\" or \"mean\"");
     c.pooling = p == "cls" ? VitPooling::kCls : VitPooling::kMean;
   }
+  if (j.contains("initializer")) {
+    const json& i = j["initializer"];
+    check(i == "trunc_normal" || i == "fan_in",
+          "vit config: 'initializer' must be \"trunc_normal\" or \"fan_in\"");
+    c.initializer = i == "fan_in" ? VitInitializer::kFanIn : VitInitializer::kTruncNormal;
+  }
   validate(c);
   return c;
 }
@@ -165,7 +171,8 @@ std::string vit_config_to_json(const VitConfig& c) {
             {"encoder_stride", c.patch_size},
             {"torch_dtype", "float32"},
             {"num_labels", c.num_labels},
-            {"pooling", c.pooling == VitPooling::kCls ? "cls" : "mean"}};
+            {"pooling", c.pooling == VitPooling::kCls ? "cls" : "mean"},
+            {"initializer", c.initializer == VitInitializer::kFanIn ? "fan_in" : "trunc_normal"}};
   if (!c.labels.empty()) {
     json id2label = json::object(), label2id = json::object();
     for (size_t i = 0; i < c.labels.size(); ++i) {

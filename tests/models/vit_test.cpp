@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -265,6 +266,48 @@ TEST(Vit, LayoutAndInitFollowHuggingFace) {
   EXPECT_EQ(vit_parameter_count(c), m.parameter_count());
 }
 
+// initializer "fan_in" is PyTorch's nn.Linear / nn.Conv2d default: every weight and bias of a
+// layer uniform in ±1/√fan_in (fan_in = Cin·P·P for the patch projection); the embeddings keep
+// the truncated normal, LayerNorms one and zero. Uniform: std = bound/√3, and the extremes come
+// close to the bound.
+TEST(Vit, FanInInitIsPyTorchsModuleDefault) {
+  VitConfig c = tiny(VitPooling::kMean);
+  c.hidden_size = 32, c.intermediate_size = 64, c.num_attention_heads = 4;
+  c.initializer = VitInitializer::kFanIn;
+  VitModel m(c);
+  m.init_random(3);
+  auto check_uniform = [&](const std::string& name, double fan_in) {
+    const std::span<const float> p = m.parameter(name);
+    const double bound = 1.0 / std::sqrt(fan_in);
+    double sq = 0, top = 0;
+    for (float v : p) sq += double(v) * v, top = std::max(top, double(std::abs(v)));
+    const double std = std::sqrt(sq / double(p.size()));
+    EXPECT_LE(top, bound) << name;
+    EXPECT_GE(top, 0.8 * bound) << name;
+    if (p.size() >= 256) EXPECT_NEAR(std, bound / std::sqrt(3.0), 0.12 * bound / std::sqrt(3.0)) << name;
+  };
+  check_uniform("vit.embeddings.patch_embeddings.projection.weight", 2 * 4 * 4);
+  check_uniform("vit.embeddings.patch_embeddings.projection.bias", 2 * 4 * 4);
+  for (const char* t : {"query", "key", "value"}) {
+    check_uniform(std::string("vit.encoder.layer.1.attention.attention.") + t + ".weight", 32);
+    check_uniform(std::string("vit.encoder.layer.1.attention.attention.") + t + ".bias", 32);
+  }
+  check_uniform("vit.encoder.layer.0.intermediate.dense.weight", 32);
+  check_uniform("vit.encoder.layer.0.output.dense.weight", 64);
+  check_uniform("vit.encoder.layer.0.output.dense.bias", 64);
+  check_uniform("classifier.weight", 32);
+  for (float v : m.parameter("vit.encoder.layer.0.layernorm_after.weight")) EXPECT_EQ(v, 1.0f);
+  for (float v : m.parameter("vit.layernorm.bias")) EXPECT_EQ(v, 0.0f);
+  for (float v : m.parameter("vit.embeddings.position_embeddings")) EXPECT_LE(std::abs(v), 0.04f);
+  // Round trip through config.json; the default stays Hugging Face's.
+  EXPECT_EQ(parse_vit_config(m.config_json()).initializer, VitInitializer::kFanIn);
+  EXPECT_EQ(parse_vit_config(vit_config_to_json(tiny(VitPooling::kCls))).initializer,
+            VitInitializer::kTruncNormal);
+  VitModel hf(tiny(VitPooling::kMean));
+  hf.init_random(3);
+  for (float v : hf.parameter("vit.embeddings.patch_embeddings.projection.bias")) EXPECT_EQ(v, 0.0f);
+}
+
 void expect_error_naming(const std::string& json, const std::string& key) {
   try {
     make_image_classifier(json);
@@ -284,6 +327,7 @@ TEST(Vit, BadConfigsThrowNamingTheKey) {
   expect_error_naming(cfg(R"("patch_size": 4)"), "image_size");
   expect_error_naming(cfg(R"("image_size": 8, "patch_size": 4, "pooling": "max")"), "pooling");
   expect_error_naming(cfg(R"("image_size": 8, "patch_size": 4, "num_labels": 0)"), "num_labels");
+  expect_error_naming(cfg(R"("image_size": 8, "patch_size": 4, "initializer": "xavier")"), "initializer");
   expect_error_naming(cfg(R"("image_size": 8, "patch_size": 4, "hidden_act": "relu")"), "hidden_act");
   expect_error_naming(cfg(R"("image_size": 8, "patch_size": 4, "hidden_dropout_prob": 1.5)"),
                       "hidden_dropout_prob");

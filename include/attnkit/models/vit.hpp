@@ -69,9 +69,12 @@ class VitModel final : public ImageClassifier {
   // The named tensor's entry of parameter_info(); throws attnkit::Error if unknown.
   const ParameterInfo& info(const std::string& name) const;
 
-  // Hugging Face ViT's _init_weights: truncated normal (±2σ, σ = initializer_range) for every
-  // matrix, the patch projection, cls token and position embeddings; zero biases; LayerNorm
-  // weights one. Deterministic in seed.
+  // config().initializer kTruncNormal: Hugging Face ViT's _init_weights: truncated normal
+  // (±2σ, σ = initializer_range) for every matrix, the patch projection, cls token and position
+  // embeddings; zero biases. kFanIn: PyTorch's nn.Linear / nn.Conv2d defaults for the matrices,
+  // the patch projection and their biases (U(±1/√fan_in), fan_in = the weight's row length);
+  // cls token and position embeddings as kTruncNormal. LayerNorm weights one, biases zero.
+  // Deterministic in seed.
   void init_random(uint64_t seed) override;
   // Training turns on hidden and attention-probability dropout (if the config has them), keyed
   // by seed (use a new seed per step). Eval mode (the default) is deterministic.

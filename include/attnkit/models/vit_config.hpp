@@ -9,7 +9,12 @@
 //            hidden_dropout_prob, attention_probs_dropout_prob, layer_norm_eps,
 //            initializer_range, num_labels / id2label, architectures (ViTForImageClassification).
 //   attnkit: "pooling": "cls" (HF: the classifier reads the [CLS] token) or "mean" (mean of the
-//            patch tokens after the final LayerNorm).
+//            patch tokens after the final LayerNorm);
+//            "initializer": "trunc_normal" (HF's _init_weights, the default: every matrix and the
+//            patch projection ~ truncated normal with σ = initializer_range, zero biases) or
+//            "fan_in" (PyTorch's nn.Linear / nn.Conv2d defaults: weight and bias ~ U(±1/√fan_in));
+//            cls token and position embeddings are truncated normal in both. Only init_random
+//            reads it.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,6 +24,7 @@
 namespace attnkit {
 
 enum class VitPooling { kCls, kMean };
+enum class VitInitializer { kTruncNormal, kFanIn };
 
 struct VitConfig {
   int64_t hidden_size = 64;               // C
@@ -37,6 +43,7 @@ struct VitConfig {
   int64_t num_labels = 10;                // K
   std::vector<std::string> labels;        // id2label names (empty or num_labels entries)
   VitPooling pooling = VitPooling::kCls;
+  VitInitializer initializer = VitInitializer::kTruncNormal;
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   int64_t grid_h() const { return image_height / patch_size; }
@@ -49,7 +56,7 @@ struct VitConfig {
 // Parses config.json text; throws attnkit::Error naming the key for missing/invalid values.
 VitConfig parse_vit_config(const std::string& json_text);
 // Serialises to config.json text (HF keys, model_type "vit", architectures
-// ViTForImageClassification, plus "pooling").
+// ViTForImageClassification, plus "pooling" and "initializer").
 std::string vit_config_to_json(const VitConfig& config);
 // Checks ranges and divisibility (image_size % patch_size, hidden_size % num_attention_heads);
 // throws attnkit::Error naming the key.
