@@ -27,6 +27,9 @@ void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f) {
   cmd.add_flag("--no-augment", f.no_augment, "No random crop or flip");
   cmd.add_option("--max-minutes", f.opts.max_minutes, "Stop training after this many minutes (0: no limit); then evaluate and save")
       ->capture_default_str();
+  cmd.add_flag("--anneal-by-time", f.opts.anneal_by_time,
+               "With --max-minutes: the cosine decay follows the training time and reaches --min-lr when the "
+               "budget ends (not bitwise reproducible)");
   cmd.add_option("--train-limit", f.opts.train_limit, "Use only the first N training images (0: all)")->capture_default_str();
   cmd.add_option("--eval-limit", f.opts.eval_limit, "Evaluate on the first N test images (0: all)")->capture_default_str();
   cmd.add_option("--seed", f.opts.seed, "Seed for shuffling, augmentation and initialisation")->capture_default_str();

@@ -25,7 +25,7 @@ struct ImageTrainFlags {
 };
 
 // Adds --out, --data-dir, --epochs, --batch, --lr, --min-lr, --warmup-epochs, --weight-decay,
-// --clip, --pad, --no-augment, --max-minutes, --train-limit, --eval-limit, --seed, --threads,
+// --clip, --pad, --no-augment, --max-minutes, --anneal-by-time, --train-limit, --eval-limit, --seed, --threads,
 // --resume, --json to an image-training subcommand.
 void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f);
 

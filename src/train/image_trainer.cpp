@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numbers>
 #include <set>
 #include <sstream>
 
@@ -217,8 +218,22 @@ double ImageTrainer::step(int64_t s, int64_t* correct) {
     const double norm = clip_grad_norm(g, options_.clip);
     check(std::isfinite(norm), "ImageTrainer: step ", s, ": the gradient is not finite");
   }
-  optimizer_.step(warmup_cosine_lr(schedule_, s));
+  optimizer_.step(learning_rate(s));
   return loss;
+}
+
+double ImageTrainer::learning_rate(int64_t s) const {
+  const double by_steps = warmup_cosine_lr(schedule_, s);
+  const double budget = options_.max_minutes * 60.0;
+  if (!options_.anneal_by_time || budget <= 0 || s < schedule_.warmup_steps) return by_steps;
+  // Cosine over the budget left after the warmup; never behind the step schedule.
+  const double span = budget - warmup_end_seconds_;
+  const double by_time = span > 0 ? (trained_seconds_ - warmup_end_seconds_) / span : 1.0;
+  const int64_t decay_steps = schedule_.total_steps - schedule_.warmup_steps;
+  const double by_step = decay_steps > 0 ? double(s - schedule_.warmup_steps) / double(decay_steps) : 1.0;
+  const double progress = std::clamp(std::max(by_time, by_step), 0.0, 1.0);
+  return options_.min_lr +
+         0.5 * (1.0 + std::cos(std::numbers::pi * progress)) * (options_.max_lr - options_.min_lr);
 }
 
 void ImageTrainer::save_checkpoint() {
@@ -247,9 +262,11 @@ std::vector<ImageEpochResult> ImageTrainer::run() {
     const int64_t every = std::max<int64_t>(1, steps_per_epoch_ / 10);
     while (next_step_ < end) {
       const double t0 = now_seconds();
+      if (next_step_ == schedule_.warmup_steps) warmup_end_seconds_ = trained;
       loss_sum += step(next_step_, &correct);
       const double dt = now_seconds() - t0;
       epoch_seconds += dt, trained += dt;
+      trained_seconds_ = trained;
       seen += options_.batch;
       ++next_step_;
       if (options_.progress && (tty || (next_step_ - epoch * steps_per_epoch_) % every == 0))

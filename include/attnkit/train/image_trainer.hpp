@@ -29,6 +29,11 @@ struct ImageTrainOptions {
   int64_t pad = 2;                   // random-crop padding in pixels (0: no crop)
   bool flip = true;                  // random horizontal flip
   double max_minutes = 0;            // wall-clock budget for training steps; 0 = none
+  // With max_minutes: after the warmup the cosine decay follows the training time spent in this
+  // process (progress = max(time used / budget, step progress)), so the learning rate reaches
+  // min_lr when the budget ends even if `epochs` would take longer. Time-dependent: a run (and
+  // --resume) is then no longer bitwise reproducible.
+  bool anneal_by_time = false;
   int64_t train_limit = 0;           // use only the first n training images; 0 = all
   int64_t eval_limit = 0;            // evaluate on the first n test images; 0 = all
   uint64_t seed = 1;                 // shuffling, augmentation, dropout
@@ -82,6 +87,9 @@ class ImageTrainer {
   std::vector<ImageEpochResult> run();
   // One optimizer step (step index s); returns the batch's mean loss and fills `correct`.
   double step(int64_t s, int64_t* correct = nullptr);
+  // The learning rate of step s: warmup + cosine over the steps, or over the time budget with
+  // anneal_by_time (using the training seconds run() has counted so far).
+  double learning_rate(int64_t s) const;
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   int64_t total_steps() const { return steps_per_epoch_ * options_.epochs; }
   const ImageNormalization& normalization() const { return norm_; }
@@ -99,6 +107,8 @@ class ImageTrainer {
   AdamW optimizer_;
   int64_t train_count_ = 0, steps_per_epoch_ = 0, next_step_ = 0;
   WarmupCosineSchedule schedule_;
+  double trained_seconds_ = 0;      // training-step time in this process (run() counts it)
+  double warmup_end_seconds_ = 0;   // trained_seconds_ when the warmup ended (0 if before start)
   std::vector<int64_t> order_;      // permutation of the current epoch
   int64_t order_epoch_ = -1;
 };
