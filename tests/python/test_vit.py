@@ -36,13 +36,11 @@ def noisy_model(cfg, seed):
     return m
 
 
-def torch_vit(w, cfg, x, r, dtype):
-    """Logits and autograd gradients of loss = sum(logits * r) in `dtype` (float64 numpy)."""
-    t = {k: torch.tensor(v, dtype=dtype, requires_grad=True) for k, v in w.items()}
+def torch_logits(t, cfg, xt):
+    """The network in torch over parameter tensors t {HF name: tensor}: logits [N, K]."""
     c, h, p = cfg["hidden_size"], cfg["num_attention_heads"], cfg["patch_size"]
     d, eps = c // h, cfg["layer_norm_eps"]
     approx = "none" if cfg["hidden_act"] == "gelu" else "tanh"
-    xt = torch.tensor(x, dtype=dtype)
     n = xt.shape[0]
 
     def ln(y, name):
@@ -68,7 +66,13 @@ def torch_vit(w, cfg, x, r, dtype):
         y = y + lin(m, pre + "output.dense")
     y = ln(y, "vit.layernorm")
     pooled = y[:, 0] if cfg.get("pooling", "cls") == "cls" else y[:, 1:].mean(dim=1)
-    logits = lin(pooled, "classifier")
+    return lin(pooled, "classifier")
+
+
+def torch_vit(w, cfg, x, r, dtype):
+    """Logits and autograd gradients of loss = sum(logits * r) in `dtype` (float64 numpy)."""
+    t = {k: torch.tensor(v, dtype=dtype, requires_grad=True) for k, v in w.items()}
+    logits = torch_logits(t, cfg, torch.tensor(x, dtype=dtype))
     (logits * torch.tensor(r, dtype=dtype)).sum().backward()
     return {"logits": logits.detach().double().numpy(),
             "grads": {k: v.grad.double().numpy() for k, v in t.items()}}
@@ -106,6 +110,69 @@ def test_logits_and_every_gradient_match_pytorch(pooling, act, qkv_bias):
     for name, g in ours["grads"].items():
         assert g.shape == ref["grads"][name].shape, name
         ta.assert_within_bar(g, ref["grads"][name], pt["grads"][name], 4, name, scale=scale)
+
+
+def no_decay(name, shape):
+    """The image trainer's weight-decay exclusions (rank < 2, cls token, position table)."""
+    return len(shape) < 2 or "cls_token" in name or "position_embeddings" in name
+
+
+def torch_training(w, cfg, batches, lrs, wd, dtype):
+    """Mean cross-entropy of each step of torch.optim.AdamW training, then the final logits of
+    the first batch (float64 numpy)."""
+    t = {k: torch.tensor(v, dtype=dtype, requires_grad=True) for k, v in w.items()}
+    opt = torch.optim.AdamW(
+        [{"params": [v for k, v in t.items() if not no_decay(k, v.shape)], "weight_decay": wd},
+         {"params": [v for k, v in t.items() if no_decay(k, v.shape)], "weight_decay": 0.0}], lr=1.0)
+    losses = []
+    for (x, y), lr in zip(batches, lrs):
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad()
+        loss = F.cross_entropy(torch_logits(t, cfg, torch.tensor(x, dtype=dtype)), torch.tensor(y))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    with torch.no_grad():
+        logits = torch_logits(t, cfg, torch.tensor(batches[0][0], dtype=dtype)).double().numpy()
+    return np.array(losses), logits
+
+
+@pytest.mark.parametrize("initializer", ["trunc_normal", "fan_in"])
+def test_adamw_training_steps_match_pytorch(initializer):
+    """Twelve AdamW steps (weight decay with the trainer's exclusions, warmup + cosine, softmax
+    cross-entropy) from the same initial weights on the same batches: every step's loss and the
+    final logits at 4x torch float32's error against float64, as the single-step test."""
+    cfg = config(pooling="mean", initializer=initializer)
+    m = attnkit.ImageModel(json.dumps(cfg))
+    m.init_random(7)
+    names = m.parameter_names()
+    w = {n: np.array(m.parameter(n)) for n in names}
+    rng = np.random.default_rng(8)
+    batches = [(rng.standard_normal((6, 2, 8, 12)).astype(np.float32), rng.integers(0, 3, 6))
+               for _ in range(12)]
+    lrs = [attnkit.train.warmup_cosine_lr(s, 3e-3, 1e-5, 3, 12) for s in range(12)]
+    wd = 0.05
+    excluded = [n for n in names if no_decay(n, w[n].shape)]
+    opt = attnkit.train.AdamW({n: m.parameter(n) for n in names}, {n: m.gradient(n) for n in names},
+                              weight_decay=wd, no_decay=excluded)
+    losses = []
+    for (x, y), lr in zip(batches, lrs):
+        m.zero_grad()
+        z = np.array(m.forward(x), np.float64)
+        lp = z - z.max(1, keepdims=True)
+        lp -= np.log(np.exp(lp).sum(1, keepdims=True))
+        losses.append(-lp[np.arange(len(y)), y].mean())
+        d = np.exp(lp)
+        d[np.arange(len(y)), y] -= 1
+        m.backward((d / len(y)).astype(np.float32))
+        opt.step(lr)
+    logits = np.array(m.forward(batches[0][0]))
+    ref_losses, ref_logits = torch_training(w, cfg, batches, lrs, wd, torch.float64)
+    pt_losses, pt_logits = torch_training(w, cfg, batches, lrs, wd, torch.float32)
+    assert ref_losses[-1] < ref_losses[0]  # it learns
+    ta.assert_within_bar(np.array(losses), ref_losses, pt_losses, 4, "losses")
+    ta.assert_within_bar(logits, ref_logits, pt_logits, 4, "logits after training")
 
 
 def test_images_are_independent_and_batch_size_may_change():
