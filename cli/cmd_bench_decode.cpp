@@ -69,7 +69,8 @@ void run_decode(const DecodeCli& cli) {
                         {"cache_bytes", r.cache_bytes}, {"gbps", r.gbps},
                         {"fraction_of_bandwidth", r.gbps / bw}, {"measured_read_gbps", bw},
                         {"gflops", r.gflops}, {"fraction_of_fma_peak", r.gflops / fma},
-                        {"measured_fma_gflops", fma}};
+                        {"measured_fma_gflops", fma}, {"layers", r.layers},
+                        {"cold", c.cold}};
     rows.push_back(j);
     if (!cli.json)
       std::printf("  %6lld %12.3f %10.1f %9.1f %7.0f%% %10.1f %7.0f%%\n", (long long)hkv,
@@ -87,6 +88,10 @@ void run_decode(const DecodeCli& cli) {
                   double(rows[i - 1]["ms_per_token"]) / double(rows[i]["ms_per_token"]),
                   double(rows[i - 1]["cache_bytes"]) / double(rows[i]["cache_bytes"]));
   std::printf("  bytes: one layer's K and V for every cached token; GFLOP/s counts 4·H·D per token\n");
+  if (c.cold)
+    std::printf("  cold: each call read a layer last touched %lld calls earlier (layers filled: %lld, "
+                "together > 2x the last-level cache)\n",
+                (long long)(rows.back()["layers"].get<int64_t>() - 1), (long long)rows.back()["layers"].get<int64_t>());
 }
 
 }  // namespace
@@ -103,7 +108,10 @@ void add_bench_decode_command(CLI::App& bench) {
   dec->add_option("--batch", c.batch, "Sequences decoded together")->capture_default_str();
   dec->add_option("--dtype", cli->dtype, "Cache storage: f32, f16, bf16, int8")->capture_default_str();
   dec->add_option("--threads", c.threads, "Threads (0 = all cores)")->capture_default_str();
-  dec->add_option("--repeats", c.repeats, "Timed calls; the best is reported")->capture_default_str();
+  dec->add_option("--repeats", c.repeats, "Timed calls (at least one per layer); the best is reported")->capture_default_str();
+  dec->add_flag("!--warm", c.cold,
+                "Time one layer over and over (warm in the last-level cache if it fits) instead of "
+                "cycling through enough layers to exceed twice that cache");
   dec->add_flag("--json", cli->json, "JSON (keys: ms_per_token, gbps, fraction_of_bandwidth, ...)");
   dec->callback([cli] { run_decode(*cli); });
 

@@ -105,7 +105,8 @@ void demo_decode(int threads, bool quick) {
   std::printf("  %5s %10s %10s %8s %12s\n", "Hkv", "ms/token", "cache MB", "GB/s", "of read bw");
   double prev_ms = 0;
   for (int64_t hkv : {32, 8, 1}) {
-    DecodeBenchConfig c{.heads = 32, .kv_heads = hkv, .head_dim = 128, .context = context};
+    DecodeBenchConfig c{.heads = 32, .kv_heads = hkv, .head_dim = 128, .context = context,
+                        .cold = !quick};
     const DecodeBenchResult r = run_decode_bench(c);
     std::printf("  %5lld %10.3f %10.1f %8.1f %11.0f%%", (long long)hkv, r.ms_per_token,
                 r.cache_bytes / 1e6, r.gbps, 100 * r.gbps / bw);

@@ -12,18 +12,25 @@ struct DecodeBenchConfig {
   int64_t heads = 32, kv_heads = 8, head_dim = 128, context = 16384, batch = 1;
   DType dtype = DType::f16;
   int threads = 0;   // 0 = all cores
-  int repeats = 10;  // timed decode calls; the best is reported
+  int repeats = 10;  // timed decode calls (at least one per layer); the best is reported
+  // Cold caches: fill enough layers to exceed twice the last-level cache and decode them in turn,
+  // so every call reads its layer from memory (false: one layer, warm in the cache if it fits).
+  bool cold = true;
 };
+
+// At most this many layers are filled for cold-cache timing.
+inline constexpr int64_t kMaxColdLayers = 256;
 
 struct DecodeBenchResult {
   double ms_per_token = 0;     // one decode call (all sequences of the batch), best of repeats
   int64_t cache_bytes = 0;     // K/V bytes (+ int8 scales) read by one call
   double gbps = 0;             // cache_bytes / time, 1e9 B/s
   double gflops = 0;           // 4·H·D·S·B flops (q·k and p·v) / time
+  int64_t layers = 1;          // layers filled and decoded in turn (cold-cache timing)
 };
 
-// Fills a one-layer cache with random values and times decode_attention; throws attnkit::Error
-// on impossible shapes.
+// Fills a cache with random values and times decode_attention over one layer per call; throws
+// attnkit::Error on impossible shapes.
 DecodeBenchResult run_decode_bench(const DecodeBenchConfig& config);
 
 }  // namespace attnkit
