@@ -6,7 +6,8 @@ Usage: PYTHONPATH=build/python /usr/bin/python3 bench/train_throughput.py [--pre
        [--steps 20] [--batch 8] [--seq 256] [--threads 2]
 The torch model: embedding, RMSNorm, q/k/v/o projections, rotate-half RoPE, causal softmax
 attention with K/V repeated to H heads (torch 1.13 has no fused CPU attention), SwiGLU MLP,
-tied LM head, AdamW. Timings exclude the first 3 steps (warm-up).
+tied LM head, AdamW. Timings exclude the first 3 steps (warm-up). On AVX-512 CPUs both processes
+get OPENBLAS_CORETYPE=SkylakeX (unless set), so they use the same OpenBLAS kernels.
 """
 import argparse
 import csv
@@ -99,6 +100,11 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
+    # OpenBLAS 0.3.21 falls back to SSE3 kernels on AVX-512 CPUs it does not know; attnkit then
+    # selects SkylakeX itself (attnkit bench roofline prints it), torch (same OpenBLAS) needs this.
+    with open("/proc/cpuinfo") as f:
+        if " avx512f" in f.read():
+            os.environ.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
     ours, cfg = attnkit_tokens_per_s(args)
     theirs = torch_tokens_per_s(args, cfg)
     print(f"GPT preset {args.preset}: {cfg['num_hidden_layers']} layers, d_model {cfg['hidden_size']}, "
