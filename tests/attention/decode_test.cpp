@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "attention/attention_problem.hpp"
@@ -152,6 +153,26 @@ TEST(Decode, StorageDtypesWithinTheirQuantisationBounds) {
     const double ds = qnorm1 / std::sqrt(double(d)) * u * kmax;
     EXPECT_LT(max_diff(fast.out, want.out), u * vmax + 2 * ds * vmax) << dtype_name(dt);
   }
+}
+
+// Head dims that are not a multiple of the vector width (the kernels' leftover-element paths)
+// and row counts that are not a multiple of their 4-row blocks, for every storage dtype.
+TEST(Decode, OddHeadDimsAndRowCountsEqualTheReference) {
+  ThreadCountScope one(1);
+  for (const int64_t d : {8, 24, 40, 136})
+    for (const auto [h, hkv, n] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 1}, {8, 2, 3}, {6, 2, 1}, {5, 5, 2}})
+      for (const DType dt : {DType::f32, DType::f16, DType::bf16, DType::i8}) {
+        const int64_t len = 203;
+        KVCache c({.kv_heads = hkv, .head_dim = d, .capacity = len, .dtype = dt});
+        c.add_sequence();
+        const auto k = randn(len * hkv * d, 21), v = randn(len * hkv * d, 22), q = randn(n * h * d, 23);
+        c.append(0, 0, ConstView3::contiguous(k.data(), {len, hkv, d}), ConstView3::contiguous(v.data(), {len, hkv, d}));
+        const std::vector<int64_t> seqs{0};
+        const auto fast = run(true, {}, c, seqs, q, h, d), ref = run(false, {}, c, seqs, q, h, d);
+        EXPECT_LT(max_diff(fast.out, ref.out), 2e-6) << "d=" << d << " h=" << h << " hkv=" << hkv << " n=" << n
+                                                     << " " << dtype_name(dt);
+        EXPECT_LT(max_diff(fast.lse, ref.lse), 2e-5) << "d=" << d << " h=" << h << " n=" << n << " " << dtype_name(dt);
+      }
 }
 
 TEST(Decode, SameBitsForAnyThreadCount) {
