@@ -24,6 +24,7 @@ struct DecodeCli {
   std::string kv_heads = "8";
   std::string dtype = "f16";
   bool json = false;
+  bool warm = false;
 };
 
 std::vector<int64_t> parse_list(const std::string& s, const char* name) {
@@ -48,6 +49,7 @@ std::vector<int64_t> parse_list(const std::string& s, const char* name) {
 void run_decode(const DecodeCli& cli) {
   const auto hkvs = parse_list(cli.kv_heads, "--kv-heads");
   DecodeBenchConfig c = cli.config;
+  c.cold = !cli.warm;
   c.dtype = parse_kv_storage_dtype(cli.dtype, "--dtype");
   ThreadCountScope scope(c.threads);
   const int threads = num_threads();
@@ -109,7 +111,7 @@ void add_bench_decode_command(CLI::App& bench) {
   dec->add_option("--dtype", cli->dtype, "Cache storage: f32, f16, bf16, int8")->capture_default_str();
   dec->add_option("--threads", c.threads, "Threads (0 = all cores)")->capture_default_str();
   dec->add_option("--repeats", c.repeats, "Timed calls (at least one per layer); the best is reported")->capture_default_str();
-  dec->add_flag("!--warm", c.cold,
+  dec->add_flag("--warm", cli->warm,
                 "Time one layer over and over (warm in the last-level cache if it fits) instead of "
                 "cycling through enough layers to exceed twice that cache");
   dec->add_flag("--json", cli->json, "JSON (keys: ms_per_token, gbps, fraction_of_bandwidth, ...)");
