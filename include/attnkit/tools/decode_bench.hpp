@@ -29,6 +29,9 @@ struct DecodeBenchResult {
   int64_t layers = 1;          // layers filled and decoded in turn (cold-cache timing)
 };
 
+// Bytes of this machine's last-level cache (sysconf: L4, else L3, else L2); 64 MiB if unknown.
+int64_t last_level_cache_bytes();
+
 // Fills a cache with random values and times decode_attention over one layer per call; throws
 // attnkit::Error on impossible shapes.
 DecodeBenchResult run_decode_bench(const DecodeBenchConfig& config);
