@@ -24,6 +24,11 @@ struct BertLayerActivations {
   BertLayerActivations(const AttentionBlockOptions& bo, int64_t t, int64_t c, int64_t f)
       : block(bo, t), sum1({t, c}), h({t, c}), pre({t, f}), u({t, f}), sum2({t, c}),
         mean1(size_t(t)), rstd1(size_t(t)), mean2(size_t(t)), rstd2(size_t(t)) {}
+  void resize(int64_t t) {  // same widths, t tokens, buffers reused while they fit
+    block.resize(t);
+    for (Tensor<float, 2>* x : {&sum1, &h, &pre, &u, &sum2}) x->resize({t, x->shape()[1]});
+    for (std::vector<float>* v : {&mean1, &rstd1, &mean2, &rstd2}) v->resize(size_t(t));
+  }
   AttentionBlockWorkspace block;
   Tensor<float, 2> sum1, h, pre, u, sum2;  // x + drop(a), LN₁, W_i·h + b_i, gelu, h + drop(o)
   std::vector<float> mean1, rstd1, mean2, rstd2;
@@ -44,6 +49,18 @@ class BertActivations {
     d_h = Tensor<float, 2>({t, c});
     d_x = Tensor<float, 2>({t, c});
     d_f = Tensor<float, 2>({t, f});
+  }
+  // Re-sizes every per-token buffer for t tokens. The token count of a training batch changes
+  // from step to step (pack: rows × row length; bucket: batch × longest). Reallocating them
+  // (~45 KB per token for preset mini, zeroed, i.e. page faults + memset) every step made a
+  // packed step slower than a padded one whose T stayed at B × 128; the buffers now keep their
+  // capacity (Tensor::resize) and only grow.
+  void resize(int64_t t) {
+    tokens = t;
+    for (Tensor<float, 2>* x : {&emb_sum, &tmp, &d_resid, &d_a, &d_h, &d_x, &d_f}) x->resize({t, x->shape()[1]});
+    for (auto& x : resid) x.resize({t, x.shape()[1]});
+    for (std::vector<float>* v : {&emb_mean, &emb_rstd}) v->resize(size_t(t));
+    for (auto& y : layers) y.resize(t);
   }
   int64_t tokens;
   // The batch, normalised: ids, token types, positions, attention segments, real sequences.

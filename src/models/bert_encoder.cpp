@@ -70,10 +70,10 @@ void BertModel::run_encoder(const BertBatch& batch) {
   const auto& c = config_;
   const int64_t t = int64_t(batch.tokens.size());
   check(t >= 1, "BertModel: batch has no tokens");
-  if (!acts_ || acts_->tokens != t) {
-    acts_.reset();  // free the old buffers before allocating the new ones
+  if (!acts_)
     acts_ = std::make_unique<BertActivations>(c, block_options(0), t);
-  }
+  else if (acts_->tokens != t)
+    acts_->resize(t);  // reuses the buffers: T changes with almost every packed or bucketed batch
   BertActivations& a = *acts_;
   a.has_forward = a.has_mlm_loss = a.has_task_loss = false;
   normalise_batch(a, batch, c);

@@ -85,6 +85,23 @@ class Tensor {
     }
     data_.assign(size_t(n), T{});
   }
+  // Gives the tensor `shape`, reusing its buffer: no allocation (and no page faults) while the
+  // element count fits the capacity, which only grows (to exactly the new count, after freeing
+  // the old buffer). Contents afterwards are unspecified; callers overwrite them. For buffers
+  // whose size changes from call to call (tokens per batch) but whose values are rewritten.
+  void resize(const std::array<int64_t, R>& shape) {
+    int64_t n = 1;
+    for (auto s : shape) {
+      check(s >= 0, "Tensor: negative extent ", s);
+      n *= s;
+    }
+    if (size_t(n) > data_.capacity()) {
+      data_ = std::vector<T>();  // free first: peak memory is the new buffer, not old + new
+      data_.reserve(size_t(n));
+    }
+    data_.resize(size_t(n));
+    shape_ = shape;
+  }
   View<T, R> view() { return View<T, R>::contiguous(data_.data(), shape_); }
   View<const T, R> view() const { return View<const T, R>::contiguous(data_.data(), shape_); }
   T* data() { return data_.data(); }

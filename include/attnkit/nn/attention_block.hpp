@@ -117,12 +117,17 @@ struct AttentionBlockScratch {               // backward temporaries (contents u
 class AttentionBlockWorkspace {
  public:
   AttentionBlockWorkspace(const AttentionBlockOptions& opts, int64_t tokens);
+  // Re-sizes every buffer for `tokens` tokens (same options), reusing the allocations while they
+  // fit (Tensor::resize): a model whose token count changes per batch allocates only when it grows.
+  // Contents are unspecified afterwards.
+  void resize(int64_t tokens);
   AttentionBlockCache cache();
   AttentionBlockScratch scratch();
 
  private:
   Tensor<float, 2> qkv_, attn_, lse_, gate_pre_, gate_, gated_, q_pre_;
   Tensor<float, 2> d_qkv_, d_attn_, d_gate_, d_sink_;
+  int64_t heads_ = 0;
 };
 
 // Checks options, x [T, C], batch, parameters and cache shapes; throws attnkit::Error naming the
