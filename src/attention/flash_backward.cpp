@@ -134,10 +134,16 @@ class Backward {
       flash::mask_row(p, nk, j0, visible_keys(c_.opts, i, lq, lk));
       exp_sub_sum(p, nk, w.lse[r]);
       if (c_.opts.dropout_p > 0) {  // dP ∘= Z; dS needs the undropped P, dV the dropped one
-        flash::apply_dropout(ds, nk, j0, c_.opts, b, head(hk, r), i);
         const float delta = w.delta[r];
-        for (int64_t j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - delta);
-        flash::apply_dropout(p, nk, j0, c_.opts, b, head(hk, r), i);
+        float z[flash::kDropoutChunk];  // one mask draw serves dS and P
+        for (int64_t c0 = 0; c0 < nk; c0 += flash::kDropoutChunk) {
+          const int64_t m = std::min(flash::kDropoutChunk, nk - c0);
+          flash::dropout_factors(z, m, j0 + c0, c_.opts, b, head(hk, r), i);
+          for (int64_t j = c0; j < c0 + m; ++j) {
+            ds[j] = p[j] * (ds[j] * z[j - c0] - delta);
+            p[j] *= z[j - c0];
+          }
+        }
       } else {
         const float delta = w.delta[r];
         for (int64_t j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - delta);

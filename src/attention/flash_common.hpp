@@ -76,16 +76,27 @@ inline bool online_softmax_row(float* x, int64_t n, float softcap, bool masked, 
   return true;
 }
 
+// Keys per chunk of dropout factors (a stack buffer; rows of any length go chunk by chunk).
+constexpr int64_t kDropoutChunk = 64;
+
+// z[j] = dropout factor of key k0 + j (j < n <= kDropoutChunk) for query i, head hq, sequence b:
+// 0 if dropped, 1/(1-p) if kept. The mask is the reference's (seed, b, hq, i, j).
+inline void dropout_factors(float* z, int64_t n, int64_t k0, const AttentionOptions& o, int64_t b,
+                            int64_t hq, int64_t i) {
+  dropout_keep_factors(o.seed, o.dropout_p, 1.0f / (1.0f - o.dropout_p), uint32_t(b), uint32_t(hq),
+                       uint32_t(i), uint32_t(k0), n, z);
+}
+
 // Multiplies x[j] (probabilities of keys k0 + j for query i, head hq, sequence b) by the dropout
-// factor: 0 if dropped, 1/(1-p) if kept. The mask is the reference's (seed, b, hq, i, j).
+// factor (dropout_factors).
 inline void apply_dropout(float* x, int64_t n, int64_t k0, const AttentionOptions& o, int64_t b,
                           int64_t hq, int64_t i) {
-  const float keep_scale = 1.0f / (1.0f - o.dropout_p);
-  for (int64_t j = 0; j < n; ++j)
-    x[j] *= dropout_keep(o.seed, o.dropout_p, uint32_t(b), uint32_t(hq), uint32_t(i),
-                         uint32_t(k0 + j))
-                ? keep_scale
-                : 0.0f;
+  float z[kDropoutChunk];
+  for (int64_t c0 = 0; c0 < n; c0 += kDropoutChunk) {
+    const int64_t m = std::min(kDropoutChunk, n - c0);
+    dropout_factors(z, m, k0 + c0, o, b, hq, i);
+    for (int64_t j = 0; j < m; ++j) x[c0 + j] *= z[j];
+  }
 }
 
 }  // namespace attnkit::flash

@@ -20,6 +20,27 @@ TEST(Rng, PhiloxKnownAnswers) {
             (std::array<uint32_t, 4>{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
 }
 
+TEST(Rng, DropoutKeepFactorsMatchScalarDecisions) {
+  // The vectorised row of decisions is the scalar dropout_keep at every key: lengths with tails
+  // (1, 15, 17, 100), a key offset near 2^32 (the counter wraps), p = 0.1 and 0.5.
+  for (float p : {0.1f, 0.5f}) {
+    for (int64_t n : {1, 15, 16, 17, 100}) {
+      for (uint32_t j0 : {0u, 5u, 0xFFFFFFF0u}) {
+        std::vector<float> z(size_t(n) + 1, -7.0f);  // one guard entry past the end
+        dropout_keep_factors(0x1234ABCD5678EF01ull, p, 2.5f, 3, 7, 11, j0, n, z.data());
+        int64_t kept = 0;
+        for (int64_t k = 0; k < n; ++k) {
+          const bool keep = dropout_keep(0x1234ABCD5678EF01ull, p, 3, 7, 11, j0 + uint32_t(k));
+          ASSERT_EQ(z[size_t(k)], keep ? 2.5f : 0.0f) << "p " << p << " n " << n << " j0 " << j0 << " k " << k;
+          kept += keep;
+        }
+        EXPECT_EQ(z[size_t(n)], -7.0f) << "wrote past n = " << n;
+        if (n == 100) EXPECT_GT(kept, 0);
+      }
+    }
+  }
+}
+
 TEST(Rng, SameNumbersOnAnyThreadCount) {
   const int64_t n = 20000;
   auto draw = [&](int threads) {

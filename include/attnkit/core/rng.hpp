@@ -25,4 +25,12 @@ inline bool dropout_keep(uint64_t seed, float p, uint32_t seq, uint32_t head, ui
   return uniform_at(seed, seq, head, i, j) >= p;
 }
 
+// factors[k] = dropout_keep(seed, p, seq, head, i, j0 + k) ? keep_scale : 0 for k in [0, n)
+// (j0 + k wraps as uint32_t, as the scalar call's argument does). The same decisions as
+// dropout_keep, computed a SIMD vector of counters at a time (Highway; 16 with AVX-512):
+// attention dropout needs one decision per (query, key) pair, and one scalar Philox call per pair
+// took about a third of a BERT training step.
+void dropout_keep_factors(uint64_t seed, float p, float keep_scale, uint32_t seq, uint32_t head,
+                          uint32_t i, uint32_t j0, int64_t n, float* factors);
+
 }  // namespace attnkit
