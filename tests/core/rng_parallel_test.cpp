@@ -35,7 +35,9 @@ TEST(Rng, DropoutKeepFactorsMatchScalarDecisions) {
           kept += keep;
         }
         EXPECT_EQ(z[size_t(n)], -7.0f) << "wrote past n = " << n;
-        if (n == 100) EXPECT_GT(kept, 0);
+        if (n == 100) {
+          EXPECT_GT(kept, 0);
+        }
       }
     }
   }

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "attnkit/core/error.hpp"
+#include "attnkit/core/parallel.hpp"
 #include "attnkit/io/tokenizer.hpp"
 
 namespace attnkit {
@@ -79,6 +80,35 @@ TEST(BertBatching, PadBucketAndPackGiveTheSameOutputs) {
     EXPECT_NEAR(r->losses.mlm, a.losses.mlm, 1e-6 * a.losses.mlm * double(a.losses.mlm_count));
     EXPECT_NEAR(r->losses.nsp, a.losses.nsp, 1e-6 * a.losses.nsp * double(ex.size()));
   }
+}
+
+TEST(BertBatching, ReusedBuffersGiveTheSameGradientsAsAFreshModel) {
+  // The model keeps its activation buffers when the token count changes (pad, then a smaller
+  // pack, then pad again); a training step (dropout on) must not see stale values: gradients
+  // equal, bitwise, those of a fresh model that only ran that batch.
+  const ThreadCountScope one_thread(1);
+  BertConfig c;
+  c.vocab_size = ByteTokenizer::vocab_size(), c.hidden_size = 16, c.num_attention_heads = 2;
+  c.num_hidden_layers = 2, c.intermediate_size = 24, c.max_position_embeddings = 24;
+  c.hidden_dropout_prob = 0.1, c.attention_probs_dropout_prob = 0.1;
+  const auto ex = examples();
+  const LaidOutBatch pad = lay_out(ex, Batching::kPad, 0), pack = lay_out(ex, Batching::kPack, 24);
+  auto step = [](BertModel& m, const LaidOutBatch& b) {
+    m.set_training(true, 11);
+    m.zero_grad();
+    const float loss = m.forward(b.batch(), b.targets()).total;
+    m.backward();
+    return std::pair(loss, std::vector<float>(m.gradients().begin(), m.gradients().end()));
+  };
+  BertModel reused(c), fresh_pack(c), fresh_pad(c);
+  for (BertModel* m : {&reused, &fresh_pack, &fresh_pad}) m->init_random(7);
+  step(reused, pad);
+  const auto after_pad = step(reused, pack), want_pack = step(fresh_pack, pack);
+  EXPECT_EQ(after_pad.first, want_pack.first);
+  EXPECT_EQ(after_pad.second, want_pack.second);
+  const auto after_pack = step(reused, pad), want_pad = step(fresh_pad, pad);
+  EXPECT_EQ(after_pack.first, want_pad.first);
+  EXPECT_EQ(after_pack.second, want_pad.second);
 }
 
 TEST(BertBatching, BucketOrderGroupsSimilarLengths) {
