@@ -45,9 +45,14 @@ template <class Generator>
 std::pair<int64_t, double> generate_text(Generator& gen, const GenerateCli& cli, bool print) {
   std::vector<int32_t> prompt = ByteTokenizer::encode(cli.prompt);
   prompt.insert(prompt.begin(), ByteTokenizer::kEndOfText);  // documents start after <|endoftext|>
-  std::span<const float> logits;
-  for (int32_t t : prompt) logits = gen.feed(t);
-  if (print) std::fwrite(cli.prompt.data(), 1, cli.prompt.size(), stdout);
+  const double p0 = now_seconds();
+  std::span<const float> logits = gen.feed_prompt(prompt);  // batched prefill
+  if (print) {
+    const double dp = now_seconds() - p0;
+    std::fprintf(stderr, "[prompt: %zu tokens in %.3f s: %.0f tokens/s]\n", prompt.size(), dp,
+                 double(prompt.size()) / std::max(dp, 1e-9));
+    std::fwrite(cli.prompt.data(), 1, cli.prompt.size(), stdout);
+  }
   const double t0 = now_seconds();
   int64_t produced = 0;
   for (; produced < cli.max_tokens; ++produced) {

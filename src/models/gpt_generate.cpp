@@ -31,8 +31,6 @@ KVCacheConfig cache_config(const GptConfig& c, const GenerateOptions& o) {
   return k;
 }
 
-View2 row(std::vector<float>& v, int64_t width) { return View2::contiguous(v.data(), {1, width}); }
-
 }  // namespace
 
 GptGenerator::GptGenerator(const GptModel& model, const GenerateOptions& options)
@@ -62,63 +60,94 @@ GptGenerator::GptGenerator(const GptModel& model, const GenerateOptions& options
   if (c.sink == SinkMode::kOffByOne) zero_sinks_.assign(size_t(H), 0.0f);
 }
 
-std::span<const float> GptGenerator::feed(int32_t token) {
+std::span<const float> GptGenerator::feed_prompt(std::span<const int32_t> tokens) {
+  std::span<const float> logits;
+  const bool evicting = cache_.config().policy == KVPolicy::window || cache_.config().policy == KVPolicy::sink;
+  for (size_t i = 0; i < tokens.size();) {
+    // A window/sink cache that is full evicts on every append: the tokens of a batched step
+    // would then lose keys the earlier of them still see, so such steps take one token.
+    const int64_t room = evicting ? cache_.slots_per_sequence() - cache_.cached(0, 0) : kPrefillChunk;
+    const size_t n = size_t(std::clamp<int64_t>(room, 1, kPrefillChunk));
+    const auto chunk = tokens.subspan(i, std::min(n, tokens.size() - i));
+    logits = feed_tokens(chunk);
+    i += chunk.size();
+  }
+  return logits;
+}
+
+std::span<const float> GptGenerator::feed_tokens(std::span<const int32_t> tokens) {
   const auto& c = model_.config();
   const int64_t C = c.hidden_size, H = c.num_attention_heads, Hkv = c.num_key_value_heads,
-                D = c.head_dim, F = c.intermediate_size;
-  check(token >= 0 && token < c.vocab_size, "generate: token ", token, " out of range [0, ", c.vocab_size, ")");
-  check(cache_.config().policy != KVPolicy::dense || position_ < cache_.slots_per_sequence(),
+                D = c.head_dim, F = c.intermediate_size, n = int64_t(tokens.size());
+  check(n >= 1, "generate: no tokens to feed");
+  for (int32_t token : tokens)
+    check(token >= 0 && token < c.vocab_size, "generate: token ", token, " out of range [0, ", c.vocab_size, ")");
+  check(cache_.config().policy != KVPolicy::dense || position_ + n <= cache_.slots_per_sequence(),
         "generate: the dense cache holds ", cache_.slots_per_sequence(),
         " tokens; use --sink/--window (StreamingLLM) to go further");
-  std::copy_n(embed_.ptr(token), C, x_.begin());
-  float rstd = 0;
+  check(n == 1 || cache_.config().policy == KVPolicy::dense || cache_.config().policy == KVPolicy::paged ||
+            cache_.cached(0, 0) + n <= cache_.slots_per_sequence(),
+        "generate: ", n, " tokens in one step would evict keys they attend to (feed them one at a time)");
+  const int64_t rows = (H + 2 * Hkv) * D;
+  for (auto* b : {&x_, &h_, &proj_}) b->resize(size_t(n * C));
+  qkv_.resize(size_t(n * rows)), attn_.resize(size_t(n * H * D));
+  for (auto* b : {&ff_gate_, &ff_up_, &ff_}) b->resize(size_t(n * F));
+  rstd_.resize(size_t(n));
+  auto mat = [n](std::vector<float>& v, int64_t width) { return View2::contiguous(v.data(), {n, width}); };
+  for (int64_t t = 0; t < n; ++t) std::copy_n(embed_.ptr(tokens[size_t(t)]), C, x_.begin() + t * C);
   const float eps = float(c.rms_norm_eps);
   const std::vector<int64_t> seqs{0};
-  const int64_t rows = (H + 2 * Hkv) * D;
   const DecodeOptions dopt{.attention = {.window_left = int(c.window), .window_right = 0},
                            .rope_theta = float(c.rope_theta)};
+  // Q, K and V of token t are row t of qkv_ ([n, (H + 2·Hkv)·D]).
+  auto heads = [&](int64_t first, int64_t count) {
+    return ConstView3{qkv_.data() + first, {n, count, D}, {rows, D, 1}};
+  };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& w = layers_[size_t(l)];
-    rms_norm_forward(row(h_, C), {&rstd, 1}, row(x_, C), w.input_norm, eps);
-    linear_forward(row(qkv_, rows), row(h_, C), w.attn.qkv_proj_weight, w.attn.qkv_proj_bias);
-    const auto kv = [&](int64_t first) { return ConstView3::contiguous(qkv_.data() + first, {1, Hkv, D}); };
-    cache_.append(0, l, kv(H * D), kv((H + Hkv) * D));  // K before RoPE: rotated on read
+    rms_norm_forward(mat(h_, C), rstd_, mat(x_, C), w.input_norm, eps);
+    linear_forward(mat(qkv_, rows), mat(h_, C), w.attn.qkv_proj_weight, w.attn.qkv_proj_bias);
+    cache_.append(0, l, heads(H * D, Hkv), heads((H + Hkv) * D, Hkv));  // K before RoPE: rotated on read
     const std::span<const float> sinks = c.sink == SinkMode::kLearned ? w.attn.sinks
                                                                       : std::span<const float>(zero_sinks_);
-    decode_attention(dopt, {.q = ConstView3::contiguous(qkv_.data(), {1, H, D}), .seqs = seqs,
-                            .cache = &cache_, .layer = l, .sink_logits = sinks,
-                            .out = View3::contiguous(attn_.data(), {1, H, D})});
+    decode_attention(dopt, {.q = heads(0, H), .seqs = seqs, .cache = &cache_, .layer = l,
+                            .sink_logits = sinks, .out = View3::contiguous(attn_.data(), {n, H, D})});
     if (c.gate != GateMode::kNone) {  // sigmoid gate from the block input or the pre-RoPE query
       const int64_t hg = c.gate == GateMode::kHeadwise ? H : H * D;
       const auto& gw = w.attn.gate_proj_weight;
       const auto& gb = w.attn.gate_proj_bias;
-      for (int64_t gi = 0; gi < hg; ++gi) {
-        const int64_t head = c.gate == GateMode::kHeadwise ? gi : gi / D;
-        const float* in = c.gate_source == GateSource::kInput ? h_.data() : qkv_.data() + head * D;
-        const int64_t n = c.gate_source == GateSource::kInput ? C : D;
-        double g = gb.empty() ? 0.0 : double(gb[size_t(gi)]);
-        for (int64_t e = 0; e < n; ++e) g += double(gw(gi, e)) * in[e];
-        const float s = float(1.0 / (1.0 + std::exp(-g)));
-        if (c.gate == GateMode::kHeadwise)
-          for (int64_t e = 0; e < D; ++e) attn_[size_t(gi * D + e)] *= s;
-        else
-          attn_[size_t(gi)] *= s;
+      for (int64_t t = 0; t < n; ++t) {
+        float* out = attn_.data() + t * H * D;
+        for (int64_t gi = 0; gi < hg; ++gi) {
+          const int64_t head = c.gate == GateMode::kHeadwise ? gi : gi / D;
+          const float* in = c.gate_source == GateSource::kInput ? h_.data() + t * C : qkv_.data() + t * rows + head * D;
+          const int64_t len = c.gate_source == GateSource::kInput ? C : D;
+          double g = gb.empty() ? 0.0 : double(gb[size_t(gi)]);
+          for (int64_t e = 0; e < len; ++e) g += double(gw(gi, e)) * in[e];
+          const float s = float(1.0 / (1.0 + std::exp(-g)));
+          if (c.gate == GateMode::kHeadwise)
+            for (int64_t e = 0; e < D; ++e) out[gi * D + e] *= s;
+          else
+            out[gi] *= s;
+        }
       }
     }
-    linear_forward(row(proj_, C), row(attn_, H * D), w.attn.o_proj_weight, w.attn.o_proj_bias);
+    linear_forward(mat(proj_, C), mat(attn_, H * D), w.attn.o_proj_weight, w.attn.o_proj_bias);
     if (options_.all_reduce) options_.all_reduce(proj_);  // tensor parallel: sum the shards' heads
-    for (int64_t e = 0; e < C; ++e) x_[size_t(e)] += proj_[size_t(e)];
-    rms_norm_forward(row(h_, C), {&rstd, 1}, row(x_, C), w.post_norm, eps);
-    linear_forward(row(ff_gate_, F), row(h_, C), w.mlp_gate, {});
-    linear_forward(row(ff_up_, F), row(h_, C), w.mlp_up, {});
-    swiglu_forward(row(ff_, F), row(ff_gate_, F), row(ff_up_, F));
-    linear_forward(row(proj_, C), row(ff_, F), w.mlp_down, {});
+    for (size_t e = 0; e < proj_.size(); ++e) x_[e] += proj_[e];
+    rms_norm_forward(mat(h_, C), rstd_, mat(x_, C), w.post_norm, eps);
+    linear_forward(mat(ff_gate_, F), mat(h_, C), w.mlp_gate, {});
+    linear_forward(mat(ff_up_, F), mat(h_, C), w.mlp_up, {});
+    swiglu_forward(mat(ff_, F), mat(ff_gate_, F), mat(ff_up_, F));
+    linear_forward(mat(proj_, C), mat(ff_, F), w.mlp_down, {});
     if (options_.all_reduce) options_.all_reduce(proj_);  // tensor parallel: sum the MLP slices
-    for (int64_t e = 0; e < C; ++e) x_[size_t(e)] += proj_[size_t(e)];
+    for (size_t e = 0; e < proj_.size(); ++e) x_[e] += proj_[e];
   }
-  rms_norm_forward(row(h_, C), {&rstd, 1}, row(x_, C), final_norm_, eps);
-  linear_forward(row(logits_, c.vocab_size), row(h_, C), head_, {});
-  ++position_;
+  // Logits for the last token only.
+  const auto last = [&](std::vector<float>& v) { return View2::contiguous(v.data() + (n - 1) * C, {1, C}); };
+  rms_norm_forward(last(h_), {rstd_.data(), 1}, last(x_), final_norm_, eps);
+  linear_forward(View2::contiguous(logits_.data(), {1, c.vocab_size}), last(h_), head_, {});
+  position_ += n;
   return logits_;
 }
 

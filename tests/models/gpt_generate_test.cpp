@@ -52,6 +52,80 @@ TEST(GptGenerate, DecodeStepsEqualTheFullForward) {
   }
 }
 
+// Batched prefill: chunks of several tokens (causal among themselves, against the cache) give the
+// full forward's logits after each chunk, and single-token steps after them still match.
+TEST(GptGenerate, BatchedStepsEqualTheFullForward) {
+  const GptConfig configs[] = {
+      tiny(GateMode::kNone, GateSource::kInput, SinkMode::kNone, -1),
+      tiny(GateMode::kHeadwise, GateSource::kInput, SinkMode::kLearned, -1),
+      tiny(GateMode::kElementwise, GateSource::kQuery, SinkMode::kOffByOne, 5),
+  };
+  for (const auto& cfg : configs) {
+    GptModel model(cfg);
+    model.init_random(4);
+    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
+      for (const auto& p : model.parameter_info())
+        if (p.name == "model.layers." + std::to_string(l) + ".self_attn.sinks") model.parameter(p.name)[0] = 0.7f;
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 34; ++i) tokens.push_back((i * 11 + 5) % 40);
+    Tensor<float, 2> full({34, 40});
+    model.logits({tokens, {}}, full.view());
+    GptGenerator gen(model, {.temperature = 0});
+    double worst = 0, scale = 0;
+    auto compare = [&](std::span<const float> got, int64_t t) {
+      for (int64_t v = 0; v < 40; ++v) {
+        worst = std::max(worst, std::abs(double(got[size_t(v)]) - full.view()(t, v)));
+        scale = std::max(scale, std::abs(double(full.view()(t, v))));
+      }
+    };
+    int64_t at = 0;
+    for (int64_t n : {1, 5, 11, 13}) {  // 30 tokens in batched steps
+      compare(gen.feed_tokens(std::span<const int32_t>(tokens).subspan(size_t(at), size_t(n))), at + n - 1);
+      at += n;
+    }
+    for (; at < 34; ++at) compare(gen.feed(tokens[size_t(at)]), at);
+    EXPECT_EQ(gen.position(), 34);
+    EXPECT_EQ(gen.cache().cached(0, 1), 34);
+    EXPECT_LT(worst, 1e-5 * std::max(1.0, scale)) << "gate " << int(cfg.gate) << " sink " << int(cfg.sink);
+  }
+}
+
+// A prompt longer than a sink + window cache: batched while nothing is evicted, then one token at
+// a time, so it ends where feeding token by token ends.
+TEST(GptGenerate, PromptPastASinkCacheEqualsTokenByToken) {
+  GptModel model(tiny(GateMode::kNone, GateSource::kInput, SinkMode::kNone, -1));
+  model.init_random(5);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 50; ++i) prompt.push_back((i * 13 + 1) % 40);
+  const GenerateOptions o{.n_sink = 2, .window = 10, .temperature = 0};
+  GptGenerator batched(model, o), single(model, o);
+  const auto a = batched.feed_prompt(prompt);
+  std::span<const float> b;
+  for (int32_t t : prompt) b = single.feed(t);
+  double worst = 0;
+  for (size_t v = 0; v < a.size(); ++v) worst = std::max(worst, std::abs(double(a[v]) - b[v]));
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_EQ(batched.position(), 50);
+  EXPECT_EQ(batched.cache().positions(0, 0), single.cache().positions(0, 0));
+}
+
+TEST(GptGenerate, BadBatchedStepsThrowAndChangeNothing) {
+  GptModel model(tiny(GateMode::kNone, GateSource::kInput, SinkMode::kNone, -1));
+  model.init_random(6);
+  GptGenerator sink(model, {.n_sink = 2, .window = 6, .temperature = 0});
+  const std::vector<int32_t> eight{1, 2, 3, 4, 5, 6, 7, 8}, nine{1, 2, 3, 4, 5, 6, 7, 8, 9};
+  sink.feed_tokens(eight);                     // exactly fills the 8 slots
+  EXPECT_THROW(sink.feed_tokens({eight.data(), 2}), Error);  // would evict keys the first one sees
+  EXPECT_EQ(sink.position(), 8);
+  GptGenerator dense(model, {.capacity = 8, .temperature = 0});
+  EXPECT_THROW(dense.feed_tokens(nine), Error);  // past the dense capacity
+  const std::vector<int32_t> bad{1, 40};
+  EXPECT_THROW(dense.feed_tokens(bad), Error);   // a token out of range
+  EXPECT_THROW(dense.feed_tokens({}), Error);
+  EXPECT_EQ(dense.position(), 0);
+  EXPECT_EQ(dense.cache().cached(0, 0), 0);
+}
+
 TEST(GptGenerate, SinkCacheKeepsConstantMemoryPastTheDenseCapacity) {
   GptModel model(tiny(GateMode::kNone, GateSource::kInput, SinkMode::kNone, -1));
   model.init_random(1);

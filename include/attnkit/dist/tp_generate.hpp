@@ -19,6 +19,8 @@ class TpGenerator {
   TpGenerator(const GptModel& full, const GenerateOptions& options, int rank, int ranks);
   // Feeds one token on every rank (collective); returns the logits [V] for the next token.
   std::span<const float> feed(int32_t token) { return gen_.feed(token); }
+  // Feeds a prompt in batched steps (collective); returns the logits [V] after its last token.
+  std::span<const float> feed_prompt(std::span<const int32_t> tokens) { return gen_.feed_prompt(tokens); }
   // Rank 0's sample from the logits, on every rank (collective).
   int32_t sample(std::span<const float> logits);
   // This rank's shard: its KV cache (only its KV heads), head ranges and model.

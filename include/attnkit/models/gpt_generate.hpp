@@ -34,7 +34,17 @@ class GptGenerator {
  public:
   GptGenerator(const GptModel& model, const GenerateOptions& options);
   // Feeds one token at the next position; returns the logits [V] for the following token.
-  std::span<const float> feed(int32_t token);
+  std::span<const float> feed(int32_t token) { return feed_tokens({&token, 1}); }
+  // Feeds a prompt; returns the logits [V] after its last token (empty span for no tokens). Runs
+  // batched steps (one GEMM per weight for many tokens, the new tokens attending causally to the
+  // cache and to each other) as long as the cache can take them without evicting, then one
+  // token at a time, so the result equals feeding the tokens one by one (up to float rounding).
+  std::span<const float> feed_prompt(std::span<const int32_t> tokens);
+  // Feeds n tokens as one batched step (all must fit in the cache without eviction); returns
+  // the logits [V] after the last one.
+  std::span<const float> feed_tokens(std::span<const int32_t> tokens);
+  // Most tokens feed_prompt puts in one batched step (bounds its buffers: [n, ffn] floats).
+  static constexpr int64_t kPrefillChunk = 256;
   // Samples a token from logits with the options' temperature, top-k and top-p.
   int32_t sample(std::span<const float> logits);
   // Benchmark helper: appends `tokens` positions of N(0, 1) keys and values to every layer's
@@ -59,7 +69,7 @@ class GptGenerator {
   KVCache cache_;
   int64_t position_ = 0;
   std::mt19937_64 rng_;
-  std::vector<float> x_, h_, qkv_, attn_, gate_, proj_, ff_gate_, ff_up_, ff_, logits_, probs_;
+  std::vector<float> x_, h_, qkv_, attn_, gate_, proj_, ff_gate_, ff_up_, ff_, logits_, probs_, rstd_;
   std::vector<int32_t> order_;
 };
 
