@@ -120,47 +120,6 @@ void block_scores(const float* q, int64_t rows, const Rows& k, int64_t bt, int64
     return acc;
   };
   int64_t r = 0;
-#if HWY_TARGET <= HWY_AVX3
-  if (dv == d) {  // 4 rows × 4 tokens, one transpose-reduction per block (AVX-512)
-    for (; r + 4 <= rows; r += 4) {
-      const float* q0 = q + r * d;
-      int64_t t = 0;
-      for (; t + 4 <= bt; t += 4) {
-        const std::byte* kt[4];
-        VF acc[4][4];
-        HWY_UNROLL_ALL for (int j = 0; j < 4; ++j) kt[j] = k.base + (t + j) * k.stride;
-        HWY_UNROLL_ALL for (int i = 0; i < 4; ++i)
-          HWY_UNROLL_ALL for (int j = 0; j < 4; ++j) acc[i][j] = hn::Zero(df);
-        for (int64_t e = 0; e < d; e += lanes) {
-          VF x[4];
-          HWY_UNROLL_ALL for (int j = 0; j < 4; ++j) x[j] = L::load(kt[j] + e * L::kBytes);
-          HWY_UNROLL_ALL for (int i = 0; i < 4; ++i) {
-            const auto qv = hn::LoadU(df, q0 + i * d + e);
-            HWY_UNROLL_ALL for (int j = 0; j < 4; ++j) acc[i][j] = hn::MulAdd(qv, x[j], acc[i][j]);
-          }
-        }
-        __m512 sums = transpose_reduce16(acc);  // lane 4i + j: row i, token j
-        if (k.scale) {
-          const __m128 c = _mm_setr_ps(k.scale_at(t), k.scale_at(t + 1), k.scale_at(t + 2), k.scale_at(t + 3));
-          sums = _mm512_mul_ps(sums, _mm512_broadcast_f32x4(c));
-        }
-        _mm_storeu_ps(s + (r + 0) * ls + t, _mm512_extractf32x4_ps(sums, 0));
-        _mm_storeu_ps(s + (r + 1) * ls + t, _mm512_extractf32x4_ps(sums, 1));
-        _mm_storeu_ps(s + (r + 2) * ls + t, _mm512_extractf32x4_ps(sums, 2));
-        _mm_storeu_ps(s + (r + 3) * ls + t, _mm512_extractf32x4_ps(sums, 3));
-      }
-      for (; t < bt; ++t) {
-        const std::byte* k0 = k.base + t * k.stride;
-        for (int j = 0; j < 4; ++j) {
-          auto a = hn::Zero(df);
-          for (int64_t e = 0; e < d; e += lanes)
-            a = hn::MulAdd(hn::LoadU(df, q0 + j * d + e), L::load(k0 + e * L::kBytes), a);
-          s[(r + j) * ls + t] = k.scale_at(t) * hn::GetLane(hn::SumOfLanes(df, a));
-        }
-      }
-    }
-  }
-#endif
   for (; r + 4 <= rows; r += 4) {
     const float* q0 = q + r * d;
     int64_t t = 0;
@@ -178,6 +137,20 @@ void block_scores(const float* q, int64_t rows, const Rows& k, int64_t bt, int64
           HWY_UNROLL_ALL for (int j = 0; j < kTok; ++j) acc[i][j] = hn::MulAdd(qv, x[j], acc[i][j]);
         }
       }
+#if HWY_TARGET <= HWY_AVX3
+      if (dv == d) {  // kTok == 4: one transpose-reduction for the whole block
+        __m512 sums = transpose_reduce16(acc);  // lane 4i + j: row i, token j
+        if (k.scale) {
+          const __m128 c = _mm_setr_ps(k.scale_at(t), k.scale_at(t + 1), k.scale_at(t + 2), k.scale_at(t + 3));
+          sums = _mm512_mul_ps(sums, _mm512_broadcast_f32x4(c));
+        }
+        _mm_storeu_ps(s + (r + 0) * ls + t, _mm512_extractf32x4_ps(sums, 0));
+        _mm_storeu_ps(s + (r + 1) * ls + t, _mm512_extractf32x4_ps(sums, 1));
+        _mm_storeu_ps(s + (r + 2) * ls + t, _mm512_extractf32x4_ps(sums, 2));
+        _mm_storeu_ps(s + (r + 3) * ls + t, _mm512_extractf32x4_ps(sums, 3));
+        continue;
+      }
+#endif
       HWY_UNROLL_ALL for (int j = 0; j < kTok; ++j) {
         hn::Store(reduce4(df, acc[0][j], acc[1][j], acc[2][j], acc[3][j]), d4, out);
         const float c = k.scale_at(t + j);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "attnkit/core/error.hpp"
 
@@ -20,13 +21,15 @@ GptConfig tiny(GateMode gate, GateSource source, SinkMode sink, int64_t window) 
   return c;
 }
 
+// Plain, head-wise gate + learned sinks, element-wise query gate + off-by-one with a window.
+std::vector<GptConfig> variants() {
+  return {tiny(GateMode::kNone, GateSource::kInput, SinkMode::kNone, -1),
+          tiny(GateMode::kHeadwise, GateSource::kInput, SinkMode::kLearned, -1),
+          tiny(GateMode::kElementwise, GateSource::kQuery, SinkMode::kOffByOne, 5)};
+}
+
 TEST(GptGenerate, DecodeStepsEqualTheFullForward) {
-  const GptConfig configs[] = {
-      tiny(GateMode::kNone, GateSource::kInput, SinkMode::kNone, -1),
-      tiny(GateMode::kHeadwise, GateSource::kInput, SinkMode::kLearned, -1),
-      tiny(GateMode::kElementwise, GateSource::kQuery, SinkMode::kOffByOne, 5),
-  };
-  for (const auto& cfg : configs) {
+  for (const auto& cfg : variants()) {
     GptModel model(cfg);
     model.init_random(3);
     for (auto name : {"self_attn.sinks", "self_attn.output_gate.bias"})  // make them matter
@@ -55,12 +58,7 @@ TEST(GptGenerate, DecodeStepsEqualTheFullForward) {
 // Batched prefill: chunks of several tokens (causal among themselves, against the cache) give the
 // full forward's logits after each chunk, and single-token steps after them still match.
 TEST(GptGenerate, BatchedStepsEqualTheFullForward) {
-  const GptConfig configs[] = {
-      tiny(GateMode::kNone, GateSource::kInput, SinkMode::kNone, -1),
-      tiny(GateMode::kHeadwise, GateSource::kInput, SinkMode::kLearned, -1),
-      tiny(GateMode::kElementwise, GateSource::kQuery, SinkMode::kOffByOne, 5),
-  };
-  for (const auto& cfg : configs) {
+  for (const auto& cfg : variants()) {
     GptModel model(cfg);
     model.init_random(4);
     for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
