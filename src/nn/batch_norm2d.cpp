@@ -49,10 +49,7 @@ void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
       for (int64_t i = 0; i < n; ++i) s += nn::sum_double(x.ptr(i, ch), hw);
       mu = s / double(m);
       double q = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const float* p = x.ptr(i, ch);
-        for (int64_t j = 0; j < hw; ++j) q += (double(p[j]) - mu) * (double(p[j]) - mu);
-      }
+      for (int64_t i = 0; i < n; ++i) q += nn::sum_squared_deviation_double(x.ptr(i, ch), hw, mu);
       var = q / double(m);
       if (!running_mean.empty()) {
         const double mo = opts.momentum;
@@ -91,14 +88,13 @@ void batch_norm2d_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b
   nn::check_norm_grads(fn, w, d_w, {}, {});
   parallel_for(c, [&](int64_t ch) {
     const float mu = mean[size_t(ch)], r = rstd[size_t(ch)], wc = weight(w, ch);
-    double sum_g = 0, sum_gx = 0;  // Σ d_y and Σ d_y·x̂ over (N, H, W)
+    // Σ d_y and Σ d_y·x̂ = r·(Σ d_y·x - μ·Σ d_y) over (N, H, W), in double.
+    double sum_g = 0, sum_gxraw = 0;
     for (int64_t i = 0; i < n; ++i) {
-      const float *p = x.ptr(i, ch), *g = d_y.ptr(i, ch);
-      for (int64_t j = 0; j < hw; ++j) {
-        sum_g += double(g[j]);
-        sum_gx += double(g[j]) * double((p[j] - mu) * r);
-      }
+      sum_g += nn::sum_double(d_y.ptr(i, ch), hw);
+      sum_gxraw += nn::dot_double(d_y.ptr(i, ch), x.ptr(i, ch), hw);
     }
+    const double sum_gx = double(r) * (sum_gxraw - double(mu) * sum_g);
     if (!d_w.empty()) d_w[size_t(ch)] += float(sum_gx);
     if (!d_b.empty()) d_b[size_t(ch)] += float(sum_g);
     const float a = opts.training ? float(sum_g / double(m)) * wc : 0.0f;

@@ -68,4 +68,18 @@ double dot_double(const float* x, const float* y, int64_t n) {
   return s;
 }
 
+double sum_squared_deviation_double(const float* x, int64_t n, double mu) {
+  double acc[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int l = 0; l < 8; ++l) {
+      const double d = double(x[j + l]) - mu;
+      acc[l] += d * d;
+    }
+  double s = 0;
+  for (; j < n; ++j) s += (double(x[j]) - mu) * (double(x[j]) - mu);
+  for (double p : acc) s += p;
+  return s;
+}
+
 }  // namespace attnkit::nn

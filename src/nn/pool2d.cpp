@@ -55,6 +55,22 @@ void max_pool2d_forward(View4 y, std::span<int32_t> argmax, ConstView4 x,
       const float* in = x.data + pl * g.h * g.w;
       float* out = y.data + pl * g.oh * g.ow;
       int32_t* am = argmax.data() + pl * g.oh * g.ow;
+      if (g.k == 2 && g.s == 2 && g.p == 0) {  // the common 2×2 window: no clipping, fixed order
+        for (int64_t i = 0; i < g.oh; ++i)
+          for (int64_t j = 0; j < g.ow; ++j) {
+            const int64_t at[4] = {2 * i * g.w + 2 * j, 2 * i * g.w + 2 * j + 1, (2 * i + 1) * g.w + 2 * j,
+                                   (2 * i + 1) * g.w + 2 * j + 1};
+            int64_t best = at[0];
+            float bv = in[best];
+            for (int q = 1; q < 4; ++q) {
+              const float v = in[at[q]];
+              if (v > bv || (v != v && bv == bv)) best = at[q], bv = v;  // the first NaN wins
+            }
+            out[i * g.ow + j] = bv;
+            am[i * g.ow + j] = int32_t(best);
+          }
+        continue;
+      }
       for (int64_t i = 0; i < g.oh; ++i)
         for (int64_t j = 0; j < g.ow; ++j) {
           const int64_t h0 = std::max<int64_t>(i * g.s - g.p, 0), h1 = std::min(i * g.s - g.p + g.k, g.h);

@@ -8,8 +8,9 @@
 // y, d_y [N, O, OH, OW]. Every 4-D view must be contiguous (row-major NCHW).
 // Gradient contract (shared/DESIGN.md §4): conv2d_backward ADDS (+=) into d_w and d_b and ASSIGNS
 // (=) d_x; each gradient is skipped when its view/span is empty.
-// Fast path (conv2d.cpp): per image, im2col into per-thread scratch and one sgemm
-// (ops/gemm.hpp); 1×1 stride-1 unpadded convolutions use the image itself as the column matrix.
+// Fast path (conv2d.cpp): im2col of a chunk of images (about 512 output pixels in all) into
+// per-thread scratch and one sgemm per chunk (ops/gemm.hpp); a 1×1 stride-1 unpadded convolution
+// of one image uses the image itself as the column matrix.
 // Images run in parallel; d_w sums fixed groups of images in a fixed order, so results are
 // bitwise identical for any thread count. Reference (conv2d_reference.cpp): direct loops in double.
 #include <cstdint>
