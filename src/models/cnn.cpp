@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include "attnkit/core/error.hpp"
@@ -29,23 +30,41 @@ struct BnStats {
   void resize(int64_t c) { mean.assign(size_t(c), 0.0f), rstd.assign(size_t(c), 0.0f); }
 };
 
+// Calls body(i0, i1) over [0, n) in fixed blocks of elements, in parallel.
+void parallel_elements(int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+  constexpr int64_t kBlock = 1 << 15;
+  parallel_for((n + kBlock - 1) / kBlock, [&](int64_t b) { body(b * kBlock, std::min(n, (b + 1) * kBlock)); });
+}
+
 // y = max(x, 0) in place.
 void relu_inplace(T4& t) {
   float* p = t.data();
-  const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; ++i) p[i] = std::max(p[i], 0.0f);
+  parallel_elements(t.numel(), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) p[i] = std::max(p[i], 0.0f);
+  });
 }
 // d ← d where y > 0, else 0 (y is the ReLU's output).
 void relu_backward_inplace(T4& d, const T4& y) {
   float* g = d.data();
   const float* o = y.data();
-  const int64_t n = d.numel();
-  for (int64_t i = 0; i < n; ++i) g[i] = o[i] > 0.0f ? g[i] : 0.0f;
+  parallel_elements(d.numel(), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) g[i] = o[i] > 0.0f ? g[i] : 0.0f;
+  });
 }
 void add_into(T4& a, const T4& b) {
   float* p = a.data();
   const float* q = b.data();
-  for (int64_t i = 0; i < a.numel(); ++i) p[i] += q[i];
+  parallel_elements(a.numel(), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) p[i] += q[i];
+  });
+}
+// o = max(a + b, 0).
+void add_relu(T4& o, const T4& a, const T4& b) {
+  float* r = o.data();
+  const float *p = a.data(), *q = b.data();
+  parallel_elements(o.numel(), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) r[i] = std::max(p[i] + q[i], 0.0f);
+  });
 }
 
 ConstView4 as4(std::span<const float> s, int64_t a, int64_t b, int64_t c, int64_t d) {
@@ -299,12 +318,7 @@ ConstView2 CnnModel::forward(ConstView4 x) {
       bn(g.scn, g.bnsc, g.scc, p + "shortcut.bn");
       shortcut = &g.scn;
     }
-    {
-      float* o = g.o.data();
-      const float* b = branch->data();
-      const float* sc = shortcut->data();
-      for (int64_t e = 0; e < g.o.numel(); ++e) o[e] = std::max(b[e] + sc[e], 0.0f);
-    }
+    add_relu(g.o, *branch, *shortcut);
     in = &g.o;
     if (g.pool) {
       s /= 2;

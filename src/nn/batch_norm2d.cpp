@@ -1,10 +1,16 @@
-// Batch norm over NCHW (see batch_norm2d.hpp), one task per channel; sums in double.
+// Batch norm over NCHW (see batch_norm2d.hpp); sums in double.
 // Backward of y = x̂·w + b, x̂ = (x - μ)·r with batch statistics (g = d_y·w, means over N·H·W):
 //   d_x = r·(g - mean(g) - x̂·mean(g·x̂));  with running statistics μ, r are constants: d_x = g·r.
-// The parameter sums run before d_x is written, so d_x may alias d_y.
+// The per-channel sums read the tensor in memory order: fixed groups of images accumulate their
+// own partial sums, added in group order (results never depend on the thread count). The
+// statistics take one pass, shifted by a sample of each channel (x[0, c, 0, 0]) so that
+// Σ(x - k)² - (Σ(x - k))²/m does not cancel. The parameter sums run before d_x is written, so d_x
+// may alias d_y.
 #include "attnkit/nn/batch_norm2d.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "attnkit/core/parallel.hpp"
 #include "nn_common.hpp"
@@ -19,6 +25,25 @@ void check_params(const char* fn, int64_t c, std::span<const float> w, std::span
   nn::check_span(b, fn, "b", "[C]", c, true);
   check(std::isfinite(opts.eps) && opts.eps >= 0, fn, ": eps: expected a finite value >= 0, got ", opts.eps);
   check(opts.momentum >= 0 && opts.momentum <= 1, fn, ": momentum: expected [0, 1], got ", opts.momentum);
+}
+
+constexpr int64_t kGroups = 16;  // fixed reduction groups of images (a function of N only)
+
+// Per-channel sums [C, 2] over the images: add(i, ch, acc) adds image i's plane ch into acc[0..2).
+template <class Add>
+std::vector<double> channel_sums(int64_t n, int64_t c, const Add& add) {
+  std::vector<double> total(size_t(2 * c), 0.0);
+  if (n == 0 || c == 0) return total;
+  const int64_t groups = std::min(n, kGroups), per = (n + groups - 1) / groups;
+  std::vector<double> part(size_t(groups * 2 * c), 0.0);
+  parallel_for(groups, [&](int64_t grp) {
+    double* acc = part.data() + grp * 2 * c;
+    for (int64_t i = grp * per; i < std::min(n, (grp + 1) * per); ++i)
+      for (int64_t ch = 0; ch < c; ++ch) add(i, ch, acc + 2 * ch);
+  });
+  for (int64_t grp = 0; grp < groups; ++grp)
+    for (int64_t e = 0; e < 2 * c; ++e) total[size_t(e)] += part[size_t(grp * 2 * c + e)];
+  return total;
 }
 
 inline float weight(std::span<const float> w, int64_t c) { return w.empty() ? 1.0f : w[size_t(c)]; }
@@ -42,15 +67,18 @@ void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
   check(running_mean.empty() == running_var.empty(), fn,
         ": running_mean, running_var: give both or neither");
   if (opts.training) check(m >= 2 || c == 0, fn, ": x: training needs more than one value per channel (N·H·W = ", m, ")");
-  parallel_for(c, [&](int64_t ch) {
+  std::vector<double> sums;
+  if (opts.training)
+    sums = channel_sums(n, c, [&](int64_t i, int64_t ch, double* acc) {
+      nn::shifted_sums_double(x.ptr(i, ch), hw, double(x.ptr(0, ch)[0]), acc[0], acc[1]);
+    });
+  std::vector<float> scale(size_t(c), 0.0f), shift(size_t(c), 0.0f);
+  for (int64_t ch = 0; ch < c; ++ch) {
     double mu, var;
     if (opts.training) {
-      double s = 0;
-      for (int64_t i = 0; i < n; ++i) s += nn::sum_double(x.ptr(i, ch), hw);
-      mu = s / double(m);
-      double q = 0;
-      for (int64_t i = 0; i < n; ++i) q += nn::sum_squared_deviation_double(x.ptr(i, ch), hw, mu);
-      var = q / double(m);
+      const double k = x.ptr(0, ch)[0], s = sums[size_t(2 * ch)], q = sums[size_t(2 * ch + 1)];
+      mu = k + s / double(m);
+      var = std::max(0.0, (q - s * s / double(m)) / double(m));
       if (!running_mean.empty()) {
         const double mo = opts.momentum;
         running_mean[size_t(ch)] = float((1 - mo) * running_mean[size_t(ch)] + mo * mu);
@@ -64,11 +92,15 @@ void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
     const float mf = float(mu), r = float(1.0 / std::sqrt(var + double(opts.eps)));
     mean[size_t(ch)] = mf;
     rstd[size_t(ch)] = r;
-    const float a = r * weight(w, ch), sh = bias(b, ch);
-    for (int64_t i = 0; i < n; ++i) {
-      const float* p = x.ptr(i, ch);
-      float* q = y.ptr(i, ch);
-      for (int64_t j = 0; j < hw; ++j) q[j] = (p[j] - mf) * a + sh;
+    scale[size_t(ch)] = r * weight(w, ch);
+    shift[size_t(ch)] = bias(b, ch) - mf * scale[size_t(ch)];
+  }
+  nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const int64_t ch = pl % c;
+      const float *p = x.ptr(pl / c, ch), a = scale[size_t(ch)], sh = shift[size_t(ch)];
+      float* q = y.ptr(pl / c, ch);
+      for (int64_t j = 0; j < hw; ++j) q[j] = p[j] * a + sh;
     }
   });
 }
@@ -86,23 +118,31 @@ void batch_norm2d_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b
   nn::check_span(rstd, fn, "rstd", "[C]", c);
   nn::check_span(std::span<const float>(d_b), fn, "d_b", "[C]", c, true);
   nn::check_norm_grads(fn, w, d_w, {}, {});
-  parallel_for(c, [&](int64_t ch) {
+  // Σ d_y and Σ d_y·x per channel; Σ d_y·x̂ = r·(Σ d_y·x - μ·Σ d_y).
+  const std::vector<double> sums = channel_sums(n, c, [&](int64_t i, int64_t ch, double* acc) {
+    nn::sum_and_dot_double(d_y.ptr(i, ch), x.ptr(i, ch), hw, acc[0], acc[1]);
+  });
+  std::vector<float> ca(size_t(c), 0.0f), cb(size_t(c), 0.0f), cc(size_t(c), 0.0f);  // d_x = ca·d_y + cb·x + cc
+  for (int64_t ch = 0; ch < c; ++ch) {
     const float mu = mean[size_t(ch)], r = rstd[size_t(ch)], wc = weight(w, ch);
-    // Σ d_y and Σ d_y·x̂ = r·(Σ d_y·x - μ·Σ d_y) over (N, H, W), in double.
-    double sum_g = 0, sum_gxraw = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      sum_g += nn::sum_double(d_y.ptr(i, ch), hw);
-      sum_gxraw += nn::dot_double(d_y.ptr(i, ch), x.ptr(i, ch), hw);
-    }
-    const double sum_gx = double(r) * (sum_gxraw - double(mu) * sum_g);
+    const double sum_g = sums[size_t(2 * ch)];
+    const double sum_gx = double(r) * (sums[size_t(2 * ch + 1)] - double(mu) * sum_g);
     if (!d_w.empty()) d_w[size_t(ch)] += float(sum_gx);
     if (!d_b.empty()) d_b[size_t(ch)] += float(sum_g);
+    // d_x = r·(d_y·w - a - (x - μ)·r·bb)
     const float a = opts.training ? float(sum_g / double(m)) * wc : 0.0f;
     const float bb = opts.training ? float(sum_gx / double(m)) * wc : 0.0f;
-    for (int64_t i = 0; i < n; ++i) {
-      const float *p = x.ptr(i, ch), *g = d_y.ptr(i, ch);
-      float* dx = d_x.ptr(i, ch);
-      for (int64_t j = 0; j < hw; ++j) dx[j] = r * (g[j] * wc - a - (p[j] - mu) * r * bb);
+    ca[size_t(ch)] = r * wc;
+    cb[size_t(ch)] = -r * r * bb;
+    cc[size_t(ch)] = r * (mu * r * bb - a);
+  }
+  nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const int64_t ch = pl % c;
+      const float *p = x.ptr(pl / c, ch), *g = d_y.ptr(pl / c, ch);
+      const float a = ca[size_t(ch)], b = cb[size_t(ch)], k = cc[size_t(ch)];
+      float* dx = d_x.ptr(pl / c, ch);
+      for (int64_t j = 0; j < hw; ++j) dx[j] = g[j] * a + p[j] * b + k;
     }
   });
 }

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
+#include "attnkit/core/parallel.hpp"
 #include "attnkit/nn/conv2d.hpp"
 #include "attnkit/nn/global_pool.hpp"
 #include "attnkit/nn/linear.hpp"
@@ -48,14 +50,14 @@ void cbam_forward(View4 y, CbamCache& cache, ConstView4 x, const CbamWeights& w)
   const int64_t r = w.w1.shape[0], k = w.ws.shape[2];
   nn::check_nchw(y, fn, "y", "[N, C, H, W]", n, c, h, wd);
   check(y.data != x.data || y.numel() == 0, fn, ": y: must not alias x");
-  cache.pooled = Tensor<float, 2>({2 * n, c});
+  cache.pooled.resize({2 * n, c});
   cache.max_index.assign(size_t(n * c), 0);
-  cache.hidden = Tensor<float, 2>({2 * n, r});
-  cache.channel_gate = Tensor<float, 2>({n, c});
-  cache.x1 = Tensor<float, 4>({n, c, h, wd});
-  cache.descriptor = Tensor<float, 4>({n, 2, h, wd});
+  cache.hidden.resize({2 * n, r});
+  cache.channel_gate.resize({n, c});
+  cache.x1.resize({n, c, h, wd});
+  cache.descriptor.resize({n, 2, h, wd});
   cache.channel_argmax.assign(size_t(n * hw), 0);
-  cache.spatial_gate = Tensor<float, 4>({n, 1, h, wd});
+  cache.spatial_gate.resize({n, 1, h, wd});
   if (n * c * hw == 0) return;
   // Channel gate: the shared MLP runs once on the stacked [avg; max] descriptors.
   global_avg_pool_forward(rows(cache.pooled, 0, n), x);
@@ -69,21 +71,23 @@ void cbam_forward(View4 y, CbamCache& cache, ConstView4 x, const CbamWeights& w)
   nn::scale_planes(cache.x1.view(), x, cache.channel_gate.view());
   // Spatial gate: [mean_c; max_c] of x1 per pixel (sums in double, first maximum).
   const float* x1 = cache.x1.data();
-  nn::parallel_rows(n * hw, c, [&](int64_t q0, int64_t q1) {
-    for (int64_t q = q0; q < q1; ++q) {
-      const int64_t b = q / hw, p = q % hw;
-      const float* col = x1 + b * c * hw + p;
-      double s = 0;
-      int64_t best = 0;
-      for (int64_t ch = 0; ch < c; ++ch) {
-        s += double(col[ch * hw]);
-        if (col[ch * hw] > col[best * hw] || (std::isnan(col[ch * hw]) && !std::isnan(col[best * hw])))
-          best = ch;
+  parallel_for(n, [&](int64_t b) {  // channel by channel over whole planes (memory order)
+    std::vector<double> sum(size_t(hw), 0.0);
+    float* mx = cache.descriptor.data() + (b * 2 + 1) * hw;
+    int32_t* arg = cache.channel_argmax.data() + b * hw;
+    const float* plane = x1 + b * c * hw;
+    for (int64_t p = 0; p < hw; ++p) sum[size_t(p)] = double(plane[p]), mx[p] = plane[p], arg[p] = 0;
+    for (int64_t ch = 1; ch < c; ++ch) {
+      const float* v = plane + ch * hw;
+      for (int64_t p = 0; p < hw; ++p) {
+        sum[size_t(p)] += double(v[p]);
+        const bool t = (v[p] > mx[p]) | ((v[p] != v[p]) & (mx[p] == mx[p]));  // first max / NaN
+        mx[p] = t ? v[p] : mx[p];
+        arg[p] = t ? int32_t(ch) : arg[p];
       }
-      cache.descriptor.data()[(b * 2) * hw + p] = float(s / double(c));
-      cache.descriptor.data()[(b * 2 + 1) * hw + p] = col[best * hw];
-      cache.channel_argmax[size_t(q)] = int32_t(best);
     }
+    float* mean = cache.descriptor.data() + (b * 2) * hw;
+    for (int64_t p = 0; p < hw; ++p) mean[p] = float(sum[size_t(p)] / double(c));
   });
   conv2d_forward(cache.spatial_gate.view(), cache.descriptor.view(), w.ws, w.bs,
                  {.stride = 1, .padding = k / 2});
@@ -112,15 +116,15 @@ void cbam_backward(View4 d_x, const CbamGrads& g, ConstView4 d_y, ConstView4 x,
   const float *x1 = cache.x1.data(), *as = cache.spatial_gate.data();
   // Through the spatial gate.
   Tensor<float, 4> d_conv({n, 1, h, wd}), d_desc({n, 2, h, wd});
-  nn::parallel_rows(n * hw, c, [&](int64_t q0, int64_t q1) {
-    for (int64_t q = q0; q < q1; ++q) {
-      const int64_t b = q / hw, p = q % hw;
-      double s = 0;
-      for (int64_t ch = 0; ch < c; ++ch) {
-        const int64_t i = (b * c + ch) * hw + p;
-        s += double(d_y.data[i]) * double(x1[i]);
-      }
-      d_conv.data()[q] = float(s) * as[q] * (1.0f - as[q]);
+  parallel_for(n, [&](int64_t b) {  // Σ_c d_y⊙x1 channel by channel over whole planes
+    std::vector<double> sum(size_t(hw), 0.0);
+    for (int64_t ch = 0; ch < c; ++ch) {
+      const float *g = d_y.data + (b * c + ch) * hw, *v = x1 + (b * c + ch) * hw;
+      for (int64_t p = 0; p < hw; ++p) sum[size_t(p)] += double(g[p]) * double(v[p]);
+    }
+    for (int64_t p = 0; p < hw; ++p) {
+      const int64_t q = b * hw + p;
+      d_conv.data()[q] = float(sum[size_t(p)]) * as[q] * (1.0f - as[q]);
     }
   });
   conv2d_backward(d_desc.view(), g.d_ws, g.d_bs, d_conv.view(), cache.descriptor.view(), w.ws,

@@ -8,15 +8,20 @@
 // partial), then the partials are added in group order: the result depends only on N and the
 // geometry, never on the thread count.
 #include <algorithm>
+#include <array>
+#include <map>
+#include <cstdint>
 #include <vector>
 
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/nn/conv2d.hpp"
 #include "attnkit/ops/gemm.hpp"
 #include "conv2d_common.hpp"
+#include "hwy/highway.h"
 #include "nn_common.hpp"
 
 namespace attnkit {
+namespace hn = hwy::HWY_NAMESPACE;
 namespace nn {
 
 Conv2dGeometry check_conv2d(const char* fn, ConstView4 out, const char* out_name, ConstView4 x,
@@ -63,77 +68,130 @@ inline void valid_rows(const Conv2dGeometry& g, int64_t u, int64_t& i0, int64_t&
 // Stride 1 and OW = W ("same" width): kernel tap (u, v) maps output pixel i·OW + j to input
 // pixel i·W + j + (u - p)·W + (v - p), one constant shift of the flattened plane. Copying (or
 // adding) the flattened span [i0·OW + j0, (i1 - 1)·OW + j1) at once is right except in the
-// columns outside [j0, j1), which wrap into the neighbouring row: the callers zero those.
+// columns outside [j0, j1), which wrap into the neighbouring row: column_mask drops those.
 inline bool flat_shift(const Conv2dGeometry& g) { return g.stride == 1 && g.ow == g.w; }
+
+// keep[e] = 1 where output pixel e (of OH·OW) lies in a column of [j0, j1); zero padding after
+// the end lets a vector of bytes be loaded at any e < OH·OW. Cached per thread (a few entries per
+// geometry; cleared if many geometries pass through).
+const std::vector<uint8_t>& column_mask(const Conv2dGeometry& g, int64_t j0, int64_t j1) {
+  thread_local std::map<std::array<int64_t, 4>, std::vector<uint8_t>> cache;
+  const std::array<int64_t, 4> key{g.oh, g.ow, j0, j1};
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  if (cache.size() >= 256) cache.clear();
+  std::vector<uint8_t> keep(size_t(g.oh * g.ow + 64), 0);
+  for (int64_t i = 0; i < g.oh; ++i)
+    for (int64_t j = 0; j < g.ow; ++j) keep[size_t(i * g.ow + j)] = j >= j0 && j < j1;
+  return cache.emplace(key, std::move(keep)).first->second;
+}
+
+// r[e] = keep[e] ? src[e] : 0 for e < n, whole vectors at a time (a masked tail, no scalar loop:
+// the spans are often shorter than a few vectors). src is read only where e < n.
+void masked_copy(float* HWY_RESTRICT r, const float* HWY_RESTRICT src, const uint8_t* keep, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint8_t, decltype(df)> du8;
+  const int64_t lanes = int64_t(hn::Lanes(df));
+  for (int64_t e = 0; e < n; e += lanes) {
+    const auto in = hn::FirstN(df, size_t(n - e));
+    const auto k = hn::RebindMask(df, hn::Ne(hn::PromoteTo(di, hn::LoadU(du8, keep + e)), hn::Zero(di)));
+    hn::BlendedStore(hn::IfThenElseZero(k, hn::MaskedLoad(in, df, src + e)), in, df, r + e);
+  }
+}
+
+// dst[e] += keep[e] ? src[e] : 0 for e < n, as masked_copy.
+void masked_add(float* HWY_RESTRICT dst, const float* HWY_RESTRICT src, const uint8_t* keep, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint8_t, decltype(df)> du8;
+  const int64_t lanes = int64_t(hn::Lanes(df));
+  for (int64_t e = 0; e < n; e += lanes) {
+    const auto in = hn::FirstN(df, size_t(n - e));
+    const auto k = hn::And(in, hn::RebindMask(df, hn::Ne(hn::PromoteTo(di, hn::LoadU(du8, keep + e)), hn::Zero(di))));
+    const auto d = hn::MaskedLoad(in, df, dst + e);
+    hn::BlendedStore(hn::IfThenElse(k, hn::Add(d, hn::MaskedLoad(k, df, src + e)), d), in, df, dst + e);
+  }
+}
 
 }  // namespace
 
+// Copies (or, for col2im, adds) one kernel tap's row of the column matrix for every channel; the
+// tap's valid ranges are computed once (outside the channel loop: they need integer divisions).
 void im2col(float* col, int64_t ld, const float* x, const Conv2dGeometry& g) {
-  const int64_t ohw = g.oh * g.ow;
-  for (int64_t c = 0; c < g.c; ++c)
-    for (int64_t u = 0; u < g.kh; ++u)
-      for (int64_t v = 0; v < g.kw; ++v) {
-        int64_t i0, i1, j0, j1;
-        valid_rows(g, u, i0, i1);
-        valid_columns(g, v, j0, j1);
-        float* row = col + ((c * g.kh + u) * g.kw + v) * ld;
-        const float* plane = x + c * g.h * g.w;
-        if (i1 == i0 || j1 == j0) {
-          std::fill(row, row + ohw, 0.0f);
-          continue;
+  const int64_t ohw = g.oh * g.ow, hw = g.h * g.w, taps = g.kh * g.kw;
+  for (int64_t u = 0; u < g.kh; ++u)
+    for (int64_t v = 0; v < g.kw; ++v) {
+      int64_t i0, i1, j0, j1;
+      valid_rows(g, u, i0, i1);
+      valid_columns(g, v, j0, j1);
+      float* row = col + (u * g.kw + v) * ld;  // channel c's row: row + c·taps·ld
+      if (i1 == i0 || j1 == j0) {
+        for (int64_t c = 0; c < g.c; ++c) std::fill(row + c * taps * ld, row + c * taps * ld + ohw, 0.0f);
+        continue;
+      }
+      if (flat_shift(g)) {
+        const int64_t first = i0 * g.ow + j0, last = (i1 - 1) * g.ow + j1;
+        const int64_t shift = (u - g.pad) * g.w + (v - g.pad);
+        const std::vector<uint8_t>& keep = column_mask(g, j0, j1);
+        for (int64_t c = 0; c < g.c; ++c) {
+          float* r = row + c * taps * ld;
+          const float* src = x + c * hw + shift;  // src[e] for e in [first, last) is in the plane
+          std::fill(r, r + first, 0.0f);
+          masked_copy(r + first, src + first, keep.data() + first, last - first);
+          std::fill(r + last, r + ohw, 0.0f);
         }
-        std::fill(row, row + i0 * g.ow, 0.0f);
-        std::fill(row + i1 * g.ow, row + ohw, 0.0f);
-        if (flat_shift(g)) {
-          const int64_t first = i0 * g.ow + j0, last = (i1 - 1) * g.ow + j1;
-          const float* src = plane + first + (u - g.pad) * g.w + (v - g.pad);
-          float* dst = row + first;
-          for (int64_t e = 0; e < last - first; ++e) dst[e] = src[e];
-          for (int64_t i = i0; i < i1; ++i) {
-            for (int64_t j = 0; j < j0; ++j) row[i * g.ow + j] = 0.0f;
-            for (int64_t j = j1; j < g.ow; ++j) row[i * g.ow + j] = 0.0f;
-          }
-          continue;
-        }
+        continue;
+      }
+      for (int64_t c = 0; c < g.c; ++c) {
+        float* r = row + c * taps * ld;
+        const float* plane = x + c * hw;
+        std::fill(r, r + i0 * g.ow, 0.0f);
+        std::fill(r + i1 * g.ow, r + ohw, 0.0f);
         for (int64_t i = i0; i < i1; ++i) {
-          float* r = row + i * g.ow;
+          float* ri = r + i * g.ow;
           // src[(j - j0)·s] is input column j·s - p + v of input row i·s - p + u.
           const float* src = plane + (i * g.stride - g.pad + u) * g.w + j0 * g.stride - g.pad + v;
-          for (int64_t j = 0; j < j0; ++j) r[j] = 0.0f;
-          for (int64_t j = j0; j < j1; ++j) r[j] = src[(j - j0) * g.stride];
-          for (int64_t j = j1; j < g.ow; ++j) r[j] = 0.0f;
+          for (int64_t j = 0; j < j0; ++j) ri[j] = 0.0f;
+          for (int64_t j = j0; j < j1; ++j) ri[j] = src[(j - j0) * g.stride];
+          for (int64_t j = j1; j < g.ow; ++j) ri[j] = 0.0f;
         }
       }
+    }
 }
 
-void col2im(float* x, float* col, int64_t ld, const Conv2dGeometry& g) {
-  std::fill(x, x + g.c * g.h * g.w, 0.0f);
-  for (int64_t c = 0; c < g.c; ++c)
-    for (int64_t u = 0; u < g.kh; ++u)
-      for (int64_t v = 0; v < g.kw; ++v) {
-        int64_t i0, i1, j0, j1;
-        valid_rows(g, u, i0, i1);
-        valid_columns(g, v, j0, j1);
-        if (i1 == i0 || j1 == j0) continue;
-        float* row = col + ((c * g.kh + u) * g.kw + v) * ld;
-        float* plane = x + c * g.h * g.w;
-        if (flat_shift(g)) {
-          for (int64_t i = i0; i < i1; ++i) {  // the wrapping columns must add nothing
-            for (int64_t j = 0; j < j0; ++j) row[i * g.ow + j] = 0.0f;
-            for (int64_t j = j1; j < g.ow; ++j) row[i * g.ow + j] = 0.0f;
-          }
-          const int64_t first = i0 * g.ow + j0, last = (i1 - 1) * g.ow + j1;
-          float* dst = plane + first + (u - g.pad) * g.w + (v - g.pad);
-          const float* src = row + first;
-          for (int64_t e = 0; e < last - first; ++e) dst[e] += src[e];
-          continue;
+// Each pixel of channel c receives its taps' contributions in (u, v) order, as with a c-outer
+// loop: the sums do not depend on the loop order chosen here.
+void col2im(float* x, const float* col, int64_t ld, const Conv2dGeometry& g) {
+  const int64_t hw = g.h * g.w, taps = g.kh * g.kw;
+  std::fill(x, x + g.c * hw, 0.0f);
+  for (int64_t u = 0; u < g.kh; ++u)
+    for (int64_t v = 0; v < g.kw; ++v) {
+      int64_t i0, i1, j0, j1;
+      valid_rows(g, u, i0, i1);
+      valid_columns(g, v, j0, j1);
+      if (i1 == i0 || j1 == j0) continue;
+      const float* row = col + (u * g.kw + v) * ld;
+      if (flat_shift(g)) {
+        const int64_t first = i0 * g.ow + j0, last = (i1 - 1) * g.ow + j1;
+        const int64_t shift = (u - g.pad) * g.w + (v - g.pad);
+        const std::vector<uint8_t>& keep = column_mask(g, j0, j1);
+        for (int64_t c = 0; c < g.c; ++c) {
+          const float* r = row + c * taps * ld;
+          float* dst = x + c * hw + shift;  // dst[e] for e in [first, last) is in the plane
+          masked_add(dst + first, r + first, keep.data() + first, last - first);
         }
+        continue;
+      }
+      for (int64_t c = 0; c < g.c; ++c) {
+        const float* r = row + c * taps * ld;
+        float* plane = x + c * hw;
         for (int64_t i = i0; i < i1; ++i) {
           float* dst = plane + (i * g.stride - g.pad + u) * g.w + j0 * g.stride - g.pad + v;
-          const float* r = row + i * g.ow + j0;
-          for (int64_t j = 0; j < j1 - j0; ++j) dst[j * g.stride] += r[j];
+          const float* ri = r + i * g.ow + j0;
+          for (int64_t j = 0; j < j1 - j0; ++j) dst[j * g.stride] += ri[j];
         }
       }
+    }
 }
 
 }  // namespace nn
@@ -146,7 +204,8 @@ int64_t conv2d_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t p
 namespace {
 
 constexpr int64_t kGroups = 16;       // fixed d_w reduction groups (a function of N only)
-constexpr int64_t kChunkColumns = 512;  // aim for GEMMs at least this wide (images × OH·OW)
+constexpr int64_t kChunkColumns = 512;      // aim for GEMMs this wide (images × OH·OW) ...
+constexpr int64_t kChunkFloats = 256 << 10;  // ... with a column matrix that stays in L2 (1 MiB)
 
 // Per-thread scratch, grown on demand and kept for the next call.
 float* scratch(int which, int64_t n) {
@@ -156,11 +215,13 @@ float* scratch(int which, int64_t n) {
   return v.data();
 }
 
-// Images per GEMM: enough that the GEMM is about kChunkColumns wide, at most `limit`. A function
+// Images per GEMM: enough that the GEMM is about kChunkColumns wide, but a column matrix of at
+// most kChunkFloats (or one image), and at most `limit`. A function
 // of the geometry only, so results never depend on the thread count.
 int64_t images_per_gemm(const nn::Conv2dGeometry& g, int64_t limit) {
-  const int64_t ohw = g.oh * g.ow;
-  return std::clamp<int64_t>((kChunkColumns + ohw - 1) / ohw, 1, std::max<int64_t>(limit, 1));
+  const int64_t ohw = g.oh * g.ow, k = g.c * g.kh * g.kw;
+  const int64_t want = std::min((kChunkColumns + ohw - 1) / ohw, kChunkFloats / std::max<int64_t>(k * ohw, 1));
+  return std::clamp<int64_t>(want, 1, std::max<int64_t>(limit, 1));
 }
 
 // col[K, nb·OH·OW] for images n0 .. n0+nb-1 (image b's columns at b·OH·OW); pointwise
@@ -242,9 +303,13 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
     for (int64_t n = 0; n < g.n; ++n) std::fill(d_x.ptr(n), d_x.ptr(n) + g.c * g.h * g.w, 0.0f);
   if (g.n == 0 || k == 0 || g.o == 0 || ohw == 0) return;
   // Group grp sums images [grp·per, (grp+1)·per) into its own d_w partial, nb images per GEMM.
-  const int64_t groups = std::min(g.n, kGroups), per = (g.n + groups - 1) / groups;
+  const int64_t per = (g.n + std::min(g.n, kGroups) - 1) / std::min(g.n, kGroups);
+  const int64_t groups = (g.n + per - 1) / per;  // none empty
   const int64_t nb_max = images_per_gemm(g, per);
-  std::vector<float> partial(want_w ? size_t(groups * g.o * k) : 0, 0.0f);
+  // The partials live in the calling thread's scratch; each group's first GEMM assigns (beta 0).
+  thread_local std::vector<float> partial_buf;
+  if (want_w && partial_buf.size() < size_t(groups * g.o * k)) partial_buf.resize(size_t(groups * g.o * k));
+  float* partial = partial_buf.data();
   BlasThreadsScope blas(1);
   parallel_for(groups, [&](int64_t grp) {
     const int64_t end = std::min(g.n, (grp + 1) * per);
@@ -263,7 +328,8 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
           gather_columns(c, x, n0, nb, g);
           col = c;
         }
-        sgemm(false, true, g.o, k, cols, 1.0f, dy, cols, col, cols, 1.0f, partial.data() + grp * g.o * k, k);
+        sgemm(false, true, g.o, k, cols, 1.0f, dy, cols, col, cols, n0 == grp * per ? 0.0f : 1.0f,
+              partial + grp * g.o * k, k);
       }
       if (!want_x) continue;
       if (g.pointwise() && nb == 1) {
@@ -285,7 +351,7 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
   parallel_for(g.o, [&](int64_t o) {
     float* dw = d_w.ptr(o);
     for (int64_t grp = 0; grp < groups; ++grp) {
-      const float* p = partial.data() + (grp * g.o + o) * k;
+      const float* p = partial + (grp * g.o + o) * k;
       for (int64_t i = 0; i < k; ++i) dw[i] += p[i];
     }
   });

@@ -25,7 +25,7 @@ Conv2dGeometry check_conv2d(const char* fn, ConstView4 out, const char* out_name
 // col's row stride in elements (>= OH·OW: several images' columns can share the rows).
 void im2col(float* col, int64_t ld, const float* x, const Conv2dGeometry& g);
 // x[C, H, W] = the sum of col's entries over the windows covering each pixel (assigned); ld as
-// for im2col. col is scratch: entries of windows that leave the image are overwritten with 0.
-void col2im(float* x, float* col, int64_t ld, const Conv2dGeometry& g);
+// for im2col.
+void col2im(float* x, const float* col, int64_t ld, const Conv2dGeometry& g);
 
 }  // namespace attnkit::nn

@@ -68,18 +68,28 @@ double dot_double(const float* x, const float* y, int64_t n) {
   return s;
 }
 
-double sum_squared_deviation_double(const float* x, int64_t n, double mu) {
-  double acc[8] = {};
+void shifted_sums_double(const float* x, int64_t n, double k, double& s, double& q) {
+  double as[8] = {}, aq[8] = {};
   int64_t j = 0;
   for (; j + 8 <= n; j += 8)
     for (int l = 0; l < 8; ++l) {
-      const double d = double(x[j + l]) - mu;
-      acc[l] += d * d;
+      const double d = double(x[j + l]) - k;
+      as[l] += d, aq[l] += d * d;
     }
-  double s = 0;
-  for (; j < n; ++j) s += (double(x[j]) - mu) * (double(x[j]) - mu);
-  for (double p : acc) s += p;
-  return s;
+  for (; j < n; ++j) {
+    const double d = double(x[j]) - k;
+    s += d, q += d * d;
+  }
+  for (int l = 0; l < 8; ++l) s += as[l], q += aq[l];
+}
+
+void sum_and_dot_double(const float* g, const float* x, int64_t n, double& s, double& d) {
+  double as[8] = {}, ad[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int l = 0; l < 8; ++l) as[l] += double(g[j + l]), ad[l] += double(g[j + l]) * double(x[j + l]);
+  for (; j < n; ++j) s += double(g[j]), d += double(g[j]) * double(x[j]);
+  for (int l = 0; l < 8; ++l) s += as[l], d += ad[l];
 }
 
 }  // namespace attnkit::nn

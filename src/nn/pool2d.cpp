@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <vector>
 
+#include "hwy/highway.h"
 #include "nn_common.hpp"
 #include "vision_common.hpp"
 
@@ -44,6 +46,59 @@ float divisor(const PoolGeometry& g, int64_t i, int64_t j, bool include_pad) {
 
 }  // namespace
 
+namespace hn = hwy::HWY_NAMESPACE;
+namespace {
+
+// b wins over a (a comes first in the window): b is larger, or b is the first NaN.
+template <class D, class V>
+HWY_INLINE hn::Mask<D> later_wins(D, V a, V b) {
+  return hn::Or(hn::Gt(b, a), hn::AndNot(hn::IsNaN(a), hn::IsNaN(b)));
+}
+
+// 2×2, stride-2 max pool of one plane [H, W] (W even; rows past 2·OH are unused) into
+// out[OH, OW = W/2] and the window's winning flat index am, in window order (first maximum,
+// first NaN). Two vector passes over contiguous data, since rows are often shorter than a
+// vector: the pairs of each row (whole plane at once, W even so pairs never straddle rows),
+// then the two rows' pair winners.
+void max_pool2x2_plane(const float* in, int64_t oh, int64_t w, float* out, int32_t* am) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const int64_t lanes = int64_t(hn::Lanes(df)), ow = w / 2, pairs = oh * w;  // 2·OH rows of OW pairs
+  thread_local std::vector<float> hv;
+  thread_local std::vector<int32_t> hi;
+  if (int64_t(hv.size()) < pairs) hv.resize(size_t(pairs)), hi.resize(size_t(pairs));
+  int64_t k = 0;
+  for (; k + lanes <= pairs; k += lanes) {
+    hn::Vec<decltype(df)> a, b;
+    hn::LoadInterleaved2(df, in + 2 * k, a, b);
+    const auto t = later_wins(df, a, b);
+    hn::StoreU(hn::IfThenElse(t, b, a), df, hv.data() + k);
+    const auto idx = hn::Add(hn::Iota(di, int32_t(2 * k)), hn::Iota(di, 0));  // 2k, 2k + 2, ...
+    hn::StoreU(hn::Add(idx, hn::IfThenElseZero(hn::RebindMask(di, t), hn::Set(di, 1))), di, hi.data() + k);
+  }
+  for (; k < pairs; ++k) {
+    const float a = in[2 * k], b = in[2 * k + 1];
+    const bool t = b > a || (std::isnan(b) && !std::isnan(a));
+    hv[size_t(k)] = t ? b : a;
+    hi[size_t(k)] = int32_t(2 * k + (t ? 1 : 0));
+  }
+  for (int64_t i = 0; i < oh; ++i) {
+    const float *top = hv.data() + 2 * i * ow, *bot = top + ow;
+    const int32_t *itop = hi.data() + 2 * i * ow, *ibot = itop + ow;
+    for (int64_t j = 0; j < ow; j += lanes) {
+      const auto in_f = hn::FirstN(df, size_t(ow - j));
+      const auto in_i = hn::FirstN(di, size_t(ow - j));
+      const auto a = hn::MaskedLoad(in_f, df, top + j), b = hn::MaskedLoad(in_f, df, bot + j);
+      const auto t = later_wins(df, a, b);
+      hn::BlendedStore(hn::IfThenElse(t, b, a), in_f, df, out + i * ow + j);
+      const auto ia = hn::MaskedLoad(in_i, di, itop + j), ib = hn::MaskedLoad(in_i, di, ibot + j);
+      hn::BlendedStore(hn::IfThenElse(hn::RebindMask(di, t), ib, ia), in_i, di, am + i * ow + j);
+    }
+  }
+}
+
+}  // namespace
+
 void max_pool2d_forward(View4 y, std::span<int32_t> argmax, ConstView4 x,
                         const Pool2dOptions& opts) {
   const char* fn = "max_pool2d_forward";
@@ -55,20 +110,8 @@ void max_pool2d_forward(View4 y, std::span<int32_t> argmax, ConstView4 x,
       const float* in = x.data + pl * g.h * g.w;
       float* out = y.data + pl * g.oh * g.ow;
       int32_t* am = argmax.data() + pl * g.oh * g.ow;
-      if (g.k == 2 && g.s == 2 && g.p == 0) {  // the common 2×2 window: no clipping, fixed order
-        for (int64_t i = 0; i < g.oh; ++i)
-          for (int64_t j = 0; j < g.ow; ++j) {
-            const int64_t at[4] = {2 * i * g.w + 2 * j, 2 * i * g.w + 2 * j + 1, (2 * i + 1) * g.w + 2 * j,
-                                   (2 * i + 1) * g.w + 2 * j + 1};
-            int64_t best = at[0];
-            float bv = in[best];
-            for (int q = 1; q < 4; ++q) {
-              const float v = in[at[q]];
-              if (v > bv || (v != v && bv == bv)) best = at[q], bv = v;  // the first NaN wins
-            }
-            out[i * g.ow + j] = bv;
-            am[i * g.ow + j] = int32_t(best);
-          }
+      if (g.k == 2 && g.s == 2 && g.p == 0 && g.w % 2 == 0) {
+        max_pool2x2_plane(in, g.oh, g.w, out, am);
         continue;
       }
       for (int64_t i = 0; i < g.oh; ++i)

@@ -56,9 +56,9 @@ void se_block_forward(View4 y, SeCache& cache, ConstView4 x, const SeWeights& w)
   const int64_t n = x.shape[0], c = x.shape[1], r = w.w1.shape[0];
   nn::check_nchw(y, fn, "y", "[N, C, H, W]", n, c, x.shape[2], x.shape[3]);
   check(y.data != x.data || y.numel() == 0, fn, ": y: must not alias x");
-  cache.squeeze = Tensor<float, 2>({n, c});
-  cache.hidden = Tensor<float, 2>({n, r});
-  cache.gate = Tensor<float, 2>({n, c});
+  cache.squeeze.resize({n, c});
+  cache.hidden.resize({n, r});
+  cache.gate.resize({n, c});
   global_avg_pool_forward(cache.squeeze.view(), x);
   linear_forward(cache.hidden.view(), cache.squeeze.view(), w.w1, w.b1);
   for (float& v : cache.hidden.storage()) v = v > 0 ? v : 0.0f;

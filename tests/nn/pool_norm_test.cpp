@@ -54,6 +54,42 @@ TEST(Pool2d, ForwardMatchesDirectWindows) {
   }
 }
 
+TEST(Pool2d, MaxPropagatesTheFirstNaNOfEachWindow) {
+  // 2×2 windows (the fast path) and 3×3 stride-2 padded windows (the general path).
+  for (const Pool2dOptions& o : {Pool2dOptions{.kernel = 2}, Pool2dOptions{.kernel = 3, .stride = 2, .padding = 1}}) {
+    const int64_t h = 13, w = 12, s = o.stride ? o.stride : o.kernel;  // several vectors of pairs
+    const int64_t oh = (h + 2 * o.padding - o.kernel) / s + 1, ow = (w + 2 * o.padding - o.kernel) / s + 1;
+    Buf x(h * w);
+    for (int64_t i = 0; i < x.n; ++i) x[i] = float(i);
+    for (int64_t i = 0; i < x.n; i += 7) x[i] = -x[i];  // maxima in varying window positions
+    // NaN pairs inside one window and across windows, in the first and later vectors.
+    for (int64_t at : {13, 14, 25, 26, 51, 88, 89, 100, 101, 112, 131}) x[at] = NAN;
+    Buf y(oh * ow);
+    std::vector<int32_t> am(size_t(y.n));
+    max_pool2d_forward(y.v4({1, 1, oh, ow}), am, x.c4({1, 1, h, w}), o);
+    for (int64_t i = 0; i < oh; ++i)
+      for (int64_t j = 0; j < ow; ++j) {
+        int32_t first_nan = -1;  // the first NaN of the window in row-major order
+        float mx = -INFINITY;
+        for (int64_t u = 0; u < o.kernel; ++u)
+          for (int64_t v = 0; v < o.kernel; ++v) {
+            const int64_t hi = i * s - o.padding + u, wi = j * s - o.padding + v;
+            if (hi < 0 || hi >= h || wi < 0 || wi >= w) continue;
+            const float e = x[hi * w + wi];
+            if (std::isnan(e) && first_nan < 0) first_nan = int32_t(hi * w + wi);
+            if (!std::isnan(e)) mx = std::max(mx, e);
+          }
+        const int64_t at = i * ow + j;
+        if (first_nan >= 0) {
+          EXPECT_TRUE(std::isnan(y[at])) << "window " << i << "," << j;
+          EXPECT_EQ(am[size_t(at)], first_nan) << "window " << i << "," << j;
+        } else {
+          EXPECT_EQ(y[at], mx) << "window " << i << "," << j;
+        }
+      }
+  }
+}
+
 TEST(Pool2d, GradientsMatchFiniteDifferences) {
   const int64_t n = 2, c = 2, h = 5, w = 5;
   Buf x(n * c * h * w);
