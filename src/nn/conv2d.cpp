@@ -245,6 +245,58 @@ void gather_images(float* m, ConstView4 t, int64_t n0, int64_t nb, int64_t o, in
 
 }  // namespace
 
+namespace {
+
+// y = conv(x, w) without bias, w as [O, C·KH·KW]: one GEMM per chunk of images.
+void forward_chunks(View4 y, ConstView4 x, const float* w, const nn::Conv2dGeometry& g) {
+  const int64_t k = g.c * g.kh * g.kw, ohw = g.oh * g.ow;
+  const int64_t per = images_per_gemm(g, g.n), chunks = (g.n + per - 1) / per;
+  BlasThreadsScope blas(1);
+  parallel_for(chunks, [&](int64_t ch) {
+    const int64_t n0 = ch * per, nb = std::min(per, g.n - n0), cols = nb * ohw;
+    const float* col = x.ptr(n0);
+    if (!(g.pointwise() && nb == 1)) {
+      float* c = scratch(0, k * cols);
+      gather_columns(c, x, n0, nb, g);
+      col = c;
+    }
+    if (nb == 1) {
+      sgemm(false, false, g.o, ohw, k, 1.0f, w, k, col, ohw, 0.0f, y.ptr(n0), ohw);
+      return;
+    }
+    float* out = scratch(1, g.o * cols);
+    sgemm(false, false, g.o, cols, k, 1.0f, w, k, col, cols, 0.0f, out, cols);
+    for (int64_t bi = 0; bi < nb; ++bi)
+      for (int64_t o = 0; o < g.o; ++o) std::copy_n(out + o * cols + bi * ohw, ohw, y.ptr(n0 + bi, o));
+  });
+}
+
+// The input gradient of a stride-1 convolution with a square kernel and padding p <= KH - 1 is a
+// stride-1 convolution of d_y: d_x = conv(d_y, w_t, padding KH - 1 - p), w_t[c, o, u, v] =
+// w[o, c, KH-1-u, KW-1-v]. Its GEMM is [C, O·KH·KW]·[O·KH·KW, pixels]: a long inner dimension
+// and a C-row output, instead of a [C·KH·KW, pixels] column gradient (O inner) and col2im.
+// Used when O < C (CBAM's 2 → 1 spatial gate); with O >= C (the 3×3 layers) the column path
+// measured faster (bench/cnn_bench.cpp shapes, 1 thread: 103–124 vs 70–105 GFLOP/s).
+bool input_gradient_is_convolution(const nn::Conv2dGeometry& g) {
+  return g.o < g.c && g.stride == 1 && g.kh == g.kw && g.pad <= g.kh - 1 && !g.pointwise();
+}
+
+void input_gradient_by_convolution(View4 d_x, ConstView4 d_y, ConstView4 w, const nn::Conv2dGeometry& g) {
+  nn::Conv2dGeometry t;
+  t.n = g.n, t.c = g.o, t.h = g.oh, t.w = g.ow;
+  t.o = g.c, t.kh = g.kh, t.kw = g.kw;
+  t.stride = 1, t.pad = g.kh - 1 - g.pad;
+  t.oh = g.h, t.ow = g.w;
+  const int64_t taps = g.kh * g.kw;
+  std::vector<float> wt(size_t(g.c * g.o * taps));
+  for (int64_t o = 0; o < g.o; ++o)
+    for (int64_t c = 0; c < g.c; ++c)
+      for (int64_t q = 0; q < taps; ++q) wt[size_t((c * g.o + o) * taps + q)] = w.ptr(o, c)[taps - 1 - q];
+  forward_chunks(d_x, d_y, wt.data(), t);
+}
+
+}  // namespace
+
 void conv2d_forward(View4 y, ConstView4 x, ConstView4 w, std::span<const float> b,
                     const Conv2dOptions& opts) {
   const auto g = nn::check_conv2d("conv2d_forward", y, "y", x, w, b, opts);
@@ -253,25 +305,7 @@ void conv2d_forward(View4 y, ConstView4 x, ConstView4 w, std::span<const float> 
   if (k == 0) {
     for (int64_t n = 0; n < g.n; ++n) std::fill(y.ptr(n), y.ptr(n) + g.o * ohw, 0.0f);
   } else {
-    const int64_t per = images_per_gemm(g, g.n), chunks = (g.n + per - 1) / per;
-    BlasThreadsScope blas(1);
-    parallel_for(chunks, [&](int64_t ch) {
-      const int64_t n0 = ch * per, nb = std::min(per, g.n - n0), cols = nb * ohw;
-      const float* col = x.ptr(n0);
-      if (!(g.pointwise() && nb == 1)) {
-        float* c = scratch(0, k * cols);
-        gather_columns(c, x, n0, nb, g);
-        col = c;
-      }
-      if (nb == 1) {
-        sgemm(false, false, g.o, ohw, k, 1.0f, w.data, k, col, ohw, 0.0f, y.ptr(n0), ohw);
-        return;
-      }
-      float* out = scratch(1, g.o * cols);
-      sgemm(false, false, g.o, cols, k, 1.0f, w.data, k, col, cols, 0.0f, out, cols);
-      for (int64_t bi = 0; bi < nb; ++bi)
-        for (int64_t o = 0; o < g.o; ++o) std::copy_n(out + o * cols + bi * ohw, ohw, y.ptr(n0 + bi, o));
-    });
+    forward_chunks(y, x, w.data, g);
   }
   if (!b.empty())
     parallel_for(g.n, [&](int64_t n) {
@@ -302,6 +336,10 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
   if (want_x && (k == 0 || g.o == 0 || ohw == 0))  // nothing reaches x: its gradient is zero
     for (int64_t n = 0; n < g.n; ++n) std::fill(d_x.ptr(n), d_x.ptr(n) + g.c * g.h * g.w, 0.0f);
   if (g.n == 0 || k == 0 || g.o == 0 || ohw == 0) return;
+  const bool x_by_conv = want_x && input_gradient_is_convolution(g);
+  if (x_by_conv) input_gradient_by_convolution(d_x, d_y, w, g);
+  const bool x_by_columns = want_x && !x_by_conv;
+  if (!want_w && !x_by_columns) return;
   // Group grp sums images [grp·per, (grp+1)·per) into its own d_w partial, nb images per GEMM.
   const int64_t per = (g.n + std::min(g.n, kGroups) - 1) / std::min(g.n, kGroups);
   const int64_t groups = (g.n + per - 1) / per;  // none empty
@@ -331,7 +369,7 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
         sgemm(false, true, g.o, k, cols, 1.0f, dy, cols, col, cols, n0 == grp * per ? 0.0f : 1.0f,
               partial + grp * g.o * k, k);
       }
-      if (!want_x) continue;
+      if (!x_by_columns) continue;
       if (g.pointwise() && nb == 1) {
         sgemm(true, false, k, ohw, g.o, 1.0f, w.data, k, dy, ohw, 0.0f, d_x.ptr(n0), ohw);
         continue;
