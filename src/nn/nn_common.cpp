@@ -6,8 +6,10 @@
 
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm.hpp"
+#include "hwy/highway.h"
 
 namespace attnkit::nn {
+namespace hn = hwy::HWY_NAMESPACE;
 namespace {
 constexpr int64_t kElemsPerTask = 16384;  // ~64 KB of floats: amortises a task's dispatch
 constexpr int64_t kTileM = 256;           // GEMM tile of C: rows
@@ -68,28 +70,36 @@ double dot_double(const float* x, const float* y, int64_t n) {
   return s;
 }
 
+// The two plane reductions below keep float partial sums in vector lanes over one plane (at most
+// n / lanes terms each: 49 for a 28×28 plane with 16 lanes), then add each plane's total in
+// double: the per-element work is float FMAs, and the planes are summed without drift.
 void shifted_sums_double(const float* x, int64_t n, double k, double& s, double& q) {
-  double as[8] = {}, aq[8] = {};
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (int l = 0; l < 8; ++l) {
-      const double d = double(x[j + l]) - k;
-      as[l] += d, aq[l] += d * d;
-    }
-  for (; j < n; ++j) {
-    const double d = double(x[j]) - k;
-    s += d, q += d * d;
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = int64_t(hn::Lanes(df));
+  const auto kv = hn::Set(df, float(k));
+  auto as = hn::Zero(df), aq = hn::Zero(df);
+  for (int64_t j = 0; j < n; j += lanes) {
+    const auto in = hn::FirstN(df, size_t(n - j));
+    const auto d = hn::IfThenElseZero(in, hn::Sub(hn::MaskedLoad(in, df, x + j), kv));
+    as = hn::Add(as, d);
+    aq = hn::MulAdd(d, d, aq);
   }
-  for (int l = 0; l < 8; ++l) s += as[l], q += aq[l];
+  s += double(hn::GetLane(hn::SumOfLanes(df, as)));
+  q += double(hn::GetLane(hn::SumOfLanes(df, aq)));
 }
 
 void sum_and_dot_double(const float* g, const float* x, int64_t n, double& s, double& d) {
-  double as[8] = {}, ad[8] = {};
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (int l = 0; l < 8; ++l) as[l] += double(g[j + l]), ad[l] += double(g[j + l]) * double(x[j + l]);
-  for (; j < n; ++j) s += double(g[j]), d += double(g[j]) * double(x[j]);
-  for (int l = 0; l < 8; ++l) s += as[l], d += ad[l];
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = int64_t(hn::Lanes(df));
+  auto as = hn::Zero(df), ad = hn::Zero(df);
+  for (int64_t j = 0; j < n; j += lanes) {
+    const auto in = hn::FirstN(df, size_t(n - j));
+    const auto gv = hn::MaskedLoad(in, df, g + j);
+    as = hn::Add(as, gv);
+    ad = hn::MulAdd(gv, hn::MaskedLoad(in, df, x + j), ad);
+  }
+  s += double(hn::GetLane(hn::SumOfLanes(df, as)));
+  d += double(hn::GetLane(hn::SumOfLanes(df, ad)));
 }
 
 }  // namespace attnkit::nn
