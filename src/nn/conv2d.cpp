@@ -220,21 +220,18 @@ float* scratch(int which, int64_t n) {
 // of the geometry only, so results never depend on the thread count.
 int64_t images_per_gemm(const nn::Conv2dGeometry& g, int64_t limit) {
   const int64_t ohw = g.oh * g.ow, k = g.c * g.kh * g.kw;
-  const int64_t want = std::min((kChunkColumns + ohw - 1) / ohw, kChunkFloats / std::max<int64_t>(k * ohw, 1));
+  // A 1×1 convolution of one image needs no column matrix at all: copying several images into one
+  // cost more than the wider GEMM gained (measured on the CNN's shortcut shapes).
+  const int64_t target = g.pointwise() ? 1 : kChunkColumns;
+  const int64_t want = std::min((target + ohw - 1) / ohw, kChunkFloats / std::max<int64_t>(k * ohw, 1));
   return std::clamp<int64_t>(want, 1, std::max<int64_t>(limit, 1));
 }
 
-// col[K, nb·OH·OW] for images n0 .. n0+nb-1 (image b's columns at b·OH·OW); pointwise
-// convolutions copy the images (their column matrix is the image itself).
+// col[K, nb·OH·OW] for images n0 .. n0+nb-1 (image b's columns at b·OH·OW). Not for pointwise
+// convolutions, which run one image per GEMM on the image itself.
 void gather_columns(float* col, ConstView4 x, int64_t n0, int64_t nb, const nn::Conv2dGeometry& g) {
   const int64_t ohw = g.oh * g.ow, ld = nb * ohw;
-  for (int64_t b = 0; b < nb; ++b) {
-    if (g.pointwise()) {
-      for (int64_t c = 0; c < g.c; ++c) std::copy_n(x.ptr(n0 + b, c), ohw, col + c * ld + b * ohw);
-    } else {
-      nn::im2col(col + b * ohw, ld, x.ptr(n0 + b), g);
-    }
-  }
+  for (int64_t b = 0; b < nb; ++b) nn::im2col(col + b * ohw, ld, x.ptr(n0 + b), g);
 }
 
 // m[O, nb·OH·OW] (image b at columns b·OH·OW) from t[N, O, OH, OW] for images n0 .. n0+nb-1.
@@ -255,7 +252,7 @@ void forward_chunks(View4 y, ConstView4 x, const float* w, const nn::Conv2dGeome
   parallel_for(chunks, [&](int64_t ch) {
     const int64_t n0 = ch * per, nb = std::min(per, g.n - n0), cols = nb * ohw;
     const float* col = x.ptr(n0);
-    if (!(g.pointwise() && nb == 1)) {
+    if (!g.pointwise()) {  // pointwise: nb = 1, the image is its column matrix
       float* c = scratch(0, k * cols);
       gather_columns(c, x, n0, nb, g);
       col = c;
@@ -361,7 +358,7 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
       }
       if (want_w) {
         const float* col = x.ptr(n0);
-        if (!(g.pointwise() && nb == 1)) {
+        if (!g.pointwise()) {  // pointwise: nb = 1
           float* c = scratch(0, k * cols);
           gather_columns(c, x, n0, nb, g);
           col = c;
@@ -370,19 +367,13 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
               partial + grp * g.o * k, k);
       }
       if (!x_by_columns) continue;
-      if (g.pointwise() && nb == 1) {
+      if (g.pointwise()) {  // nb = 1
         sgemm(true, false, k, ohw, g.o, 1.0f, w.data, k, dy, ohw, 0.0f, d_x.ptr(n0), ohw);
         continue;
       }
       float* dcol = scratch(1, k * cols);
       sgemm(true, false, k, cols, g.o, 1.0f, w.data, k, dy, cols, 0.0f, dcol, cols);
-      for (int64_t b = 0; b < nb; ++b) {
-        if (g.pointwise()) {
-          for (int64_t c = 0; c < g.c; ++c) std::copy_n(dcol + c * cols + b * ohw, ohw, d_x.ptr(n0 + b, c));
-        } else {
-          nn::col2im(d_x.ptr(n0 + b), dcol + b * ohw, cols, g);
-        }
-      }
+      for (int64_t b = 0; b < nb; ++b) nn::col2im(d_x.ptr(n0 + b), dcol + b * ohw, cols, g);
     }
   });
   if (!want_w) return;
