@@ -6,6 +6,7 @@
 #include <climits>
 #include <cmath>
 
+#include "hwy/highway.h"
 #include "nn_common.hpp"
 #include "vision_common.hpp"
 
@@ -39,6 +40,51 @@ void global_avg_pool_backward(View4 d_x, ConstView2 d_y) {
   });
 }
 
+namespace hn = hwy::HWY_NAMESPACE;
+namespace {
+
+// Index of the first maximum of in[0, n) (n >= 1), where the first NaN beats every number, as
+// PyTorch's max does. Each vector lane keeps its own first maximum (a later element wins only
+// if larger, or if it is the lane's first NaN); the lanes are then compared by the same rule,
+// ties going to the smaller index.
+int64_t plane_argmax(const float* in, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const int64_t lanes = int64_t(hn::Lanes(df));
+  auto bv = hn::Set(df, -INFINITY);
+  auto bi = hn::Set(di, INT32_MAX);
+  for (int64_t j = 0; j < n; j += lanes) {
+    const auto in_f = hn::FirstN(df, size_t(n - j));
+    const auto v = hn::MaskedLoad(in_f, df, in + j);
+    const auto idx = hn::Iota(di, int32_t(j));
+    // A lane's first element always enters (its index is below INT32_MAX); later ones by the rule.
+    const auto wins = hn::Or(hn::Gt(v, bv), hn::AndNot(hn::IsNaN(bv), hn::IsNaN(v)));
+    const auto t = hn::And(in_f, hn::Or(wins, hn::RebindMask(df, hn::Eq(bi, hn::Set(di, INT32_MAX)))));
+    bv = hn::IfThenElse(t, v, bv);
+    bi = hn::IfThenElse(hn::RebindMask(di, t), idx, bi);
+  }
+  HWY_ALIGN float val[hn::MaxLanes(df)];
+  HWY_ALIGN int32_t at[hn::MaxLanes(di)];
+  hn::Store(bv, df, val);
+  hn::Store(bi, di, at);
+  int64_t best = -1;
+  for (int64_t l = 0; l < lanes; ++l) {
+    if (at[l] == INT32_MAX) continue;
+    if (best < 0) {
+      best = l;
+      continue;
+    }
+    const float a = val[best], b = val[l];
+    const bool b_nan = std::isnan(b), a_nan = std::isnan(a);
+    const bool better = (b_nan && !a_nan) || (b_nan == a_nan && !a_nan && b > a) ||
+                        ((b_nan == a_nan) && (a_nan || b == a) && at[l] < at[best]);
+    if (better) best = l;
+  }
+  return at[best];
+}
+
+}  // namespace
+
 void global_max_pool_forward(View2 y, std::span<int32_t> argmax, ConstView4 x) {
   const char* fn = "global_max_pool_forward";
   check_global(fn, x, "x", y, "y");
@@ -47,11 +93,8 @@ void global_max_pool_forward(View2 y, std::span<int32_t> argmax, ConstView4 x) {
   check(hw >= 1 && hw <= INT32_MAX, fn, ": x: expected 1..2^31-1 pixels per plane, got ", hw);
   nn::parallel_rows(x.shape[0] * c, hw, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
-      const float* in = x.data + p * hw;
-      int64_t best = 0;
-      for (int64_t i = 1; i < hw; ++i)  // the first NaN wins and stays, as in PyTorch
-        if (in[i] > in[best] || (std::isnan(in[i]) && !std::isnan(in[best]))) best = i;
-      y(p / c, p % c) = in[best];
+      const int64_t best = plane_argmax(x.data + p * hw, hw);
+      y(p / c, p % c) = x.data[p * hw + best];
       argmax[size_t(p)] = int32_t(best);
     }
   });

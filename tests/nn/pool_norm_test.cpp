@@ -125,6 +125,32 @@ TEST(Pool2d, BadArguments) {
   EXPECT_THROW(max_pool2d_backward(x.v4({1, 1, 4, 4}), y.c4({1, 1, 2, 2}), am), Error);
 }
 
+TEST(GlobalPool, MaxTakesTheFirstMaximumOrTheFirstNaN) {
+  // Planes of 1, 7, 37 and 100 pixels (shorter than, and several, vectors) with ties, -inf and NaNs.
+  for (const int64_t hw : {1, 7, 37, 100}) {
+    SCOPED_TRACE(testing::Message() << "plane of " << hw);
+    const int64_t planes = 6;
+    Buf x(planes * hw);
+    for (int64_t i = 0; i < x.n; ++i) x[i] = float((i * 7) % 5);  // ties: many 4s per plane
+    for (int64_t i = 0; i < hw; ++i) x[i] = -INFINITY;             // plane 0: all -inf
+    if (hw > 3) x[2 * hw + hw - 1] = NAN, x[2 * hw + 2] = NAN;     // plane 2: two NaNs
+    if (hw > 20) x[3 * hw + 19] = NAN;                             // plane 3: a NaN past a vector
+    x[4 * hw + hw - 1] = 9.0f;                                     // plane 4: maximum at the end
+    std::vector<int32_t> am(static_cast<size_t>(planes));
+    Buf y(planes);
+    global_max_pool_forward(y.v2(1, planes), am, x.c4({1, planes, hw, 1}));
+    for (int64_t p = 0; p < planes; ++p) {
+      int64_t want = 0;  // the sequential rule: later wins if larger, or if it is the first NaN
+      for (int64_t i = 1; i < hw; ++i) {
+        const float v = x[p * hw + i], b = x[p * hw + want];
+        if (v > b || (std::isnan(v) && !std::isnan(b))) want = i;
+      }
+      EXPECT_EQ(am[size_t(p)], want) << "plane " << p;
+      EXPECT_TRUE(std::isnan(y[p]) ? std::isnan(x[p * hw + want]) : y[p] == x[p * hw + want]) << "plane " << p;
+    }
+  }
+}
+
 TEST(GlobalPool, ForwardAndGradients) {
   const int64_t n = 3, c = 4, h = 3, w = 5;
   Buf x(n * c * h * w), r(n * c), y(n * c), dx(x.n);
