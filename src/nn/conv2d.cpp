@@ -99,6 +99,13 @@ void masked_copy(float* HWY_RESTRICT r, const float* HWY_RESTRICT src, const uin
   }
 }
 
+// r[0, n) = 0 with vector stores (spans here are short: a library call would cost more).
+void zero_floats(float* r, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = int64_t(hn::Lanes(df));
+  for (int64_t e = 0; e < n; e += lanes) hn::BlendedStore(hn::Zero(df), hn::FirstN(df, size_t(n - e)), df, r + e);
+}
+
 // dst[e] += keep[e] ? src[e] : 0 for e < n, as masked_copy.
 void masked_add(float* HWY_RESTRICT dst, const float* HWY_RESTRICT src, const uint8_t* keep, int64_t n) {
   const hn::ScalableTag<float> df;
@@ -136,9 +143,9 @@ void im2col(float* col, int64_t ld, const float* x, const Conv2dGeometry& g) {
         for (int64_t c = 0; c < g.c; ++c) {
           float* r = row + c * taps * ld;
           const float* src = x + c * hw + shift;  // src[e] for e in [first, last) is in the plane
-          std::fill(r, r + first, 0.0f);
+          zero_floats(r, first);
           masked_copy(r + first, src + first, keep.data() + first, last - first);
-          std::fill(r + last, r + ohw, 0.0f);
+          zero_floats(r + last, ohw - last);
         }
         continue;
       }
