@@ -9,8 +9,8 @@
 // geometry, never on the thread count.
 #include <algorithm>
 #include <array>
-#include <map>
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "attnkit/core/parallel.hpp"
@@ -142,9 +142,9 @@ void im2col(float* col, int64_t ld, const float* x, const Conv2dGeometry& g) {
         const std::vector<uint8_t>& keep = column_mask(g, j0, j1);
         for (int64_t c = 0; c < g.c; ++c) {
           float* r = row + c * taps * ld;
-          const float* src = x + c * hw + shift;  // src[e] for e in [first, last) is in the plane
+          const float* src = x + c * hw + first + shift;  // inside the plane for [first, last)
           zero_floats(r, first);
-          masked_copy(r + first, src + first, keep.data() + first, last - first);
+          masked_copy(r + first, src, keep.data() + first, last - first);
           zero_floats(r + last, ohw - last);
         }
         continue;
@@ -184,8 +184,8 @@ void col2im(float* x, const float* col, int64_t ld, const Conv2dGeometry& g) {
         const std::vector<uint8_t>& keep = column_mask(g, j0, j1);
         for (int64_t c = 0; c < g.c; ++c) {
           const float* r = row + c * taps * ld;
-          float* dst = x + c * hw + shift;  // dst[e] for e in [first, last) is in the plane
-          masked_add(dst + first, r + first, keep.data() + first, last - first);
+          float* dst = x + c * hw + first + shift;  // inside the plane for [first, last)
+          masked_add(dst, r + first, keep.data() + first, last - first);
         }
         continue;
       }
@@ -210,7 +210,7 @@ int64_t conv2d_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t p
 
 namespace {
 
-constexpr int64_t kGroups = 16;       // fixed d_w reduction groups (a function of N only)
+constexpr int64_t kGroups = 16;              // fixed d_w reduction groups (a function of N only)
 constexpr int64_t kChunkColumns = 512;      // aim for GEMMs this wide (images × OH·OW) ...
 constexpr int64_t kChunkFloats = 256 << 10;  // ... with a column matrix that stays in L2 (1 MiB)
 
@@ -223,8 +223,8 @@ float* scratch(int which, int64_t n) {
 }
 
 // Images per GEMM: enough that the GEMM is about kChunkColumns wide, but a column matrix of at
-// most kChunkFloats (or one image), and at most `limit`. A function
-// of the geometry only, so results never depend on the thread count.
+// most kChunkFloats (or one image), and at most `limit`. A function of the geometry only, so
+// results never depend on the thread count.
 int64_t images_per_gemm(const nn::Conv2dGeometry& g, int64_t limit) {
   const int64_t ohw = g.oh * g.ow, k = g.c * g.kh * g.kw;
   // A 1×1 convolution of one image needs no column matrix at all: copying several images into one

@@ -57,6 +57,8 @@ const ConvCase kCases[] = {
     {2, 3, 7, 6, 4, 3, 3, 1, 1, true},  {1, 2, 9, 9, 3, 3, 3, 2, 1, false},
     {3, 4, 5, 5, 5, 1, 1, 1, 0, true},  {2, 2, 8, 7, 3, 7, 7, 1, 3, true},
     {17, 3, 5, 4, 2, 2, 3, 2, 0, true}, {1, 1, 2, 2, 1, 3, 3, 1, 0, true},  // empty output
+    // Stride 1 without "same" width (valid, and wider than same padding): the row-by-row path.
+    {3, 2, 6, 7, 3, 3, 3, 1, 0, true}, {2, 2, 5, 5, 3, 3, 3, 1, 2, false},
     // Many small images: several images per GEMM, with a short last chunk.
     {40, 3, 6, 5, 4, 3, 3, 1, 1, true}, {33, 2, 9, 8, 3, 3, 3, 2, 1, false}, {37, 3, 4, 4, 6, 1, 1, 1, 0, true},
 };
