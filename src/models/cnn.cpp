@@ -36,13 +36,6 @@ void parallel_elements(int64_t n, const std::function<void(int64_t, int64_t)>& b
   parallel_for((n + kBlock - 1) / kBlock, [&](int64_t b) { body(b * kBlock, std::min(n, (b + 1) * kBlock)); });
 }
 
-// y = max(x, 0) in place.
-void relu_inplace(T4& t) {
-  float* p = t.data();
-  parallel_elements(t.numel(), [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) p[i] = std::max(p[i], 0.0f);
-  });
-}
 // d ← d where y > 0, else 0 (y is the ReLU's output).
 void relu_backward_inplace(T4& d, const T4& y) {
   float* g = d.data();
@@ -246,11 +239,13 @@ ConstView2 CnnModel::forward(ConstView4 x) {
   const BatchNormOptions bno{.eps = float(config_.batch_norm_eps),
                              .momentum = float(config_.batch_norm_momentum),
                              .training = training_};
-  auto bn = [&](T4& y, BnStats& st, const T4& in, const std::string& prefix) {
+  auto bn = [&](T4& y, BnStats& st, const T4& in, const std::string& prefix, bool relu = false) {
     st.resize(in.shape()[1]);
+    BatchNormOptions o = bno;
+    o.relu = relu;
     batch_norm2d_forward(y.view(), st.mean, st.rstd, buffer(prefix + ".running_mean"),
                          buffer(prefix + ".running_var"), in.view(), param(prefix + ".weight"),
-                         param(prefix + ".bias"), bno);
+                         param(prefix + ".bias"), o);
   };
   const Pool2dOptions pool{.kernel = 2};
 
@@ -267,8 +262,7 @@ ConstView2 CnnModel::forward(ConstView4 x) {
   ensure(st.h1, n, w[0], s, s);
   conv2d_forward(st.c1.view(), a.x.view(), as4(param("stem.conv.weight"), w[0], st.in_c, 3, 3), {},
                  {.stride = 1, .padding = 1});
-  bn(st.h1, st.bn1, st.c1, "stem.bn");
-  relu_inplace(st.h1);
+  bn(st.h1, st.bn1, st.c1, "stem.bn", /*relu=*/true);
   s /= 2;
   ensure(st.pooled, n, w[0], s, s);
   st.argmax.assign(size_t(n * w[0] * s * s), 0);
@@ -287,8 +281,7 @@ ConstView2 CnnModel::forward(ConstView4 x) {
     ensure(g.r, n, c, s, s), ensure(g.o, n, c, s, s);
     conv2d_forward(g.c1.view(), in->view(), as4(param(p + "conv1.weight"), c, g.in_c, 3, 3), {},
                    {.stride = 1, .padding = 1});
-    bn(g.h1, g.bn1, g.c1, p + "bn1");
-    relu_inplace(g.h1);
+    bn(g.h1, g.bn1, g.c1, p + "bn1", /*relu=*/true);
     conv2d_forward(g.c2.view(), g.h1.view(), as4(param(p + "conv2.weight"), c, c, 3, 3), {},
                    {.stride = 1, .padding = 1});
     bn(g.r, g.bn2, g.c2, p + "bn2");
@@ -376,12 +369,17 @@ void CnnModel::backward(ConstView2 d_logits) {
     const std::string p = "stages." + std::to_string(i) + ".";
     const int64_t c = g.out_c;
     if (g.pool) {  // d_next is the gradient of g.pooled
+      // Through the ReLU first, on the 4× smaller pooled tensor: only each window's argmax
+      // receives a gradient, and there o equals the pooled value, so masking by pooled > 0
+      // before the pool's backward is the ReLU's backward.
+      relu_backward_inplace(*d_next, g.pooled);
       like(g.d_o, g.o);
       max_pool2d_backward(g.d_o.view(), d_next->view(), g.argmax);
       d_next = &g.d_o;
+    } else {
+      relu_backward_inplace(*d_next, g.o);
     }
-    T4& d_s = *d_next;  // gradient of o; becomes the gradient of the pre-ReLU sum
-    relu_backward_inplace(d_s, g.o);
+    T4& d_s = *d_next;  // the gradient of the pre-ReLU sum
     // Residual branch.
     like(g.d_r, g.r);
     const int64_t hidden = std::max<int64_t>(1, c / config_.reduction);
@@ -436,9 +434,9 @@ void CnnModel::backward(ConstView2 d_logits) {
   }
   // Stem: d_next is the gradient of stem.pooled.
   CnnStage& st = a.stem;
+  relu_backward_inplace(*d_next, st.pooled);  // the ReLU's backward on the pooled side, as above
   like(st.d_o, st.h1);
   max_pool2d_backward(st.d_o.view(), d_next->view(), st.argmax);
-  relu_backward_inplace(st.d_o, st.h1);
   like(st.d_c1, st.c1);
   bn_back(st.d_c1, st.d_o, st.c1, st.bn1, "stem.bn");
   conv2d_backward(View4{}, as4(grad("stem.conv.weight"), w[0], st.in_c, 3, 3), {}, st.d_c1.view(),

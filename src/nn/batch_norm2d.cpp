@@ -100,7 +100,11 @@ void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
       const int64_t ch = pl % c;
       const float *p = x.ptr(pl / c, ch), a = scale[size_t(ch)], sh = shift[size_t(ch)];
       float* q = y.ptr(pl / c, ch);
-      for (int64_t j = 0; j < hw; ++j) q[j] = p[j] * a + sh;
+      if (opts.relu) {
+        for (int64_t j = 0; j < hw; ++j) q[j] = std::max(p[j] * a + sh, 0.0f);
+      } else {
+        for (int64_t j = 0; j < hw; ++j) q[j] = p[j] * a + sh;
+      }
     }
   });
 }

@@ -210,6 +210,24 @@ TEST(BatchNorm2d, TrainingForwardStatisticsAndRunningUpdate) {
   }
 }
 
+TEST(BatchNorm2d, FusedReluEqualsReluOfTheOutput) {
+  for (bool training : {true, false}) {
+    BnProblem a, b;
+    batch_norm2d_forward(a.y.v4(a.s()), a.mean.span(), a.rstd.span(), a.rm.span(), a.rv.span(),
+                         a.x.c4(a.s()), a.wt.cspan(), a.b.cspan(), {.training = training});
+    batch_norm2d_forward(b.y.v4(b.s()), b.mean.span(), b.rstd.span(), b.rm.span(), b.rv.span(),
+                         b.x.c4(b.s()), b.wt.cspan(), b.b.cspan(), {.training = training, .relu = true});
+    int64_t zeroed = 0;
+    for (int64_t i = 0; i < a.y.n; ++i) {
+      ASSERT_EQ(b.y[i], std::max(a.y[i], 0.0f)) << i;
+      zeroed += a.y[i] < 0;
+    }
+    EXPECT_GT(zeroed, 0);  // the data has negative outputs to clip
+    EXPECT_EQ(a.rm.raw, b.rm.raw);
+    EXPECT_EQ(a.rv.raw, b.rv.raw);
+  }
+}
+
 TEST(BatchNorm2d, GradientsMatchFiniteDifferencesTrainingAndEval) {
   for (bool training : {true, false}) {
     SCOPED_TRACE(training ? "training" : "eval");

@@ -23,6 +23,8 @@ struct BatchNormOptions {
   float eps = 1e-5f;       // added to the variance, >= 0
   float momentum = 0.1f;   // running-statistics update rate m in [0, 1]
   bool training = true;    // batch statistics (true) or running statistics (false)
+  bool relu = false;       // forward only: y = max(BN(x), 0) in the same pass (a conv block's
+                           // BN + ReLU); the caller masks d_y by y > 0 before the backward
 };
 
 // y[N, C, H, W] = (x - mean)·rstd·w + b per channel; writes mean[C], rstd[C] and, in training,
