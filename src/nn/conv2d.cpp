@@ -85,36 +85,37 @@ const std::vector<uint8_t>& column_mask(const Conv2dGeometry& g, int64_t j0, int
   return cache.emplace(key, std::move(keep)).first->second;
 }
 
+// Lanes e .. e + lanes - 1 whose keep byte is set (keep has a vector's slack past its end).
+template <class D>
+HWY_INLINE hn::Mask<D> kept_lanes(D df, const uint8_t* keep) {
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<uint8_t, D> du8;
+  return hn::RebindMask(df, hn::Ne(hn::PromoteTo(di, hn::LoadU(du8, keep)), hn::Zero(di)));
+}
+
 // r[e] = keep[e] ? src[e] : 0 for e < n, whole vectors at a time (a masked tail, no scalar loop:
 // the spans are often shorter than a few vectors). src is read only where e < n.
 void masked_copy(float* HWY_RESTRICT r, const float* HWY_RESTRICT src, const uint8_t* keep, int64_t n) {
   const hn::ScalableTag<float> df;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<uint8_t, decltype(df)> du8;
-  const int64_t lanes = int64_t(hn::Lanes(df));
-  for (int64_t e = 0; e < n; e += lanes) {
+  for (int64_t e = 0; e < n; e += int64_t(hn::Lanes(df))) {
     const auto in = hn::FirstN(df, size_t(n - e));
-    const auto k = hn::RebindMask(df, hn::Ne(hn::PromoteTo(di, hn::LoadU(du8, keep + e)), hn::Zero(di)));
-    hn::BlendedStore(hn::IfThenElseZero(k, hn::MaskedLoad(in, df, src + e)), in, df, r + e);
+    hn::BlendedStore(hn::IfThenElseZero(kept_lanes(df, keep + e), hn::MaskedLoad(in, df, src + e)), in, df, r + e);
   }
 }
 
 // r[0, n) = 0 with vector stores (spans here are short: a library call would cost more).
 void zero_floats(float* r, int64_t n) {
   const hn::ScalableTag<float> df;
-  const int64_t lanes = int64_t(hn::Lanes(df));
-  for (int64_t e = 0; e < n; e += lanes) hn::BlendedStore(hn::Zero(df), hn::FirstN(df, size_t(n - e)), df, r + e);
+  for (int64_t e = 0; e < n; e += int64_t(hn::Lanes(df)))
+    hn::BlendedStore(hn::Zero(df), hn::FirstN(df, size_t(n - e)), df, r + e);
 }
 
-// dst[e] += keep[e] ? src[e] : 0 for e < n, as masked_copy.
+// dst[e] += keep[e] ? src[e] : 0 for e < n, as masked_copy (dst[e] is left as it is where not kept).
 void masked_add(float* HWY_RESTRICT dst, const float* HWY_RESTRICT src, const uint8_t* keep, int64_t n) {
   const hn::ScalableTag<float> df;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<uint8_t, decltype(df)> du8;
-  const int64_t lanes = int64_t(hn::Lanes(df));
-  for (int64_t e = 0; e < n; e += lanes) {
+  for (int64_t e = 0; e < n; e += int64_t(hn::Lanes(df))) {
     const auto in = hn::FirstN(df, size_t(n - e));
-    const auto k = hn::And(in, hn::RebindMask(df, hn::Ne(hn::PromoteTo(di, hn::LoadU(du8, keep + e)), hn::Zero(di))));
+    const auto k = hn::And(in, kept_lanes(df, keep + e));
     const auto d = hn::MaskedLoad(in, df, dst + e);
     hn::BlendedStore(hn::IfThenElse(k, hn::Add(d, hn::MaskedLoad(k, df, src + e)), d), in, df, dst + e);
   }
