@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <functional>
 #include <random>
 
 #include "attnkit/core/error.hpp"
@@ -16,6 +15,7 @@
 #include "attnkit/nn/linear.hpp"
 #include "attnkit/nn/pool2d.hpp"
 #include "attnkit/nn/se_block.hpp"
+#include "../nn/nn_common.hpp"  // parallel_rows: element-wise passes in fixed blocks
 
 namespace attnkit {
 
@@ -30,24 +30,18 @@ struct BnStats {
   void resize(int64_t c) { mean.assign(size_t(c), 0.0f), rstd.assign(size_t(c), 0.0f); }
 };
 
-// Calls body(i0, i1) over [0, n) in fixed blocks of elements, in parallel.
-void parallel_elements(int64_t n, const std::function<void(int64_t, int64_t)>& body) {
-  constexpr int64_t kBlock = 1 << 15;
-  parallel_for((n + kBlock - 1) / kBlock, [&](int64_t b) { body(b * kBlock, std::min(n, (b + 1) * kBlock)); });
-}
-
 // d ← d where y > 0, else 0 (y is the ReLU's output).
 void relu_backward_inplace(T4& d, const T4& y) {
   float* g = d.data();
   const float* o = y.data();
-  parallel_elements(d.numel(), [&](int64_t i0, int64_t i1) {
+  nn::parallel_rows(d.numel(), 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) g[i] = o[i] > 0.0f ? g[i] : 0.0f;
   });
 }
 void add_into(T4& a, const T4& b) {
   float* p = a.data();
   const float* q = b.data();
-  parallel_elements(a.numel(), [&](int64_t i0, int64_t i1) {
+  nn::parallel_rows(a.numel(), 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) p[i] += q[i];
   });
 }
@@ -55,7 +49,7 @@ void add_into(T4& a, const T4& b) {
 void add_relu(T4& o, const T4& a, const T4& b) {
   float* r = o.data();
   const float *p = a.data(), *q = b.data();
-  parallel_elements(o.numel(), [&](int64_t i0, int64_t i1) {
+  nn::parallel_rows(o.numel(), 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) r[i] = std::max(p[i] + q[i], 0.0f);
   });
 }

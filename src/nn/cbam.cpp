@@ -81,7 +81,7 @@ void cbam_forward(View4 y, CbamCache& cache, ConstView4 x, const CbamWeights& w)
       const float* v = plane + ch * hw;
       for (int64_t p = 0; p < hw; ++p) {
         sum[size_t(p)] += double(v[p]);
-        const bool t = (v[p] > mx[p]) | ((v[p] != v[p]) & (mx[p] == mx[p]));  // first max / NaN
+        const bool t = nn::later_wins(mx[p], v[p]);  // first maximum, first NaN
         mx[p] = t ? v[p] : mx[p];
         arg[p] = t ? int32_t(ch) : arg[p];
       }

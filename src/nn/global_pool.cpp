@@ -44,9 +44,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 namespace {
 
 // Index of the first maximum of in[0, n) (n >= 1), where the first NaN beats every number, as
-// PyTorch's max does. Each vector lane keeps its own first maximum (a later element wins only
-// if larger, or if it is the lane's first NaN); the lanes are then compared by the same rule,
-// ties going to the smaller index.
+// PyTorch's max does. Each vector lane keeps its own first maximum (nn::later_wins); the lanes'
+// winners are then compared by the same rule in index order.
 int64_t plane_argmax(const float* in, int64_t n) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
@@ -58,8 +57,8 @@ int64_t plane_argmax(const float* in, int64_t n) {
     const auto v = hn::MaskedLoad(in_f, df, in + j);
     const auto idx = hn::Iota(di, int32_t(j));
     // A lane's first element always enters (its index is below INT32_MAX); later ones by the rule.
-    const auto wins = hn::Or(hn::Gt(v, bv), hn::AndNot(hn::IsNaN(bv), hn::IsNaN(v)));
-    const auto t = hn::And(in_f, hn::Or(wins, hn::RebindMask(df, hn::Eq(bi, hn::Set(di, INT32_MAX)))));
+    const auto empty = hn::RebindMask(df, hn::Eq(bi, hn::Set(di, INT32_MAX)));
+    const auto t = hn::And(in_f, hn::Or(nn::later_wins(df, bv, v), empty));
     bv = hn::IfThenElse(t, v, bv);
     bi = hn::IfThenElse(hn::RebindMask(di, t), idx, bi);
   }
@@ -74,10 +73,8 @@ int64_t plane_argmax(const float* in, int64_t n) {
       best = l;
       continue;
     }
-    const float a = val[best], b = val[l];
-    const bool b_nan = std::isnan(b), a_nan = std::isnan(a);
-    const bool better = (b_nan && !a_nan) || (b_nan == a_nan && !a_nan && b > a) ||
-                        ((b_nan == a_nan) && (a_nan || b == a) && at[l] < at[best]);
+    // Lane l beats the best so far by the rule applied in index order.
+    const bool better = at[l] < at[best] ? !nn::later_wins(val[l], val[best]) : nn::later_wins(val[best], val[l]);
     if (better) best = l;
   }
   return at[best];

@@ -49,12 +49,6 @@ float divisor(const PoolGeometry& g, int64_t i, int64_t j, bool include_pad) {
 namespace hn = hwy::HWY_NAMESPACE;
 namespace {
 
-// b wins over a (a comes first in the window): b is larger, or b is the first NaN.
-template <class D, class V>
-HWY_INLINE hn::Mask<D> later_wins(D, V a, V b) {
-  return hn::Or(hn::Gt(b, a), hn::AndNot(hn::IsNaN(a), hn::IsNaN(b)));
-}
-
 // 2×2, stride-2 max pool of one plane [H, W] (W even; rows past 2·OH are unused) into
 // out[OH, OW = W/2] and the window's winning flat index am, in window order (first maximum,
 // first NaN). Two vector passes over contiguous data, since rows are often shorter than a
@@ -71,14 +65,14 @@ void max_pool2x2_plane(const float* in, int64_t oh, int64_t w, float* out, int32
   for (; k + lanes <= pairs; k += lanes) {
     hn::Vec<decltype(df)> a, b;
     hn::LoadInterleaved2(df, in + 2 * k, a, b);
-    const auto t = later_wins(df, a, b);
+    const auto t = nn::later_wins(df, a, b);
     hn::StoreU(hn::IfThenElse(t, b, a), df, hv.data() + k);
     const auto idx = hn::Add(hn::Iota(di, int32_t(2 * k)), hn::Iota(di, 0));  // 2k, 2k + 2, ...
     hn::StoreU(hn::Add(idx, hn::IfThenElseZero(hn::RebindMask(di, t), hn::Set(di, 1))), di, hi.data() + k);
   }
   for (; k < pairs; ++k) {
     const float a = in[2 * k], b = in[2 * k + 1];
-    const bool t = b > a || (std::isnan(b) && !std::isnan(a));
+    const bool t = nn::later_wins(a, b);
     hv[size_t(k)] = t ? b : a;
     hi[size_t(k)] = int32_t(2 * k + (t ? 1 : 0));
   }
@@ -89,7 +83,7 @@ void max_pool2x2_plane(const float* in, int64_t oh, int64_t w, float* out, int32
       const auto in_f = hn::FirstN(df, size_t(ow - j));
       const auto in_i = hn::FirstN(di, size_t(ow - j));
       const auto a = hn::MaskedLoad(in_f, df, top + j), b = hn::MaskedLoad(in_f, df, bot + j);
-      const auto t = later_wins(df, a, b);
+      const auto t = nn::later_wins(df, a, b);
       hn::BlendedStore(hn::IfThenElse(t, b, a), in_f, df, out + i * ow + j);
       const auto ia = hn::MaskedLoad(in_i, di, itop + j), ib = hn::MaskedLoad(in_i, di, ibot + j);
       hn::BlendedStore(hn::IfThenElse(hn::RebindMask(di, t), ib, ia), in_i, di, am + i * ow + j);
@@ -122,9 +116,7 @@ void max_pool2d_forward(View4 y, std::span<int32_t> argmax, ConstView4 x,
           for (int64_t h = h0; h < h1; ++h)
             for (int64_t w = w0; w < w1; ++w)
             {
-              const float v = in[h * g.w + w], bv = in[best];
-              // The first NaN wins and stays: NaN propagates, as in PyTorch.
-              if (v > bv || (std::isnan(v) && !std::isnan(bv))) best = h * g.w + w;
+              if (nn::later_wins(in[best], in[h * g.w + w])) best = h * g.w + w;  // NaN propagates
             }
           out[i * g.ow + j] = in[best];
           am[i * g.ow + j] = int32_t(best);

@@ -6,6 +6,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/tensor.hpp"
+#include "hwy/highway.h"
 
 namespace attnkit::nn {
 
@@ -32,6 +33,16 @@ bool present4(const View<T, 4>& v) {
 // Checks a positive-extent argument.
 inline void check_positive(const char* fn, const char* name, int64_t v) {
   check(v >= 1, fn, ": ", name, ": expected >= 1, got ", v);
+}
+
+// The running-maximum rule of the max pools (PyTorch's): v, coming later than best, replaces it
+// if it is larger, or if it is the first NaN. Bitwise operators, so that loops over it vectorise.
+inline bool later_wins(float best, float v) { return (v > best) | ((v != v) & (best == best)); }
+// The same rule lane by lane.
+template <class D, class V>
+HWY_INLINE auto later_wins(D, V best, V v) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  return hn::Or(hn::Gt(v, best), hn::AndNot(hn::IsNaN(best), hn::IsNaN(v)));
 }
 
 // y = x ⊙ gate[n, c] per (n, c) plane (se_block.cpp; shared with CBAM's channel gate).
