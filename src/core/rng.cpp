@@ -1,8 +1,6 @@
 // Philox4x32 with 10 rounds; constants from Random123 (Salmon, Moraes, Dror, Shaw, SC'11).
 #include "attnkit/core/rng.hpp"
 
-#include <algorithm>
-
 #include "hwy/highway.h"
 
 namespace attnkit {
@@ -44,7 +42,6 @@ void dropout_keep_factors(uint64_t seed, float p, float keep_scale, uint32_t seq
   const int64_t lanes = int64_t(hn::Lanes(d));
   const V m0 = hn::Set(d, kM0), m1 = hn::Set(d, kM1);
   const auto threshold = hn::Set(df, p), keep = hn::Set(df, keep_scale), zero = hn::Zero(df);
-  HWY_ALIGN float tail[64];  // >= lanes of any Highway target
   for (int64_t base = 0; base < n; base += lanes) {
     V c0 = hn::Add(hn::Set(d, j0 + uint32_t(base)), hn::Iota(d, 0)), c1 = hn::Set(d, i);
     V c2 = hn::Set(d, head), c3 = hn::Set(d, seq);
@@ -63,12 +60,7 @@ void dropout_keep_factors(uint64_t seed, float p, float keep_scale, uint32_t seq
     // uniform_from_bits: float(bits >> 8)·2⁻²⁴, exact (24-bit integers convert exactly).
     const auto u = hn::Mul(hn::ConvertTo(df, hn::BitCast(di, hn::ShiftRight<8>(c0))), hn::Set(df, 0x1p-24f));
     const auto f = hn::IfThenElse(hn::Ge(u, threshold), keep, zero);
-    if (base + lanes <= n) {
-      hn::StoreU(f, df, factors + base);
-    } else {
-      hn::Store(f, df, tail);
-      std::copy_n(tail, n - base, factors + base);
-    }
+    hn::BlendedStore(f, hn::FirstN(df, size_t(n - base)), df, factors + base);
   }
 }
 

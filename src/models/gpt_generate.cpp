@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "attnkit/attention/decode.hpp"
@@ -60,14 +61,18 @@ GptGenerator::GptGenerator(const GptModel& model, const GenerateOptions& options
   if (c.sink == SinkMode::kOffByOne) zero_sinks_.assign(size_t(H), 0.0f);
 }
 
+int64_t GptGenerator::batch_room() const {
+  const KVPolicy p = cache_.config().policy;
+  if (p != KVPolicy::window && p != KVPolicy::sink) return std::numeric_limits<int64_t>::max();
+  return cache_.slots_per_sequence() - cache_.cached(0, 0);
+}
+
 std::span<const float> GptGenerator::feed_prompt(std::span<const int32_t> tokens) {
   std::span<const float> logits;
-  const bool evicting = cache_.config().policy == KVPolicy::window || cache_.config().policy == KVPolicy::sink;
   for (size_t i = 0; i < tokens.size();) {
     // A window/sink cache that is full evicts on every append: the tokens of a batched step
     // would then lose keys the earlier of them still see, so such steps take one token.
-    const int64_t room = evicting ? cache_.slots_per_sequence() - cache_.cached(0, 0) : kPrefillChunk;
-    const size_t n = size_t(std::clamp<int64_t>(room, 1, kPrefillChunk));
+    const size_t n = size_t(std::clamp<int64_t>(batch_room(), 1, kPrefillChunk));
     const auto chunk = tokens.subspan(i, std::min(n, tokens.size() - i));
     logits = feed_tokens(chunk);
     i += chunk.size();
@@ -85,9 +90,8 @@ std::span<const float> GptGenerator::feed_tokens(std::span<const int32_t> tokens
   check(cache_.config().policy != KVPolicy::dense || position_ + n <= cache_.slots_per_sequence(),
         "generate: the dense cache holds ", cache_.slots_per_sequence(),
         " tokens; use --sink/--window (StreamingLLM) to go further");
-  check(n == 1 || cache_.config().policy == KVPolicy::dense || cache_.config().policy == KVPolicy::paged ||
-            cache_.cached(0, 0) + n <= cache_.slots_per_sequence(),
-        "generate: ", n, " tokens in one step would evict keys they attend to (feed them one at a time)");
+  check(n == 1 || n <= batch_room(), "generate: ", n,
+        " tokens in one step would evict keys they attend to (feed them one at a time)");
   const int64_t rows = (H + 2 * Hkv) * D;
   for (auto* b : {&x_, &h_, &proj_}) b->resize(size_t(n * C));
   qkv_.resize(size_t(n * rows)), attn_.resize(size_t(n * H * D));

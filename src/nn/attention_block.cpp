@@ -27,7 +27,6 @@ AttentionBlockWorkspace::AttentionBlockWorkspace(const AttentionBlockOptions& o,
         "kv_heads and head_dim must be >= 1, got ", o.heads, ", ", o.kv(), ", ", o.head_dim);
   check(t >= 0, "AttentionBlockWorkspace: tokens: expected >= 0, got ", t);
   const int64_t hd = o.heads * o.head_dim, hg = o.gate_width();
-  heads_ = o.heads;
   qkv_ = Tensor<float, 2>({t, o.qkv_width()});
   attn_ = Tensor<float, 2>({t, hd});
   lse_ = Tensor<float, 2>({o.heads, t});
@@ -48,7 +47,7 @@ void AttentionBlockWorkspace::resize(int64_t t) {
   // Per-token buffers keep their width; those never sized (no gate, no query gate) stay empty.
   for (Tensor<float, 2>* x : {&qkv_, &attn_, &d_qkv_, &d_attn_, &gate_pre_, &gate_, &gated_, &d_gate_, &q_pre_})
     if (x->shape()[1] > 0) x->resize({t, x->shape()[1]});
-  lse_.resize({heads_, t});
+  lse_.resize({lse_.shape()[0], t});  // [H, T]
 }
 
 namespace {

@@ -60,6 +60,9 @@ class GptGenerator {
     AttentionBlockParams attn;
     ConstView2 mlp_gate, mlp_up, mlp_down;
   };
+  // Tokens one batched step can take without the cache evicting keys they attend to (window
+  // and sink caches once full: 0); unbounded for dense and paged caches.
+  int64_t batch_room() const;
   const GptModel& model_;
   GenerateOptions options_;
   std::vector<LayerWeights> layers_;

@@ -127,7 +127,6 @@ class AttentionBlockWorkspace {
  private:
   Tensor<float, 2> qkv_, attn_, lse_, gate_pre_, gate_, gated_, q_pre_;
   Tensor<float, 2> d_qkv_, d_attn_, d_gate_, d_sink_;
-  int64_t heads_ = 0;
 };
 
 // Checks options, x [T, C], batch, parameters and cache shapes; throws attnkit::Error naming the
