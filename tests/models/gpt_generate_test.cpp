@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "attnkit/core/error.hpp"
@@ -28,30 +31,44 @@ std::vector<GptConfig> variants() {
           tiny(GateMode::kElementwise, GateSource::kQuery, SinkMode::kOffByOne, 5)};
 }
 
+// Calls set(values) on parameter "model.layers.L.<suffix>" of every layer L that has it.
+template <class Set>
+void set_in_every_layer(GptModel& model, const std::string& suffix, const Set& set) {
+  for (int64_t l = 0; l < model.config().num_hidden_layers; ++l)
+    for (const auto& p : model.parameter_info())
+      if (p.name == "model.layers." + std::to_string(l) + "." + suffix) set(model.parameter(p.name));
+}
+
+// The model's full-forward logits for `tokens`; compare() records the largest deviation of a
+// step's logits from row t, and the largest logit, for the float32-rounding bar.
+struct FullForward {
+  Tensor<float, 2> full;
+  double worst = 0, scale = 0;
+  FullForward(GptModel& model, const std::vector<int32_t>& tokens)
+      : full({int64_t(tokens.size()), model.config().vocab_size}) {
+    model.logits({tokens, {}}, full.view());
+  }
+  void compare(std::span<const float> got, int64_t t) {
+    for (int64_t v = 0; v < full.shape()[1]; ++v) {
+      worst = std::max(worst, std::abs(double(got[size_t(v)]) - full.view()(t, v)));
+      scale = std::max(scale, std::abs(double(full.view()(t, v))));
+    }
+  }
+};
+
 TEST(GptGenerate, DecodeStepsEqualTheFullForward) {
   for (const auto& cfg : variants()) {
     GptModel model(cfg);
     model.init_random(3);
     for (auto name : {"self_attn.sinks", "self_attn.output_gate.bias"})  // make them matter
-      for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
-        for (const auto& p : model.parameter_info())
-          if (p.name == "model.layers." + std::to_string(l) + "." + name)
-            for (auto& x : model.parameter(p.name)) x = 0.7f;
+      set_in_every_layer(model, name, [](std::span<float> v) { std::fill(v.begin(), v.end(), 0.7f); });
     std::vector<int32_t> tokens;
     for (int i = 0; i < 30; ++i) tokens.push_back((i * 7 + 3) % 40);
-    Tensor<float, 2> full({30, 40});
-    model.logits({tokens, {}}, full.view());
+    FullForward ref(model, tokens);
     GptGenerator gen(model, {.temperature = 0});
-    double worst = 0, scale = 0;
-    for (int64_t t = 0; t < 30; ++t) {
-      const auto step = gen.feed(tokens[size_t(t)]);
-      for (int64_t v = 0; v < 40; ++v) {
-        worst = std::max(worst, std::abs(double(step[size_t(v)]) - full.view()(t, v)));
-        scale = std::max(scale, std::abs(double(full.view()(t, v))));
-      }
-    }
+    for (int64_t t = 0; t < 30; ++t) ref.compare(gen.feed(tokens[size_t(t)]), t);
     // Same arithmetic in a different order (one token vs a packed batch): float32 rounding.
-    EXPECT_LT(worst, 1e-5 * std::max(1.0, scale)) << "gate " << int(cfg.gate) << " sink " << int(cfg.sink);
+    EXPECT_LT(ref.worst, 1e-5 * std::max(1.0, ref.scale)) << "gate " << int(cfg.gate) << " sink " << int(cfg.sink);
   }
 }
 
@@ -61,30 +78,20 @@ TEST(GptGenerate, BatchedStepsEqualTheFullForward) {
   for (const auto& cfg : variants()) {
     GptModel model(cfg);
     model.init_random(4);
-    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
-      for (const auto& p : model.parameter_info())
-        if (p.name == "model.layers." + std::to_string(l) + ".self_attn.sinks") model.parameter(p.name)[0] = 0.7f;
+    set_in_every_layer(model, "self_attn.sinks", [](std::span<float> v) { v[0] = 0.7f; });
     std::vector<int32_t> tokens;
     for (int i = 0; i < 34; ++i) tokens.push_back((i * 11 + 5) % 40);
-    Tensor<float, 2> full({34, 40});
-    model.logits({tokens, {}}, full.view());
+    FullForward ref(model, tokens);
     GptGenerator gen(model, {.temperature = 0});
-    double worst = 0, scale = 0;
-    auto compare = [&](std::span<const float> got, int64_t t) {
-      for (int64_t v = 0; v < 40; ++v) {
-        worst = std::max(worst, std::abs(double(got[size_t(v)]) - full.view()(t, v)));
-        scale = std::max(scale, std::abs(double(full.view()(t, v))));
-      }
-    };
     int64_t at = 0;
     for (int64_t n : {1, 5, 11, 13}) {  // 30 tokens in batched steps
-      compare(gen.feed_tokens(std::span<const int32_t>(tokens).subspan(size_t(at), size_t(n))), at + n - 1);
+      ref.compare(gen.feed_tokens(std::span<const int32_t>(tokens).subspan(size_t(at), size_t(n))), at + n - 1);
       at += n;
     }
-    for (; at < 34; ++at) compare(gen.feed(tokens[size_t(at)]), at);
+    for (; at < 34; ++at) ref.compare(gen.feed(tokens[size_t(at)]), at);
     EXPECT_EQ(gen.position(), 34);
     EXPECT_EQ(gen.cache().cached(0, 1), 34);
-    EXPECT_LT(worst, 1e-5 * std::max(1.0, scale)) << "gate " << int(cfg.gate) << " sink " << int(cfg.sink);
+    EXPECT_LT(ref.worst, 1e-5 * std::max(1.0, ref.scale)) << "gate " << int(cfg.gate) << " sink " << int(cfg.sink);
   }
 }
 
