@@ -1,4 +1,6 @@
-// conv2d fast path: im2col + one sgemm per chunk of images (see conv2d.hpp).
+// conv2d fast path: im2col + one sgemm per chunk of images (see conv2d.hpp). 3×3, stride-1,
+// padding-1 layers with >= 8 channels on planes of at least 12×12 compute y and d_x by Winograd
+// F(2×2, 3×3) instead (conv2d_winograd.cpp); their d_w stays on the column path.
 //   forward:  col[C·KH·KW, nb·OH·OW] = im2col(x[n0 .. n0+nb)); y = w[O, C·KH·KW]·col (+ b),
 //             scattered back to NCHW;
 //   backward: d_col = wᵀ·d_y (chunk), d_x[n] = col2im(d_col); d_w += d_y·colᵀ; d_b += Σ d_y.
@@ -254,6 +256,7 @@ namespace {
 
 // y = conv(x, w) without bias, w as [O, C·KH·KW]: one GEMM per chunk of images.
 void forward_chunks(View4 y, ConstView4 x, const float* w, const nn::Conv2dGeometry& g) {
+  if (nn::winograd_applies(g)) return nn::winograd_conv3x3(y, x, w, false, g);
   const int64_t k = g.c * g.kh * g.kw, ohw = g.oh * g.ow;
   const int64_t per = images_per_gemm(g, g.n), chunks = (g.n + per - 1) / per;
   BlasThreadsScope blas(1);
@@ -286,12 +289,24 @@ bool input_gradient_is_convolution(const nn::Conv2dGeometry& g) {
   return g.o < g.c && g.stride == 1 && g.kh == g.kw && g.pad <= g.kh - 1 && !g.pointwise();
 }
 
-void input_gradient_by_convolution(View4 d_x, ConstView4 d_y, ConstView4 w, const nn::Conv2dGeometry& g) {
+// The geometry of that convolution of d_y (valid when the conditions above hold but O < C).
+nn::Conv2dGeometry input_gradient_geometry(const nn::Conv2dGeometry& g) {
   nn::Conv2dGeometry t;
   t.n = g.n, t.c = g.o, t.h = g.oh, t.w = g.ow;
   t.o = g.c, t.kh = g.kh, t.kw = g.kw;
   t.stride = 1, t.pad = g.kh - 1 - g.pad;
   t.oh = g.h, t.ow = g.w;
+  return t;
+}
+
+// A 3×3 same-size convolution's input gradient is itself one that Winograd runs (faster than
+// the column path for every such layer of the CNN; see conv2d_winograd.cpp).
+bool input_gradient_is_winograd(const nn::Conv2dGeometry& g) {
+  return nn::winograd_applies(g) && nn::winograd_applies(input_gradient_geometry(g));
+}
+
+void input_gradient_by_convolution(View4 d_x, ConstView4 d_y, ConstView4 w, const nn::Conv2dGeometry& g) {
+  const nn::Conv2dGeometry t = input_gradient_geometry(g);
   const int64_t taps = g.kh * g.kw;
   std::vector<float> wt(size_t(g.c * g.o * taps));
   for (int64_t o = 0; o < g.o; ++o)
@@ -341,9 +356,11 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
   if (want_x && (k == 0 || g.o == 0 || ohw == 0))  // nothing reaches x: its gradient is zero
     for (int64_t n = 0; n < g.n; ++n) std::fill(d_x.ptr(n), d_x.ptr(n) + g.c * g.h * g.w, 0.0f);
   if (g.n == 0 || k == 0 || g.o == 0 || ohw == 0) return;
-  const bool x_by_conv = want_x && input_gradient_is_convolution(g);
+  const bool x_by_winograd = want_x && input_gradient_is_winograd(g);
+  if (x_by_winograd) nn::winograd_conv3x3(d_x, d_y, w.data, true, input_gradient_geometry(g));
+  const bool x_by_conv = want_x && !x_by_winograd && input_gradient_is_convolution(g);
   if (x_by_conv) input_gradient_by_convolution(d_x, d_y, w, g);
-  const bool x_by_columns = want_x && !x_by_conv;
+  const bool x_by_columns = want_x && !x_by_conv && !x_by_winograd;
   if (!want_w && !x_by_columns) return;
   // Group grp sums images [grp·per, (grp+1)·per) into its own d_w partial, nb images per GEMM.
   const int64_t per = (g.n + std::min(g.n, kGroups) - 1) / std::min(g.n, kGroups);

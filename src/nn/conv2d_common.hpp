@@ -28,4 +28,12 @@ void im2col(float* col, int64_t ld, const float* x, const Conv2dGeometry& g);
 // for im2col.
 void col2im(float* x, const float* col, int64_t ld, const Conv2dGeometry& g);
 
+// True for the convolutions conv2d runs by Winograd F(2×2, 3×3): 3×3, stride 1, padding 1, and at
+// least 8 input and 8 output channels, on planes of at least 12×12.
+bool winograd_applies(const Conv2dGeometry& g);
+// y[N, O, H, W] = conv(x[N, C, H, W], w) for a geometry winograd_applies to (no bias); w is
+// [O, C, 3, 3], or with `flip_transpose` [C, O, 3, 3] used rotated by 180° (the input gradient).
+void winograd_conv3x3(View4 y, ConstView4 x, const float* w, bool flip_transpose,
+                      const Conv2dGeometry& g);
+
 }  // namespace attnkit::nn

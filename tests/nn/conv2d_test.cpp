@@ -1,4 +1,4 @@
-// conv2d: fast path (im2col + sgemm) vs the double reference within a rounding bar derived from
+// conv2d: fast paths (im2col + sgemm, Winograd F(2×2, 3×3)) vs the double reference within a rounding bar derived from
 // the data (k·u·Σ|terms|), the reference's gradients vs central finite differences, bitwise
 // determinism across thread counts, the += / = gradient contract, and argument errors.
 #include <gtest/gtest.h>
@@ -61,6 +61,13 @@ const ConvCase kCases[] = {
     {3, 2, 6, 7, 3, 3, 3, 1, 0, true}, {2, 2, 5, 5, 3, 3, 3, 1, 2, false},
     // Many small images: several images per GEMM, with a short last chunk.
     {40, 3, 6, 5, 4, 3, 3, 1, 1, true}, {33, 2, 9, 8, 3, 3, 3, 2, 1, false}, {37, 3, 4, 4, 6, 1, 1, 1, 0, true},
+    // Winograd F(2×2, 3×3) (3×3, stride 1, padding 1, >= 8 channels in and out, sides >= 12):
+    // odd and even sides, several images per chunk with a short last chunk (67 images, 24 per
+    // chunk), a plane wider than one vector of tiles (40 columns).
+    {5, 9, 13, 12, 10, 3, 3, 1, 1, true}, {3, 16, 14, 14, 8, 3, 3, 1, 1, false},
+    {2, 8, 12, 40, 8, 3, 3, 1, 1, true}, {67, 8, 12, 13, 12, 3, 3, 1, 1, false},
+    // Input gradient by Winograd only when both directions qualify: here O = 4 < 8.
+    {2, 12, 12, 12, 4, 3, 3, 1, 1, true},
 };
 
 TEST(Conv2d, FastMatchesReference) {
@@ -109,20 +116,23 @@ TEST(Conv2d, ReferenceGradientsMatchFiniteDifferences) {
 }
 
 TEST(Conv2d, BitwiseIdenticalForAnyThreadCount) {
-  ConvProblem pr({19, 3, 6, 6, 4, 3, 3, 1, 1, true});
-  Buf y1(pr.dy.n), y2(pr.dy.n), dx1(pr.x.n), dx2(pr.x.n), dw1(pr.w.n), dw2(pr.w.n);
-  for (int t : {1, 2}) {
-    ThreadCountScope scope(t);
-    Buf& y = t == 1 ? y1 : y2;
-    Buf& dx = t == 1 ? dx1 : dx2;
-    Buf& dw = t == 1 ? dw1 : dw2;
-    conv2d_forward(y.v4(pr.ys()), pr.x.c4(pr.xs()), pr.w.c4(pr.ws()), pr.b.cspan(), pr.opts());
-    conv2d_backward(dx.v4(pr.xs()), dw.v4(pr.ws()), {}, pr.dy.c4(pr.ys()), pr.x.c4(pr.xs()),
-                    pr.w.c4(pr.ws()), pr.opts());
+  // The column path, then Winograd (three chunks of images).
+  for (const ConvCase& cs : {ConvCase{19, 3, 6, 6, 4, 3, 3, 1, 1, true}, ConvCase{21, 16, 16, 13, 9, 3, 3, 1, 1, true}}) {
+    ConvProblem pr(cs);
+    Buf y1(pr.dy.n), y2(pr.dy.n), dx1(pr.x.n), dx2(pr.x.n), dw1(pr.w.n), dw2(pr.w.n);
+    for (int t : {1, 2}) {
+      ThreadCountScope scope(t);
+      Buf& y = t == 1 ? y1 : y2;
+      Buf& dx = t == 1 ? dx1 : dx2;
+      Buf& dw = t == 1 ? dw1 : dw2;
+      conv2d_forward(y.v4(pr.ys()), pr.x.c4(pr.xs()), pr.w.c4(pr.ws()), pr.b.cspan(), pr.opts());
+      conv2d_backward(dx.v4(pr.xs()), dw.v4(pr.ws()), {}, pr.dy.c4(pr.ys()), pr.x.c4(pr.xs()),
+                      pr.w.c4(pr.ws()), pr.opts());
+    }
+    EXPECT_EQ(y1.raw, y2.raw);
+    EXPECT_EQ(dx1.raw, dx2.raw);
+    EXPECT_EQ(dw1.raw, dw2.raw);
   }
-  EXPECT_EQ(y1.raw, y2.raw);
-  EXPECT_EQ(dx1.raw, dx2.raw);
-  EXPECT_EQ(dw1.raw, dw2.raw);
 }
 
 TEST(Conv2d, OptionalGradientsAreSkipped) {
