@@ -1,6 +1,7 @@
 // conv2d fast path: im2col + one sgemm per chunk of images (see conv2d.hpp). 3×3, stride-1,
-// padding-1 layers with >= 8 channels on planes of at least 12×12 compute y and d_x by Winograd
-// F(2×2, 3×3) instead (conv2d_winograd.cpp); their d_w stays on the column path.
+// padding-1 layers with >= 8 channels on planes of at least 12×12 (or of one vector of tiles,
+// such as 7×7) compute y and d_x by Winograd F(2×2, 3×3) instead (conv2d_winograd.cpp); their
+// d_w stays on the column path.
 //   forward:  col[C·KH·KW, nb·OH·OW] = im2col(x[n0 .. n0+nb)); y = w[O, C·KH·KW]·col (+ b),
 //             scattered back to NCHW;
 //   backward: d_col = wᵀ·d_y (chunk), d_x[n] = col2im(d_col); d_w += d_y·colᵀ; d_b += Σ d_y.

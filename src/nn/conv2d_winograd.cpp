@@ -22,9 +22,11 @@ namespace hn = hwy::HWY_NAMESPACE;
 namespace {
 
 constexpr int64_t kMinChannels = 8;  // below this the K = C GEMMs are too thin to pay off
-// Smaller planes waste tiles and pay the per-plane transform overhead on few pixels: on the CNN's
-// shapes (1 thread, batch 128) 14×14 layers ran 1.4–1.8× faster than im2col + sgemm, 7×7 layers
-// 0.8–0.9× as fast.
+// Planes between one vector of tiles and 12×12 (9×9 to 11×11 with 16 lanes) stay on im2col +
+// sgemm: they waste tiles and pay the row-by-row transforms' per-plane overhead on few pixels.
+// Measured on the CNN's shapes (1 thread, batch 128): 14×14 layers 1.4–1.8× faster than
+// im2col + sgemm; 7×7 layers 0.8–0.9× as fast with the row-by-row transforms, 1.15–1.25× faster
+// with the one-vector transforms (small_plane).
 constexpr int64_t kMinSide = 12;
 constexpr int64_t kChunkFloats = 128 << 10;  // V of one chunk (16·C·tiles) stays in L2 (512 KiB)
 
@@ -34,6 +36,13 @@ struct Tiles {
 Tiles tiles_of(const Conv2dGeometry& g) {
   const int64_t th = (g.h + 1) / 2, tw = (g.w + 1) / 2;
   return {th, tw, th * tw};
+}
+
+// All tiles of a plane in one vector, and a row of the plane within one vector (2·TW < lanes):
+// the gather / permutation transforms (input_transform_small, output_transform_small).
+bool small_plane(const Tiles& t) {
+  const int64_t lanes = int64_t(hn::Lanes(hn::ScalableTag<float>()));
+  return t.t <= lanes && 2 * t.tw < lanes;
 }
 
 float* scratch(int which, int64_t n) {
@@ -143,6 +152,90 @@ void input_transform(float* v, int64_t plane, const float* x, const Conv2dGeomet
   }
 }
 
+// Planes whose tiles fit in one vector (T <= lanes, e.g. 7×7 with 16 lanes): the plane is copied
+// into the interior of `pad` ([2·TH + 2][2·TW + 2], border zeroed by the caller and never
+// written), then each of the 16 inputs d[k][l] of every tile is one gather (idx[4k + l][tile]),
+// and Bᵀ·d·B runs on whole vectors.
+void input_transform_small(float* v, int64_t plane, const float* x, const Conv2dGeometry& g,
+                           const Tiles& t, const int32_t* idx, float* pad) {
+  const DF df;
+  const hn::RebindToSigned<DF> di;
+  const int64_t pw = 2 * t.tw + 2, lanes = int64_t(hn::Lanes(df));
+  const auto row = hn::FirstN(df, size_t(g.w));  // W <= 2·TW < lanes
+  for (int64_t i = 0; i < g.h; ++i)
+    hn::BlendedStore(hn::MaskedLoad(row, df, x + i * g.w), row, df, pad + (i + 1) * pw + 1);
+  VF d[4][4];
+  for (int k = 0; k < 4; ++k)
+    for (int l = 0; l < 4; ++l) d[k][l] = hn::GatherIndex(df, pad, hn::LoadU(di, idx + (4 * k + l) * lanes));
+  VF r[4][4];  // Bᵀ·d
+  for (int l = 0; l < 4; ++l) {
+    r[0][l] = hn::Sub(d[0][l], d[2][l]);
+    r[1][l] = hn::Add(d[1][l], d[2][l]);
+    r[2][l] = hn::Sub(d[2][l], d[1][l]);
+    r[3][l] = hn::Sub(d[1][l], d[3][l]);
+  }
+  const auto keep = hn::FirstN(df, size_t(t.t));
+  for (int i = 0; i < 4; ++i) {  // (Bᵀ·d)·B
+    hn::BlendedStore(hn::Sub(r[i][0], r[i][2]), keep, df, v + (4 * i) * plane);
+    hn::BlendedStore(hn::Add(r[i][1], r[i][2]), keep, df, v + (4 * i + 1) * plane);
+    hn::BlendedStore(hn::Sub(r[i][2], r[i][1]), keep, df, v + (4 * i + 2) * plane);
+    hn::BlendedStore(hn::Sub(r[i][1], r[i][3]), keep, df, v + (4 * i + 3) * plane);
+  }
+}
+
+// output_transform for planes whose tiles fit in one vector: the four outputs of all tiles are
+// four vectors, and each output row is two lane permutations of them (rows[ty]: lane j takes
+// tile ty·TW + j/2) blended by column parity, stored without a round trip through memory.
+void output_transform_small(float* y, const float* m, int64_t plane, const Conv2dGeometry& g,
+                            const Tiles& t, const int32_t* rows) {
+  const DF df;
+  const hn::RebindToSigned<DF> di;
+  const int64_t lanes = int64_t(hn::Lanes(df));
+  const auto in = hn::FirstN(df, size_t(t.t));
+  VF s[4], d[4];
+  for (int j = 0; j < 4; ++j) {
+    const VF m0 = hn::MaskedLoad(in, df, m + j * plane), m1 = hn::MaskedLoad(in, df, m + (4 + j) * plane);
+    const VF m2 = hn::MaskedLoad(in, df, m + (8 + j) * plane), m3 = hn::MaskedLoad(in, df, m + (12 + j) * plane);
+    s[j] = hn::Add(hn::Add(m0, m1), m2);
+    d[j] = hn::Sub(hn::Sub(m1, m2), m3);
+  }
+  const VF y00 = hn::Add(hn::Add(s[0], s[1]), s[2]), y01 = hn::Sub(hn::Sub(s[1], s[2]), s[3]);
+  const VF y10 = hn::Add(hn::Add(d[0], d[1]), d[2]), y11 = hn::Sub(hn::Sub(d[1], d[2]), d[3]);
+  const auto odd = hn::RebindMask(df, hn::Eq(hn::And(hn::Iota(di, 0), hn::Set(di, 1)), hn::Set(di, 1)));
+  const auto keep = hn::FirstN(df, size_t(g.w));
+  for (int64_t ty = 0; ty < t.th; ++ty) {
+    const auto idx = hn::IndicesFromVec(df, hn::LoadU(di, rows + ty * lanes));
+    const VF top = hn::IfThenElse(odd, hn::TableLookupLanes(y01, idx), hn::TableLookupLanes(y00, idx));
+    hn::BlendedStore(top, keep, df, y + 2 * ty * g.w);
+    if (2 * ty + 1 < g.h) {
+      const VF bottom = hn::IfThenElse(odd, hn::TableLookupLanes(y11, idx), hn::TableLookupLanes(y10, idx));
+      hn::BlendedStore(bottom, keep, df, y + (2 * ty + 1) * g.w);
+    }
+  }
+}
+
+// The row permutations of output_transform_small: rows[ty·lanes + j] = ty·TW + j/2 for
+// j < 2·TW, else 0.
+std::vector<int32_t> small_plane_rows(const Tiles& t) {
+  const int64_t lanes = int64_t(hn::Lanes(DF()));
+  std::vector<int32_t> rows(size_t(t.th * lanes), 0);
+  for (int64_t ty = 0; ty < t.th; ++ty)
+    for (int64_t j = 0; j < 2 * t.tw; ++j) rows[size_t(ty * lanes + j)] = int32_t(ty * t.tw + j / 2);
+  return rows;
+}
+
+// The gather indices of input_transform_small: idx[(4k + l)·lanes + tile] = the padded-plane
+// offset of input (k, l) of that tile (0 for lanes past the last tile).
+std::vector<int32_t> small_plane_indices(const Tiles& t) {
+  const int64_t lanes = int64_t(hn::Lanes(DF())), pw = 2 * t.tw + 2;
+  std::vector<int32_t> idx(size_t(16 * lanes), 0);
+  for (int k = 0; k < 4; ++k)
+    for (int l = 0; l < 4; ++l)
+      for (int64_t tile = 0; tile < t.t; ++tile)
+        idx[size_t((4 * k + l) * lanes + tile)] = int32_t((2 * (tile / t.tw) + k) * pw + 2 * (tile % t.tw) + l);
+  return idx;
+}
+
 // y[OH, OW] of one output plane = Aᵀ·m·A for every tile, m[ξ] = m + ξ·plane + tile. The four
 // outputs of every tile are computed over all tiles at once, then interleaved into rows; tiles
 // past an odd edge are clipped.
@@ -190,7 +283,8 @@ void output_transform(float* y, const float* m, int64_t plane, const Conv2dGeome
 
 bool winograd_applies(const Conv2dGeometry& g) {
   return g.kh == 3 && g.kw == 3 && g.stride == 1 && g.pad == 1 && g.oh == g.h && g.ow == g.w &&
-         g.c >= kMinChannels && g.o >= kMinChannels && g.h >= kMinSide && g.w >= kMinSide;
+         g.c >= kMinChannels && g.o >= kMinChannels &&
+         ((g.h >= kMinSide && g.w >= kMinSide) || small_plane(tiles_of(g)));
 }
 
 void winograd_conv3x3(View4 y, ConstView4 x, const float* w, bool flip_transpose,
@@ -200,21 +294,36 @@ void winograd_conv3x3(View4 y, ConstView4 x, const float* w, bool flip_transpose
   transform_weights(u.data(), w, g.o, g.c, flip_transpose);
   // Images per chunk: a function of the geometry only.
   const int64_t per = std::clamp<int64_t>(kChunkFloats / (16 * g.c * t.t), 1, g.n);
+  const bool small = small_plane(t);
+  const std::vector<int32_t> idx = small ? small_plane_indices(t) : std::vector<int32_t>{};
+  const std::vector<int32_t> rows = small ? small_plane_rows(t) : std::vector<int32_t>{};
   const int64_t chunks = (g.n + per - 1) / per;
   BlasThreadsScope blas(1);
   parallel_for(chunks, [&](int64_t ch) {
     const int64_t n0 = ch * per, nb = std::min(per, g.n - n0), cols = nb * t.t;
     float* v = scratch(0, 16 * g.c * cols);
     float* m = scratch(1, 16 * g.o * cols);
+    float* pad = nullptr;
+    if (small) {  // zero border for input_transform_small, which writes only the interior
+      const int64_t floats = (2 * t.th + 2) * (2 * t.tw + 2);
+      pad = scratch(2, floats);
+      std::fill(pad, pad + floats, 0.0f);
+    }
     for (int64_t b = 0; b < nb; ++b)
-      for (int64_t c = 0; c < g.c; ++c)
-        input_transform(v + c * cols + b * t.t, g.c * cols, x.ptr(n0 + b, c), g, t);
+      for (int64_t c = 0; c < g.c; ++c) {
+        float* vc = v + c * cols + b * t.t;
+        if (small) input_transform_small(vc, g.c * cols, x.ptr(n0 + b, c), g, t, idx.data(), pad);
+        else input_transform(vc, g.c * cols, x.ptr(n0 + b, c), g, t);
+      }
     for (int64_t xi = 0; xi < 16; ++xi)
       sgemm(false, false, g.o, cols, g.c, 1.0f, u.data() + xi * g.o * g.c, g.c,
             v + xi * g.c * cols, cols, 0.0f, m + xi * g.o * cols, cols);
     for (int64_t b = 0; b < nb; ++b)
-      for (int64_t o = 0; o < g.o; ++o)
-        output_transform(y.ptr(n0 + b, o), m + o * cols + b * t.t, g.o * cols, g, t);
+      for (int64_t o = 0; o < g.o; ++o) {
+        const float* mo = m + o * cols + b * t.t;
+        if (small) output_transform_small(y.ptr(n0 + b, o), mo, g.o * cols, g, t, rows.data());
+        else output_transform(y.ptr(n0 + b, o), mo, g.o * cols, g, t);
+      }
   });
 }
 

@@ -68,6 +68,10 @@ const ConvCase kCases[] = {
     {2, 8, 12, 40, 8, 3, 3, 1, 1, true}, {67, 8, 12, 13, 12, 3, 3, 1, 1, false},
     // Input gradient by Winograd only when both directions qualify: here O = 4 < 8.
     {2, 12, 12, 12, 4, 3, 3, 1, 1, true},
+    // Winograd on planes whose tiles fit in one vector (with 16 lanes: 7×7, 8×6, 1×1, 5×7),
+    // four chunks of 21 images with a short last one (70 images, 32 channels, 12 tiles each).
+    {3, 8, 7, 7, 9, 3, 3, 1, 1, true}, {2, 10, 8, 6, 8, 3, 3, 1, 1, false},
+    {2, 8, 1, 1, 8, 3, 3, 1, 1, true}, {70, 32, 5, 7, 8, 3, 3, 1, 1, false},
 };
 
 TEST(Conv2d, FastMatchesReference) {
@@ -116,8 +120,9 @@ TEST(Conv2d, ReferenceGradientsMatchFiniteDifferences) {
 }
 
 TEST(Conv2d, BitwiseIdenticalForAnyThreadCount) {
-  // The column path, then Winograd (three chunks of images).
-  for (const ConvCase& cs : {ConvCase{19, 3, 6, 6, 4, 3, 3, 1, 1, true}, ConvCase{21, 16, 16, 13, 9, 3, 3, 1, 1, true}}) {
+  // The column path, then Winograd (three chunks of images; then one-vector planes, 3 chunks).
+  for (const ConvCase& cs : {ConvCase{19, 3, 6, 6, 4, 3, 3, 1, 1, true}, ConvCase{21, 16, 16, 13, 9, 3, 3, 1, 1, true},
+                            ConvCase{40, 32, 7, 7, 8, 3, 3, 1, 1, true}}) {
     ConvProblem pr(cs);
     Buf y1(pr.dy.n), y2(pr.dy.n), dx1(pr.x.n), dx2(pr.x.n), dw1(pr.w.n), dw2(pr.w.n);
     for (int t : {1, 2}) {
