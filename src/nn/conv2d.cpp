@@ -1,7 +1,7 @@
 // conv2d fast path: im2col + one sgemm per chunk of images (see conv2d.hpp). 3×3, stride-1,
 // padding-1 layers with >= 8 channels on planes of at least 12×12 (or of one vector of tiles,
-// such as 7×7) compute y and d_x by Winograd F(2×2, 3×3) instead (conv2d_winograd.cpp); their
-// d_w stays on the column path.
+// such as 7×7) compute y and d_x by Winograd F(2×2, 3×3) instead (conv2d_winograd.cpp), and
+// d_w too on the larger planes.
 //   forward:  col[C·KH·KW, nb·OH·OW] = im2col(x[n0 .. n0+nb)); y = w[O, C·KH·KW]·col (+ b),
 //             scattered back to NCHW;
 //   backward: d_col = wᵀ·d_y (chunk), d_x[n] = col2im(d_col); d_w += d_y·colᵀ; d_b += Σ d_y.
@@ -352,7 +352,8 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
       for (int64_t n = 0; n < g.n; ++n) acc += nn::sum_double(d_y.ptr(n, o), ohw);
       d_b[size_t(o)] += float(acc);
     });
-  const bool want_x = nn::present4(d_x), want_w = nn::present4(d_w) && k > 0;
+  const bool want_x = nn::present4(d_x);
+  bool want_w = nn::present4(d_w) && k > 0;
   if (!want_x && !want_w) return;
   if (want_x && (k == 0 || g.o == 0 || ohw == 0))  // nothing reaches x: its gradient is zero
     for (int64_t n = 0; n < g.n; ++n) std::fill(d_x.ptr(n), d_x.ptr(n) + g.c * g.h * g.w, 0.0f);
@@ -362,6 +363,11 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
   const bool x_by_conv = want_x && !x_by_winograd && input_gradient_is_convolution(g);
   if (x_by_conv) input_gradient_by_convolution(d_x, d_y, w, g);
   const bool x_by_columns = want_x && !x_by_conv && !x_by_winograd;
+  const bool w_by_winograd = want_w && nn::winograd_weight_gradient_applies(g);
+  if (w_by_winograd) {
+    nn::winograd_weight_gradient(d_w, d_y, x, g);
+    want_w = false;
+  }
   if (!want_w && !x_by_columns) return;
   // Group grp sums images [grp·per, (grp+1)·per) into its own d_w partial, nb images per GEMM.
   const int64_t per = (g.n + std::min(g.n, kGroups) - 1) / std::min(g.n, kGroups);

@@ -28,6 +28,7 @@ constexpr int64_t kMinChannels = 8;  // below this the K = C GEMMs are too thin 
 // im2col + sgemm; 7×7 layers 0.8–0.9× as fast with the row-by-row transforms, 1.15–1.25× faster
 // with the one-vector transforms (small_plane).
 constexpr int64_t kMinSide = 12;
+constexpr int64_t kGroups = 16;  // fixed weight-gradient reduction groups (as conv2d.cpp's)
 constexpr int64_t kChunkFloats = 128 << 10;  // V of one chunk (16·C·tiles) stays in L2 (512 KiB)
 
 struct Tiles {
@@ -279,6 +280,57 @@ void output_transform(float* y, const float* m, int64_t plane, const Conv2dGeome
   }
 }
 
+// V[ξ][c][b·T + tile] for images n0 .. n0 + nb - 1 of x (V's rows hold nb·T floats); `idx` is
+// small_plane_indices(t) for small planes, else null.
+void transform_inputs(float* v, ConstView4 x, int64_t n0, int64_t nb, const Conv2dGeometry& g,
+                      const Tiles& t, const int32_t* idx) {
+  const int64_t cols = nb * t.t;
+  float* pad = nullptr;
+  if (idx) {  // zero border for input_transform_small, which writes only the interior
+    const int64_t floats = (2 * t.th + 2) * (2 * t.tw + 2);
+    pad = scratch(2, floats);
+    std::fill(pad, pad + floats, 0.0f);
+  }
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t c = 0; c < g.c; ++c) {
+      float* vc = v + c * cols + b * t.t;
+      if (idx) input_transform_small(vc, g.c * cols, x.ptr(n0 + b, c), g, t, idx, pad);
+      else input_transform(vc, g.c * cols, x.ptr(n0 + b, c), g, t);
+    }
+}
+
+// dM[ξ][o][col0 + tile] = (A·dY·Aᵀ)[ξ] for every 2×2 output tile dY of one plane dy[OH, OW]
+// (zeros past an odd edge): the adjoint of output_transform. dm points at tile 0 of ξ = 0, ξ
+// planes `plane` floats apart. Rows 2ty and 2ty + 1 are loaded whole; their even and odd
+// columns (ConcatEven / ConcatOdd) are the two columns of every tile.
+void gradient_transform(float* dm, int64_t plane, const float* dy, const Conv2dGeometry& g,
+                        const Tiles& t) {
+  const DF df;
+  const int64_t lanes = int64_t(hn::Lanes(df));
+  auto load = [&](int64_t r, int64_t q) {  // dy row r, columns q .. q + lanes - 1, zero outside
+    if (r >= g.h || q >= g.w) return hn::Zero(df);
+    return hn::MaskedLoad(hn::FirstN(df, size_t(std::min(lanes, g.w - q))), df, dy + r * g.w + q);
+  };
+  for (int64_t ty = 0; ty < t.th; ++ty)
+    for (int64_t q = 0, k = 0; k < t.tw; q += 2 * lanes, k += lanes) {
+      const VF a_lo = load(2 * ty, q), a_hi = load(2 * ty, q + lanes);
+      const VF b_lo = load(2 * ty + 1, q), b_hi = load(2 * ty + 1, q + lanes);
+      const VF e0 = hn::ConcatEven(df, a_hi, a_lo), o0 = hn::ConcatOdd(df, a_hi, a_lo);
+      const VF e1 = hn::ConcatEven(df, b_hi, b_lo), o1 = hn::ConcatOdd(df, b_hi, b_lo);
+      // A·dY: rows dY0, dY0 + dY1, dY0 - dY1, -dY1 (even and odd columns apart).
+      const VF re[4] = {e0, hn::Add(e0, e1), hn::Sub(e0, e1), hn::Neg(e1)};
+      const VF ro[4] = {o0, hn::Add(o0, o1), hn::Sub(o0, o1), hn::Neg(o1)};
+      const auto keep = hn::FirstN(df, size_t(std::min(lanes, t.tw - k)));
+      float* out = dm + ty * t.tw + k;
+      for (int i = 0; i < 4; ++i) {  // (A·dY)·Aᵀ: columns c0, c0 + c1, c0 - c1, -c1
+        hn::BlendedStore(re[i], keep, df, out + (4 * i) * plane);
+        hn::BlendedStore(hn::Add(re[i], ro[i]), keep, df, out + (4 * i + 1) * plane);
+        hn::BlendedStore(hn::Sub(re[i], ro[i]), keep, df, out + (4 * i + 2) * plane);
+        hn::BlendedStore(hn::Neg(ro[i]), keep, df, out + (4 * i + 3) * plane);
+      }
+    }
+}
+
 }  // namespace
 
 bool winograd_applies(const Conv2dGeometry& g) {
@@ -303,18 +355,7 @@ void winograd_conv3x3(View4 y, ConstView4 x, const float* w, bool flip_transpose
     const int64_t n0 = ch * per, nb = std::min(per, g.n - n0), cols = nb * t.t;
     float* v = scratch(0, 16 * g.c * cols);
     float* m = scratch(1, 16 * g.o * cols);
-    float* pad = nullptr;
-    if (small) {  // zero border for input_transform_small, which writes only the interior
-      const int64_t floats = (2 * t.th + 2) * (2 * t.tw + 2);
-      pad = scratch(2, floats);
-      std::fill(pad, pad + floats, 0.0f);
-    }
-    for (int64_t b = 0; b < nb; ++b)
-      for (int64_t c = 0; c < g.c; ++c) {
-        float* vc = v + c * cols + b * t.t;
-        if (small) input_transform_small(vc, g.c * cols, x.ptr(n0 + b, c), g, t, idx.data(), pad);
-        else input_transform(vc, g.c * cols, x.ptr(n0 + b, c), g, t);
-      }
+    transform_inputs(v, x, n0, nb, g, t, small ? idx.data() : nullptr);
     for (int64_t xi = 0; xi < 16; ++xi)
       sgemm(false, false, g.o, cols, g.c, 1.0f, u.data() + xi * g.o * g.c, g.c,
             v + xi * g.c * cols, cols, 0.0f, m + xi * g.o * cols, cols);
@@ -324,6 +365,66 @@ void winograd_conv3x3(View4 y, ConstView4 x, const float* w, bool flip_transpose
         if (small) output_transform_small(y.ptr(n0 + b, o), mo, g.o * cols, g, t, rows.data());
         else output_transform(y.ptr(n0 + b, o), mo, g.o * cols, g, t);
       }
+  });
+}
+
+bool winograd_weight_gradient_applies(const Conv2dGeometry& g) {
+  return winograd_applies(g) && !small_plane(tiles_of(g));
+}
+
+void winograd_weight_gradient(View4 d_w, ConstView4 d_y, ConstView4 x, const Conv2dGeometry& g) {
+  const Tiles t = tiles_of(g);
+  const bool small = small_plane(t);
+  const std::vector<int32_t> idx = small ? small_plane_indices(t) : std::vector<int32_t>{};
+  // Fixed groups of images (a function of N only), each summing its chunks in order into its own
+  // partial dU[16][O][C]; the partials are then added in group order.
+  const int64_t per_group = (g.n + std::min(g.n, kGroups) - 1) / std::min(g.n, kGroups);
+  const int64_t groups = (g.n + per_group - 1) / per_group;
+  const int64_t per = std::clamp<int64_t>(kChunkFloats / (16 * std::max(g.c, g.o) * t.t), 1, per_group);
+  const int64_t uf = 16 * g.o * g.c;
+  thread_local std::vector<float> partial_buf;  // the calling thread's, reused across calls
+  if (partial_buf.size() < size_t(groups * uf)) partial_buf.resize(size_t(groups * uf));
+  float* partial = partial_buf.data();
+  {
+    BlasThreadsScope blas(1);
+    parallel_for(groups, [&](int64_t grp) {
+      const int64_t end = std::min(g.n, (grp + 1) * per_group);
+      for (int64_t n0 = grp * per_group; n0 < end; n0 += per) {
+        const int64_t nb = std::min(per, end - n0), cols = nb * t.t;
+        float* v = scratch(0, 16 * g.c * cols);
+        float* dm = scratch(1, 16 * g.o * cols);
+        transform_inputs(v, x, n0, nb, g, t, small ? idx.data() : nullptr);
+        for (int64_t b = 0; b < nb; ++b)
+          for (int64_t o = 0; o < g.o; ++o)
+            gradient_transform(dm + o * cols + b * t.t, g.o * cols, d_y.ptr(n0 + b, o), g, t);
+        for (int64_t xi = 0; xi < 16; ++xi)  // dU[ξ] (+)= dM[ξ]·V[ξ]ᵀ
+          sgemm(false, true, g.o, g.c, cols, 1.0f, dm + xi * g.o * cols, cols, v + xi * g.c * cols,
+                cols, n0 == grp * per_group ? 0.0f : 1.0f, partial + grp * uf + xi * g.o * g.c, g.c);
+      }
+    });
+  }
+  // d_w[o, c] += Gᵀ·dU·G, dU summed over the groups in order.
+  parallel_for(g.o, [&](int64_t o) {
+    for (int64_t c = 0; c < g.c; ++c) {
+      float du[4][4];
+      for (int xi = 0; xi < 16; ++xi) {
+        float acc = 0.0f;
+        for (int64_t grp = 0; grp < groups; ++grp) acc += partial[grp * uf + xi * g.o * g.c + o * g.c + c];
+        du[xi / 4][xi % 4] = acc;
+      }
+      float r[3][4];  // Gᵀ·dU
+      for (int b = 0; b < 4; ++b) {
+        r[0][b] = du[0][b] + 0.5f * (du[1][b] + du[2][b]);
+        r[1][b] = 0.5f * (du[1][b] - du[2][b]);
+        r[2][b] = 0.5f * (du[1][b] + du[2][b]) + du[3][b];
+      }
+      float* dst = d_w.ptr(o, c);
+      for (int i = 0; i < 3; ++i) {  // (Gᵀ·dU)·G
+        dst[i * 3 + 0] += r[i][0] + 0.5f * (r[i][1] + r[i][2]);
+        dst[i * 3 + 1] += 0.5f * (r[i][1] - r[i][2]);
+        dst[i * 3 + 2] += 0.5f * (r[i][1] + r[i][2]) + r[i][3];
+      }
+    }
   });
 }
 
