@@ -66,6 +66,7 @@ const ConvCase kCases[] = {
     // chunk), a plane wider than one vector of tiles (40 columns).
     {5, 9, 13, 12, 10, 3, 3, 1, 1, true}, {3, 16, 14, 14, 8, 3, 3, 1, 1, false},
     {2, 8, 12, 40, 8, 3, 3, 1, 1, true}, {67, 8, 12, 13, 12, 3, 3, 1, 1, false},
+    {2, 8, 12, 16, 8, 3, 3, 1, 1, true},  // 16 wide: row-by-row input, per-row-of-tiles output
     // Input gradient by Winograd only when both directions qualify: here O = 4 < 8.
     {2, 12, 12, 12, 4, 3, 3, 1, 1, true},
     // Winograd on planes whose tiles fit in one vector (with 16 lanes: 7×7, 8×6, 1×1, 5×7),
