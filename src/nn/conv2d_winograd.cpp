@@ -5,6 +5,9 @@
 // M[ξ] = U[ξ][O, C]·V[ξ][C, tiles]: 16 multiplies per tile instead of 36 (2.25× fewer flops on
 // even sides). The transforms use only 0, ±1 and ±1/2, so the rounding error stays within a
 // small multiple of the direct convolution's (the tests check it against float64).
+// The input gradient is the same kind of convolution, of d_y with the filters transposed and
+// rotated by 180°. The weight gradient runs the adjoint: dU[ξ] = Σ_tiles (A·dY·Aᵀ)[ξ] ⊙ V[ξ], 16
+// GEMMs [O, tiles]·[tiles, C], then dg = Gᵀ·dU·G.
 //
 // Chunks of images run in parallel; each chunk transforms its inputs into per-thread scratch,
 // runs the 16 GEMMs and writes its own outputs, so results do not depend on the thread count.
@@ -20,6 +23,9 @@
 namespace attnkit::nn {
 namespace hn = hwy::HWY_NAMESPACE;
 namespace {
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
 
 constexpr int64_t kMinChannels = 8;  // below this the K = C GEMMs are too thin to pay off
 // Planes between one vector of tiles and 12×12 (9×9 to 11×11 with 16 lanes) stay on im2col +
@@ -42,7 +48,7 @@ Tiles tiles_of(const Conv2dGeometry& g) {
 // All tiles of a plane in one vector, and a row of the plane within one vector (2·TW < lanes):
 // the gather / permutation transforms (input_transform_small, output_transform_small).
 bool small_plane(const Tiles& t) {
-  const int64_t lanes = int64_t(hn::Lanes(hn::ScalableTag<float>()));
+  const int64_t lanes = int64_t(hn::Lanes(DF()));
   return t.t <= lanes && 2 * t.tw < lanes;
 }
 
@@ -80,9 +86,6 @@ void transform_weights(float* u, const float* w, int64_t o_n, int64_t c_n, bool 
     }
   });
 }
-
-using DF = hn::ScalableTag<float>;
-using VF = hn::Vec<DF>;
 
 // Floats per row-transformed row: every column the column pass of input_transform reads (for
 // each group of `lanes` tiles, 2·lanes columns from 2k, or lanes when the group fits in half a
