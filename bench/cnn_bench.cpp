@@ -1,8 +1,10 @@
 // Google Benchmark: one training step (forward in training mode + backward, no optimizer) of the
 // residual CNN (models/cnn.hpp, widths 32/64/128 on 28×28 images) with attention none / SE /
 // CBAM (second argument 0 / 1 / 2); the first argument is the batch size. Counters: images/s, the
-// convolutions' GFLOP/s (forward, d_x and d_w GEMM work; the rest of the step is not counted) and
-// that rate as a fraction of OpenBLAS sgemm measured once in this process with the same threads.
+// convolutions' GFLOP/s (forward, d_x and d_w work counted as direct convolution, so layers run by
+// Winograd, which does up to 2.25× fewer multiplies, count more than they execute; the rest of the
+// step is not counted) and that rate as a fraction of OpenBLAS sgemm measured once in this process
+// with the same threads.
 // Run: build/attnkit_bench --benchmark_filter=Cnn   (OMP_NUM_THREADS sets the threads)
 #include <benchmark/benchmark.h>
 
