@@ -10,7 +10,10 @@
 // (=) d_x; each gradient is skipped when its view/span is empty.
 // Fast path (conv2d.cpp): im2col of a chunk of images (about 512 output pixels in all) into
 // per-thread scratch and one sgemm per chunk (ops/gemm.hpp); a 1×1 stride-1 unpadded convolution
-// of one image uses the image itself as the column matrix.
+// of one image uses the image itself as the column matrix. 3×3, stride-1, padding-1 layers with
+// >= 8 input and output channels on planes of at least 12×12, or whose 2×2 tiles fit in one vector
+// (7×7 with AVX-512), run by Winograd F(2×2, 3×3) instead (conv2d_winograd.cpp): y and d_x on
+// both, d_w on the larger planes.
 // Images run in parallel; d_w sums fixed groups of images in a fixed order, so results are
 // bitwise identical for any thread count. Reference (conv2d_reference.cpp): direct loops in double.
 #include <cstdint>
