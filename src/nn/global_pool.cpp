@@ -62,22 +62,16 @@ int64_t plane_argmax(const float* in, int64_t n) {
     bv = hn::IfThenElse(t, v, bv);
     bi = hn::IfThenElse(hn::RebindMask(di, t), idx, bi);
   }
-  HWY_ALIGN float val[hn::MaxLanes(df)];
-  HWY_ALIGN int32_t at[hn::MaxLanes(di)];
-  hn::Store(bv, df, val);
-  hn::Store(bi, di, at);
-  int64_t best = -1;
-  for (int64_t l = 0; l < lanes; ++l) {
-    if (at[l] == INT32_MAX) continue;
-    if (best < 0) {
-      best = l;
-      continue;
-    }
-    // Lane l beats the best so far by the rule applied in index order.
-    const bool better = at[l] < at[best] ? !nn::later_wins(val[l], val[best]) : nn::later_wins(val[best], val[l]);
-    if (better) best = l;
+  // Across lanes, in index order by the same rule: the first NaN if any lane holds one, else the
+  // first index holding the largest value (each lane holds its own first NaN or first maximum).
+  const auto held = hn::RebindMask(df, hn::Ne(bi, hn::Set(di, INT32_MAX)));
+  auto cand = hn::And(held, hn::IsNaN(bv));
+  if (hn::AllFalse(df, cand)) {
+    const auto top = hn::MaxOfLanes(df, hn::IfThenElse(held, bv, hn::Set(df, -INFINITY)));
+    cand = hn::And(held, hn::Eq(bv, top));
   }
-  return at[best];
+  const auto first = hn::MinOfLanes(di, hn::IfThenElse(hn::RebindMask(di, cand), bi, hn::Set(di, INT32_MAX)));
+  return hn::GetLane(first);
 }
 
 }  // namespace
