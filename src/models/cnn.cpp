@@ -54,14 +54,8 @@ void add_relu(T4& o, const T4& a, const T4& b) {
   });
 }
 
-ConstView4 as4(std::span<const float> s, int64_t a, int64_t b, int64_t c, int64_t d) {
-  return ConstView4::contiguous(s.data(), {a, b, c, d});
-}
 View4 as4(std::span<float> s, int64_t a, int64_t b, int64_t c, int64_t d) {
   return View4::contiguous(s.data(), {a, b, c, d});
-}
-ConstView2 as2(std::span<const float> s, int64_t a, int64_t b) {
-  return ConstView2::contiguous(s.data(), {a, b});
 }
 View2 as2(std::span<float> s, int64_t a, int64_t b) { return View2::contiguous(s.data(), {a, b}); }
 
