@@ -37,8 +37,9 @@ bool winograd_applies(const Conv2dGeometry& g);
 void winograd_conv3x3(View4 y, ConstView4 x, const float* w, bool flip_transpose,
                       const Conv2dGeometry& g);
 // True where conv2d computes d_w by Winograd too: as winograd_applies, except planes of one vector
-// of tiles. Measured on the CNN's shapes (1 thread, batch 128): 14×14 layers 1.0–1.3× faster than
-// im2col + sgemm, 7×7 layers 0.65–0.85× as fast (16 GEMMs with an inner dimension of 64 tiles).
+// of tiles. Measured on the CNN's shapes (1 thread, batch 128): 14×14 layers 0.9–1.3× the speed
+// of im2col + sgemm (1.2–1.3× with 64 channels), 7×7 layers 0.65–0.85× (16 GEMMs with an inner
+// dimension of 64 tiles).
 bool winograd_weight_gradient_applies(const Conv2dGeometry& g);
 // d_w[O, C, 3, 3] += the weight gradient of that convolution for d_y [N, O, H, W] and x, by
 // Winograd F(2×2, 3×3) (the adjoint transforms); deterministic for any thread count.

@@ -27,11 +27,13 @@ namespace {
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-constexpr int64_t kMinChannels = 8;  // below this the K = C GEMMs are too thin to pay off
+// Fewer channels give GEMMs with K = C too thin to pay for the transforms; 8 is a judgement, not a
+// measurement (the CNN's stem, 1 channel, and CBAM's 2 → 1 gate stay on im2col).
+constexpr int64_t kMinChannels = 8;
 // Planes between one vector of tiles and 12×12 (9×9 to 11×11 with 16 lanes) stay on im2col +
 // sgemm: they waste tiles and pay the row-by-row transforms' per-plane overhead on few pixels.
 // Measured on the CNN's shapes (1 thread, batch 128): 14×14 layers 1.4–1.8× faster than
-// im2col + sgemm; 7×7 layers 0.8–0.9× as fast with the row-by-row transforms, 1.15–1.25× faster
+// im2col + sgemm; 7×7 layers 0.8–0.9× as fast with the row-by-row transforms, 1.1–1.3× faster
 // with the one-vector transforms (small_plane).
 constexpr int64_t kMinSide = 12;
 constexpr int64_t kGroups = 16;  // fixed weight-gradient reduction groups (as conv2d.cpp's)

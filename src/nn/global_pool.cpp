@@ -96,7 +96,7 @@ void global_max_pool_backward(View4 d_x, ConstView2 d_y, std::span<const int32_t
   check_global(fn, d_x, "d_x", d_y, "d_y");
   const int64_t c = d_x.shape[1], hw = d_x.shape[2] * d_x.shape[3];
   nn::check_span(argmax, fn, "argmax", "[N·C]", d_x.shape[0] * c);
-  for (int32_t a : argmax) check(a >= 0 && a < hw, fn, ": argmax: index ", a, " outside the ", hw, "-pixel plane");
+  nn::check_argmax(fn, argmax, hw);
   nn::parallel_rows(d_x.shape[0] * c, hw, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       std::fill(d_x.data + p * hw, d_x.data + (p + 1) * hw, 0.0f);

@@ -132,7 +132,7 @@ void max_pool2d_backward(View4 d_x, ConstView4 d_y, std::span<const int32_t> arg
   nn::check_nchw(d_x, fn, "d_x", "[N, C, H, W]", n, c, d_x.shape[2], d_x.shape[3]);
   nn::check_span(argmax, fn, "argmax", "[N·C·OH·OW]", n * c * oh * ow);
   const int64_t hw = d_x.shape[2] * d_x.shape[3];
-  for (int32_t a : argmax) check(a >= 0 && a < hw, fn, ": argmax: index ", a, " outside the ", hw, "-pixel plane");
+  nn::check_argmax(fn, argmax, hw);
   nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
     for (int64_t pl = p0; pl < p1; ++pl) {
       float* dx = d_x.data + pl * hw;

@@ -35,6 +35,18 @@ inline void check_positive(const char* fn, const char* name, int64_t v) {
   check(v >= 1, fn, ": ", name, ": expected >= 1, got ", v);
 }
 
+// Throws attnkit::Error naming the first entry of `argmax` outside [0, hw). The common case (all
+// valid) is one branch-free, vectorisable pass: a check per entry cost a pool's backward more
+// than its own work.
+inline void check_argmax(const char* fn, std::span<const int32_t> argmax, int64_t hw) {
+  const uint32_t limit = hw > int64_t(UINT32_MAX) ? UINT32_MAX : uint32_t(hw);  // negatives wrap above it
+  uint32_t bad = 0;
+  for (const int32_t a : argmax) bad |= uint32_t(uint32_t(a) >= limit);
+  if (bad == 0) return;
+  for (const int32_t a : argmax)
+    check(a >= 0 && a < hw, fn, ": argmax: index ", a, " outside the ", hw, "-pixel plane");
+}
+
 // The running-maximum rule of the max pools (PyTorch's): v, coming later than best, replaces it
 // if it is larger, or if it is the first NaN. Bitwise operators, so that loops over it vectorise.
 inline bool later_wins(float best, float v) { return (v > best) | ((v != v) & (best == best)); }

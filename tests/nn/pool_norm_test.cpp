@@ -123,6 +123,12 @@ TEST(Pool2d, BadArguments) {
   EXPECT_THROW(avg_pool2d_forward(y.v4({1, 1, 2, 2}), x.c4({1, 1, 4, 4}), {.kernel = 3}), Error);  // y must be 1×1
   am[0] = 16;
   EXPECT_THROW(max_pool2d_backward(x.v4({1, 1, 4, 4}), y.c4({1, 1, 2, 2}), am), Error);
+  am[0] = -1;  // negative indices too
+  EXPECT_THROW(max_pool2d_backward(x.v4({1, 1, 4, 4}), y.c4({1, 1, 2, 2}), am), Error);
+  am[0] = 0, am[3] = 16;  // the last entry
+  EXPECT_THROW(max_pool2d_backward(x.v4({1, 1, 4, 4}), y.c4({1, 1, 2, 2}), am), Error);
+  am[3] = 15;
+  EXPECT_NO_THROW(max_pool2d_backward(x.v4({1, 1, 4, 4}), y.c4({1, 1, 2, 2}), am));
 }
 
 TEST(GlobalPool, MaxTakesTheFirstMaximumOrTheFirstNaN) {
