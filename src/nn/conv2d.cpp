@@ -7,9 +7,9 @@
 //   backward: d_col = wᵀ·d_y (chunk), d_x[n] = col2im(d_col); d_w += d_y·colᵀ; d_b += Σ d_y.
 // A chunk holds enough images for a GEMM about kChunkColumns wide (small late-stage images give
 // narrow per-image GEMMs that OpenBLAS runs far below its peak). Chunks run in parallel. d_w is
-// reduced over kGroups fixed groups of images (each group sums its chunks in order into its own
-// partial), then the partials are added in group order: the result depends only on N and the
-// geometry, never on the thread count.
+// reduced over fixed groups of images (nn::weight_gradient_groups; each group sums its chunks in
+// order into its own partial), then the partials are added in group order: the result depends
+// only on N and the geometry, never on the thread count.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -212,19 +212,26 @@ int64_t conv2d_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t p
   return span < 0 ? 0 : span / stride + 1;
 }
 
-namespace {
-
-constexpr int64_t kGroups = 16;              // fixed d_w reduction groups (a function of N only)
-constexpr int64_t kChunkColumns = 512;      // aim for GEMMs this wide (images × OH·OW) ...
-constexpr int64_t kChunkFloats = 256 << 10;  // ... with a column matrix that stays in L2 (1 MiB)
-
-// Per-thread scratch, grown on demand and kept for the next call.
-float* scratch(int which, int64_t n) {
+float* nn::conv_scratch(int which, int64_t n) {
   thread_local std::vector<float> buf[3];
   std::vector<float>& v = buf[which];
   if (int64_t(v.size()) < n) v.resize(size_t(n));
   return v.data();
 }
+
+nn::ImageGroups nn::weight_gradient_groups(int64_t n) {
+  constexpr int64_t kGroups = 16;
+  if (n <= 0) return {1, 0};
+  const int64_t per = (n + std::min(n, kGroups) - 1) / std::min(n, kGroups);
+  return {per, (n + per - 1) / per};
+}
+
+namespace {
+
+constexpr int64_t kChunkColumns = 512;      // aim for GEMMs this wide (images × OH·OW) ...
+constexpr int64_t kChunkFloats = 256 << 10;  // ... with a column matrix that stays in L2 (1 MiB)
+
+float* scratch(int which, int64_t n) { return nn::conv_scratch(which, n); }
 
 // Images per GEMM: enough that the GEMM is about kChunkColumns wide, but a column matrix of at
 // most kChunkFloats (or one image), and at most `limit`. A function of the geometry only, so
@@ -352,8 +359,7 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
       for (int64_t n = 0; n < g.n; ++n) acc += nn::sum_double(d_y.ptr(n, o), ohw);
       d_b[size_t(o)] += float(acc);
     });
-  const bool want_x = nn::present4(d_x);
-  bool want_w = nn::present4(d_w) && k > 0;
+  const bool want_x = nn::present4(d_x), want_w = nn::present4(d_w) && k > 0;
   if (!want_x && !want_w) return;
   if (want_x && (k == 0 || g.o == 0 || ohw == 0))  // nothing reaches x: its gradient is zero
     for (int64_t n = 0; n < g.n; ++n) std::fill(d_x.ptr(n), d_x.ptr(n) + g.c * g.h * g.w, 0.0f);
@@ -364,18 +370,16 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
   if (x_by_conv) input_gradient_by_convolution(d_x, d_y, w, g);
   const bool x_by_columns = want_x && !x_by_conv && !x_by_winograd;
   const bool w_by_winograd = want_w && nn::winograd_weight_gradient_applies(g);
-  if (w_by_winograd) {
-    nn::winograd_weight_gradient(d_w, d_y, x, g);
-    want_w = false;
-  }
-  if (!want_w && !x_by_columns) return;
+  if (w_by_winograd) nn::winograd_weight_gradient(d_w, d_y, x, g);
+  const bool w_by_columns = want_w && !w_by_winograd;
+  if (!w_by_columns && !x_by_columns) return;
   // Group grp sums images [grp·per, (grp+1)·per) into its own d_w partial, nb images per GEMM.
-  const int64_t per = (g.n + std::min(g.n, kGroups) - 1) / std::min(g.n, kGroups);
-  const int64_t groups = (g.n + per - 1) / per;  // none empty
+  const nn::ImageGroups image_groups = nn::weight_gradient_groups(g.n);
+  const int64_t per = image_groups.per, groups = image_groups.count;
   const int64_t nb_max = images_per_gemm(g, per);
   // The partials live in the calling thread's scratch; each group's first GEMM assigns (beta 0).
   thread_local std::vector<float> partial_buf;
-  if (want_w && partial_buf.size() < size_t(groups * g.o * k)) partial_buf.resize(size_t(groups * g.o * k));
+  if (w_by_columns && partial_buf.size() < size_t(groups * g.o * k)) partial_buf.resize(size_t(groups * g.o * k));
   float* partial = partial_buf.data();
   BlasThreadsScope blas(1);
   parallel_for(groups, [&](int64_t grp) {
@@ -388,7 +392,7 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
         gather_images(m, d_y, n0, nb, g.o, ohw);
         dy = m;
       }
-      if (want_w) {
+      if (w_by_columns) {
         const float* col = x.ptr(n0);
         if (!g.pointwise()) {  // pointwise: nb = 1
           float* c = scratch(0, k * cols);
@@ -408,7 +412,7 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
       for (int64_t b = 0; b < nb; ++b) nn::col2im(d_x.ptr(n0 + b), dcol + b * ohw, cols, g);
     }
   });
-  if (!want_w) return;
+  if (!w_by_columns) return;
   parallel_for(g.o, [&](int64_t o) {
     float* dw = d_w.ptr(o);
     for (int64_t grp = 0; grp < groups; ++grp) {

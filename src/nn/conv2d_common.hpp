@@ -28,6 +28,17 @@ void im2col(float* col, int64_t ld, const float* x, const Conv2dGeometry& g);
 // for im2col.
 void col2im(float* x, const float* col, int64_t ld, const Conv2dGeometry& g);
 
+// Per-thread scratch slot `which` (0..2) of at least n floats, grown on demand and kept for the
+// next call; shared by the column and Winograd paths, which never hold slots across each other.
+float* conv_scratch(int which, int64_t n);
+
+// The fixed reduction groups of a weight gradient over n images: `per` images each (the last may
+// have fewer), `count` groups, none empty. A function of n only, so sums never depend on threads.
+struct ImageGroups {
+  int64_t per, count;
+};
+ImageGroups weight_gradient_groups(int64_t n);
+
 // True for the convolutions conv2d runs by Winograd F(2×2, 3×3): 3×3, stride 1, padding 1, and at
 // least 8 input and 8 output channels, on planes of at least 12×12 or whose 2×2 tiles fit in one
 // vector (7×7 with AVX-512).

@@ -36,7 +36,6 @@ constexpr int64_t kMinChannels = 8;
 // im2col + sgemm; 7×7 layers 0.8–0.9× as fast with the row-by-row transforms, 1.1–1.3× faster
 // with the one-vector transforms (small_plane).
 constexpr int64_t kMinSide = 12;
-constexpr int64_t kGroups = 16;  // fixed weight-gradient reduction groups (as conv2d.cpp's)
 constexpr int64_t kChunkFloats = 128 << 10;  // V of one chunk (16·C·tiles) stays in L2 (512 KiB)
 
 struct Tiles {
@@ -54,12 +53,7 @@ bool small_plane(const Tiles& t) {
   return t.t <= lanes && 2 * t.tw < lanes;
 }
 
-float* scratch(int which, int64_t n) {
-  thread_local std::vector<float> buf[3];
-  std::vector<float>& v = buf[which];
-  if (int64_t(v.size()) < n) v.resize(size_t(n));
-  return v.data();
-}
+float* scratch(int which, int64_t n) { return conv_scratch(which, n); }
 
 // U[ξ][o][c] = (G·g·Gᵀ)[ξ] for the 3×3 filter g linking input channel c to output channel o:
 // g = w[o, c] or, when `flip_transpose`, w[c, o] rotated by 180° (w is then [C, O, 3, 3]).
@@ -379,12 +373,11 @@ bool winograd_weight_gradient_applies(const Conv2dGeometry& g) {
 
 void winograd_weight_gradient(View4 d_w, ConstView4 d_y, ConstView4 x, const Conv2dGeometry& g) {
   const Tiles t = tiles_of(g);
-  const bool small = small_plane(t);
-  const std::vector<int32_t> idx = small ? small_plane_indices(t) : std::vector<int32_t>{};
-  // Fixed groups of images (a function of N only), each summing its chunks in order into its own
-  // partial dU[16][O][C]; the partials are then added in group order.
-  const int64_t per_group = (g.n + std::min(g.n, kGroups) - 1) / std::min(g.n, kGroups);
-  const int64_t groups = (g.n + per_group - 1) / per_group;
+  // Fixed groups of images, each summing its chunks in order into its own partial dU[16][O][C];
+  // the partials are then added in group order. (Inputs go through the row-by-row transform,
+  // which serves any plane: winograd_weight_gradient_applies excludes the one-vector planes.)
+  const ImageGroups image_groups = weight_gradient_groups(g.n);
+  const int64_t per_group = image_groups.per, groups = image_groups.count;
   const int64_t per = std::clamp<int64_t>(kChunkFloats / (16 * std::max(g.c, g.o) * t.t), 1, per_group);
   const int64_t uf = 16 * g.o * g.c;
   thread_local std::vector<float> partial_buf;  // the calling thread's, reused across calls
@@ -398,7 +391,7 @@ void winograd_weight_gradient(View4 d_w, ConstView4 d_y, ConstView4 x, const Con
         const int64_t nb = std::min(per, end - n0), cols = nb * t.t;
         float* v = scratch(0, 16 * g.c * cols);
         float* dm = scratch(1, 16 * g.o * cols);
-        transform_inputs(v, x, n0, nb, g, t, small ? idx.data() : nullptr);
+        transform_inputs(v, x, n0, nb, g, t, nullptr);
         for (int64_t b = 0; b < nb; ++b)
           for (int64_t o = 0; o < g.o; ++o)
             gradient_transform(dm + o * cols + b * t.t, g.o * cols, d_y.ptr(n0 + b, o), g, t);
