@@ -173,7 +173,7 @@ void bind_norm_and_attention(py::module_& m) {
   m.def(
       "nn_batch_norm2d_forward",
       [](py::object x_obj, py::object w_obj, py::object b_obj, py::object rm_obj, py::object rv_obj,
-         bool training, float momentum, float eps) {
+         bool training, float momentum, float eps, bool relu) {
         Arr<4> x(x_obj, "x");
         const auto w = float_vector(w_obj, "w"), b = float_vector(b_obj, "b");
         auto rm = float_vector(rm_obj, "running_mean"), rv = float_vector(rv_obj, "running_var");
@@ -182,7 +182,7 @@ void bind_norm_and_attention(py::module_& m) {
         {
           py::gil_scoped_release nogil;
           batch_norm2d_forward(mutable_view<4>(y), span_of(mean), span_of(rstd), rm, rv, x.view, w,
-                               b, {.eps = eps, .momentum = momentum, .training = training});
+                               b, {.eps = eps, .momentum = momentum, .training = training, .relu = relu});
         }
         auto out_rm = zeros({py::ssize_t(rm.size())}), out_rv = zeros({py::ssize_t(rv.size())});
         std::copy(rm.begin(), rm.end(), out_rm.mutable_data());
@@ -190,26 +190,28 @@ void bind_norm_and_attention(py::module_& m) {
         return py::make_tuple(y, mean, rstd, out_rm, out_rv);
       },
       "x"_a, "w"_a, "b"_a, "running_mean"_a, "running_var"_a, "training"_a, "momentum"_a, "eps"_a,
-      "(y, mean[C], rstd[C], running_mean[C], running_var[C]) of batch norm 2d (the running "
-      "statistics are returned updated; inputs are not modified).");
+      "relu"_a,
+      "(y, mean[C], rstd[C], running_mean[C], running_var[C]) of batch norm 2d, followed by a ReLU "
+      "if relu (the running statistics are returned updated; inputs are not modified).");
   m.def(
       "nn_batch_norm2d_backward",
-      [](py::object dy_obj, py::object x_obj, py::object w_obj, py::object mean_obj,
-         py::object rstd_obj, bool has_bias, bool training) {
+      [](py::object dy_obj, py::object x_obj, py::object w_obj, py::object b_obj, py::object mean_obj,
+         py::object rstd_obj, bool has_bias, bool training, bool relu) {
         Arr<4> d_y(dy_obj, "d_y"), x(x_obj, "x");
-        const auto w = float_vector(w_obj, "w"), mean = float_vector(mean_obj, "mean"),
-                   rstd = float_vector(rstd_obj, "rstd");
+        const auto w = float_vector(w_obj, "w"), b = float_vector(b_obj, "b"),
+                   mean = float_vector(mean_obj, "mean"), rstd = float_vector(rstd_obj, "rstd");
         auto d_x = zeros({x.size(0), x.size(1), x.size(2), x.size(3)});
         auto d_w = zeros({py::ssize_t(w.size())}), d_b = zeros({has_bias ? x.size(1) : 0});
         {
           py::gil_scoped_release nogil;
           batch_norm2d_backward(mutable_view<4>(d_x), span_of(d_w), span_of(d_b), d_y.view, x.view,
-                                w, mean, rstd, {.training = training});
+                                w, b, mean, rstd, {.training = training, .relu = relu});
         }
         return py::make_tuple(d_x, maybe(!w.empty(), d_w), maybe(has_bias, d_b));
       },
-      "d_y"_a, "x"_a, "w"_a, "mean"_a, "rstd"_a, "has_bias"_a, "training"_a,
-      "Gradients of batch norm 2d: (d_x, d_w or None, d_b or None).");
+      "d_y"_a, "x"_a, "w"_a, "b"_a, "mean"_a, "rstd"_a, "has_bias"_a, "training"_a, "relu"_a,
+      "Gradients of batch norm 2d (followed by a ReLU if relu; b is read only then): (d_x, d_w or "
+      "None, d_b or None).");
   m.def(
       "nn_se_block",
       [](py::object x_obj, py::object w1_obj, py::object b1_obj, py::object w2_obj,

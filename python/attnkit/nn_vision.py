@@ -71,16 +71,20 @@ def global_max_pool_backward(d_y, argmax, x_shape):
 
 
 def batch_norm2d(x, w=None, b=None, running_mean=None, running_var=None, *, training=True,
-                 momentum=0.1, eps=1e-5):
-    """torch.nn.functional.batch_norm over NCHW: (y, mean, rstd, running_mean, running_var), the
-    running statistics returned updated (training) or unchanged (eval); inputs are not modified."""
+                 momentum=0.1, eps=1e-5, relu=False):
+    """torch.nn.functional.batch_norm over NCHW (then relu if relu): (y, mean, rstd, running_mean,
+    running_var), the running statistics returned updated (training) or unchanged (eval); inputs
+    are not modified."""
     return _C.nn_batch_norm2d_forward(x, w, b, running_mean, running_var, bool(training),
-                                      float(momentum), float(eps))
+                                      float(momentum), float(eps), bool(relu))
 
 
-def batch_norm2d_backward(d_y, x, w, mean, rstd, *, has_bias=True, training=True):
-    """Gradients of batch_norm2d: (d_x, d_w or None, d_b or None)."""
-    return _C.nn_batch_norm2d_backward(d_y, x, w, mean, rstd, bool(has_bias), bool(training))
+def batch_norm2d_backward(d_y, x, w, mean, rstd, *, b=None, has_bias=True, training=True,
+                          relu=False):
+    """Gradients of batch_norm2d: (d_x, d_w or None, d_b or None). With relu, d_y is the gradient
+    of the ReLU's output and b must be the forward's bias (the mask is recomputed from x)."""
+    return _C.nn_batch_norm2d_backward(d_y, x, w, b, mean, rstd, bool(has_bias), bool(training),
+                                       bool(relu))
 
 
 def se_block(x, w1, b1, w2, b2):

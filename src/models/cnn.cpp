@@ -78,7 +78,7 @@ struct CnnStage {
   SeCache se;
   CbamCache cbam;
   // backward scratch
-  T4 d_o, d_r, d_c2, d_h1, d_c1, d_in, d_scn, d_scc, d_tmp;
+  T4 d_o, d_r, d_h1, d_in, d_tmp;  // batch norms' backward runs in place (d_x over d_y)
 };
 
 class CnnActivations {
@@ -331,9 +331,14 @@ void CnnModel::backward(ConstView2 d_logits) {
   const BatchNormOptions bno{.eps = float(config_.batch_norm_eps),
                              .momentum = float(config_.batch_norm_momentum),
                              .training = a.training};
-  auto bn_back = [&](T4& d_x, const T4& d_y, const T4& x, const BnStats& st, const std::string& prefix) {
+  // relu: the forward fused the ReLU (d_y is the gradient of its output); the backward masks.
+  auto bn_back = [&](T4& d_x, const T4& d_y, const T4& x, const BnStats& st, const std::string& prefix,
+                     bool relu = false) {
+    BatchNormOptions o = bno;
+    o.relu = relu;
     batch_norm2d_backward(d_x.view(), grad(prefix + ".weight"), grad(prefix + ".bias"), d_y.view(),
-                          x.view(), param(prefix + ".weight"), st.mean, st.rstd, bno);
+                          x.view(), param(prefix + ".weight"), param(prefix + ".bias"), st.mean,
+                          st.rstd, o);
   };
   auto like = [](T4& t, const T4& shape_of) {
     if (t.shape() != shape_of.shape()) t = T4(shape_of.shape());
@@ -395,25 +400,21 @@ void CnnModel::backward(ConstView2 d_logits) {
     } else {
       std::copy_n(d_s.data(), d_s.numel(), g.d_r.data());
     }
-    like(g.d_c2, g.c2);
-    bn_back(g.d_c2, g.d_r, g.c2, g.bn2, p + "bn2");
+    bn_back(g.d_r, g.d_r, g.c2, g.bn2, p + "bn2");  // now the gradient of c2
     like(g.d_h1, g.h1);
-    conv2d_backward(g.d_h1.view(), as4(grad(p + "conv2.weight"), c, c, 3, 3), {}, g.d_c2.view(),
+    conv2d_backward(g.d_h1.view(), as4(grad(p + "conv2.weight"), c, c, 3, 3), {}, g.d_r.view(),
                     g.h1.view(), as4(param(p + "conv2.weight"), c, c, 3, 3), {.stride = 1, .padding = 1});
-    relu_backward_inplace(g.d_h1, g.h1);
-    like(g.d_c1, g.c1);
-    bn_back(g.d_c1, g.d_h1, g.c1, g.bn1, p + "bn1");
+    bn_back(g.d_h1, g.d_h1, g.c1, g.bn1, p + "bn1", /*relu=*/true);  // now the gradient of c1
     const T4& in = i == 1 ? a.stem.pooled : a.stages[i - 2].pool ? a.stages[i - 2].pooled : a.stages[i - 2].o;
     like(g.d_in, in);
-    conv2d_backward(g.d_in.view(), as4(grad(p + "conv1.weight"), c, g.in_c, 3, 3), {}, g.d_c1.view(),
+    conv2d_backward(g.d_in.view(), as4(grad(p + "conv1.weight"), c, g.in_c, 3, 3), {}, g.d_h1.view(),
                     in.view(), as4(param(p + "conv1.weight"), c, g.in_c, 3, 3), {.stride = 1, .padding = 1});
     // Shortcut.
     if (g.project) {
-      like(g.d_scc, g.scc);
-      bn_back(g.d_scc, d_s, g.scc, g.bnsc, p + "shortcut.bn");
+      bn_back(d_s, d_s, g.scc, g.bnsc, p + "shortcut.bn");  // d_s's last use: now the gradient of scc
       like(g.d_tmp, in);
       conv2d_backward(g.d_tmp.view(), as4(grad(p + "shortcut.conv.weight"), c, g.in_c, 1, 1), {},
-                      g.d_scc.view(), in.view(), as4(param(p + "shortcut.conv.weight"), c, g.in_c, 1, 1), {});
+                      d_s.view(), in.view(), as4(param(p + "shortcut.conv.weight"), c, g.in_c, 1, 1), {});
       add_into(g.d_in, g.d_tmp);
     } else {
       add_into(g.d_in, d_s);
@@ -425,9 +426,8 @@ void CnnModel::backward(ConstView2 d_logits) {
   relu_backward_inplace(*d_next, st.pooled);  // the ReLU's backward on the pooled side, as above
   like(st.d_o, st.h1);
   max_pool2d_backward(st.d_o.view(), d_next->view(), st.argmax);
-  like(st.d_c1, st.c1);
-  bn_back(st.d_c1, st.d_o, st.c1, st.bn1, "stem.bn");
-  conv2d_backward(View4{}, as4(grad("stem.conv.weight"), w[0], st.in_c, 3, 3), {}, st.d_c1.view(),
+  bn_back(st.d_o, st.d_o, st.c1, st.bn1, "stem.bn");  // now the gradient of c1
+  conv2d_backward(View4{}, as4(grad("stem.conv.weight"), w[0], st.in_c, 3, 3), {}, st.d_o.view(),
                   a.x.view(), as4(param("stem.conv.weight"), w[0], st.in_c, 3, 3), {.stride = 1, .padding = 1});
 }
 

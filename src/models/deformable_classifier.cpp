@@ -268,8 +268,8 @@ void DeformableClassifier::backbone_backward() {
     const float* h = s.act.data();
     for (int64_t e = 0; e < s.act.numel(); ++e) g[e] = h[e] > 0.0f ? g[e] : 0.0f;
     batch_norm2d_backward(s.d_conv.view(), grad(p + "bn.weight"), grad(p + "bn.bias"),
-                          s.d_act.view(), s.conv.view(), param(p + "bn.weight"), s.mean, s.rstd,
-                          bno);
+                          s.d_act.view(), s.conv.view(), param(p + "bn.weight"), param(p + "bn.bias"),
+                          s.mean, s.rstd, bno);
     const T4& in = i == 0 ? a.x : a.stages[i - 1].act;
     const int64_t cin = in.shape()[1];
     View4 d_in{};

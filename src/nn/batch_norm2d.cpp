@@ -5,7 +5,9 @@
 // own partial sums, added in group order (results never depend on the thread count). The
 // statistics take one pass, shifted by a sample of each channel (x[0, c, 0, 0]) so that
 // Σ(x - k)² - (Σ(x - k))²/m does not cancel. The parameter sums run before d_x is written, so d_x
-// may alias d_y.
+// may alias d_y. With opts.relu the backward masks d_y by the forward's pre-activation
+// x·scale + shift > 0, recomputed from x with the forward's own scale, shift and fused multiply-add
+// (bitwise the same test as y > 0), so no ReLU pass and no read of y are needed.
 #include "attnkit/nn/batch_norm2d.hpp"
 
 #include <algorithm>
@@ -13,11 +15,13 @@
 #include <vector>
 
 #include "attnkit/core/parallel.hpp"
+#include "hwy/highway.h"
 #include "nn_common.hpp"
 #include "vision_common.hpp"
 
 namespace attnkit {
 namespace {
+namespace hn = hwy::HWY_NAMESPACE;
 
 void check_params(const char* fn, int64_t c, std::span<const float> w, std::span<const float> b,
                   const BatchNormOptions& opts) {
@@ -48,6 +52,43 @@ std::vector<double> channel_sums(int64_t n, int64_t c, const Add& add) {
 
 inline float weight(std::span<const float> w, int64_t c) { return w.empty() ? 1.0f : w[size_t(c)]; }
 inline float bias(std::span<const float> b, int64_t c) { return b.empty() ? 0.0f : b[size_t(c)]; }
+
+// The forward's per-channel map y = x·scale + shift from the saved mean and rstd. One definition
+// (with an explicit fused multiply-add) for forward and backward: the backward's ReLU mask must
+// be bitwise the forward's.
+struct ChannelAffine {
+  float scale, shift;
+};
+inline ChannelAffine affine_of(float mean, float rstd, std::span<const float> w, std::span<const float> b,
+                               int64_t c) {
+  const float scale = rstd * weight(w, c);
+  return {scale, std::fma(-mean, scale, bias(b, c))};
+}
+
+// Calls f(image, channel) for the planes [p0, p1) of an NCHW tensor with c channels.
+template <class F>
+void for_planes(int64_t p0, int64_t p1, int64_t c, const F& f) {
+  for (int64_t pl = p0; pl < p1; ++pl) f(pl / c, pl % c);
+}
+
+// Σ g and Σ g·x over one plane of hw values, g = d_y, masked by x·a + sh > 0 when relu.
+void masked_sum_and_dot(const float* dy, const float* x, int64_t hw, bool relu, float a, float sh,
+                        double& s, double& d) {
+  const hn::ScalableTag<float> df;
+  const int64_t lanes = int64_t(hn::Lanes(df));
+  const auto av = hn::Set(df, a), shv = hn::Set(df, sh), zero = hn::Zero(df);
+  auto as = hn::Zero(df), ad = hn::Zero(df);
+  for (int64_t j = 0; j < hw; j += lanes) {
+    const auto in = hn::FirstN(df, size_t(hw - j));
+    const auto xv = hn::MaskedLoad(in, df, x + j);
+    auto g = hn::MaskedLoad(in, df, dy + j);
+    if (relu) g = hn::IfThenElseZero(hn::Gt(hn::MulAdd(xv, av, shv), zero), g);
+    as = hn::Add(as, g);
+    ad = hn::MulAdd(g, xv, ad);
+  }
+  s += double(hn::GetLane(hn::SumOfLanes(df, as)));
+  d += double(hn::GetLane(hn::SumOfLanes(df, ad)));
+}
 
 }  // namespace
 
@@ -92,39 +133,51 @@ void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
     const float mf = float(mu), r = float(1.0 / std::sqrt(var + double(opts.eps)));
     mean[size_t(ch)] = mf;
     rstd[size_t(ch)] = r;
-    scale[size_t(ch)] = r * weight(w, ch);
-    shift[size_t(ch)] = bias(b, ch) - mf * scale[size_t(ch)];
+    const ChannelAffine f = affine_of(mf, r, w, b, ch);
+    scale[size_t(ch)] = f.scale;
+    shift[size_t(ch)] = f.shift;
   }
   nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
-    for (int64_t pl = p0; pl < p1; ++pl) {
-      const int64_t ch = pl % c;
-      const float *p = x.ptr(pl / c, ch), a = scale[size_t(ch)], sh = shift[size_t(ch)];
-      float* q = y.ptr(pl / c, ch);
-      if (opts.relu) {
-        for (int64_t j = 0; j < hw; ++j) q[j] = std::max(p[j] * a + sh, 0.0f);
-      } else {
-        for (int64_t j = 0; j < hw; ++j) q[j] = p[j] * a + sh;
+    const hn::ScalableTag<float> df;
+    const int64_t lanes = int64_t(hn::Lanes(df));
+    const auto zero = hn::Zero(df);
+    for_planes(p0, p1, c, [&](int64_t i, int64_t ch) {
+      const float* p = x.ptr(i, ch);
+      float* q = y.ptr(i, ch);
+      const auto a = hn::Set(df, scale[size_t(ch)]), sh = hn::Set(df, shift[size_t(ch)]);
+      for (int64_t j = 0; j < hw; j += lanes) {
+        const auto in = hn::FirstN(df, size_t(hw - j));
+        auto v = hn::MulAdd(hn::MaskedLoad(in, df, p + j), a, sh);
+        if (opts.relu) v = hn::IfThenZeroElse(hn::Lt(v, zero), v);  // max(v, 0), NaN kept
+        hn::BlendedStore(v, in, df, q + j);
       }
-    }
+    });
   });
 }
 
 void batch_norm2d_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b, ConstView4 d_y,
-                           ConstView4 x, std::span<const float> w, std::span<const float> mean,
-                           std::span<const float> rstd, const BatchNormOptions& opts) {
+                           ConstView4 x, std::span<const float> w, std::span<const float> b,
+                           std::span<const float> mean, std::span<const float> rstd,
+                           const BatchNormOptions& opts) {
   const char* fn = "batch_norm2d_backward";
   const int64_t n = x.shape[0], c = x.shape[1], hw = x.shape[2] * x.shape[3], m = n * hw;
   nn::check_nchw(x, fn, "x", "[N, C, H, W]", n, c, x.shape[2], x.shape[3]);
   nn::check_nchw(d_y, fn, "d_y", "[N, C, H, W]", n, c, x.shape[2], x.shape[3]);
   nn::check_nchw(d_x, fn, "d_x", "[N, C, H, W]", n, c, x.shape[2], x.shape[3]);
-  check_params(fn, c, w, {}, opts);
+  check_params(fn, c, w, b, opts);
   nn::check_span(mean, fn, "mean", "[C]", c);
   nn::check_span(rstd, fn, "rstd", "[C]", c);
   nn::check_span(std::span<const float>(d_b), fn, "d_b", "[C]", c, true);
   nn::check_norm_grads(fn, w, d_w, {}, {});
-  // Σ d_y and Σ d_y·x per channel; Σ d_y·x̂ = r·(Σ d_y·x - μ·Σ d_y).
+  // The ReLU's mask: x·scale + shift > 0 with the forward's scale and shift.
+  std::vector<ChannelAffine> pre(size_t(opts.relu ? c : 0));
+  for (int64_t ch = 0; ch < int64_t(pre.size()); ++ch)
+    pre[size_t(ch)] = affine_of(mean[size_t(ch)], rstd[size_t(ch)], w, b, ch);
+  auto mask_of = [&](int64_t ch) { return opts.relu ? pre[size_t(ch)] : ChannelAffine{0.0f, 0.0f}; };
+  // Σ g and Σ g·x per channel (g: d_y, masked); Σ g·x̂ = r·(Σ g·x - μ·Σ g).
   const std::vector<double> sums = channel_sums(n, c, [&](int64_t i, int64_t ch, double* acc) {
-    nn::sum_and_dot_double(d_y.ptr(i, ch), x.ptr(i, ch), hw, acc[0], acc[1]);
+    const ChannelAffine f = mask_of(ch);
+    masked_sum_and_dot(d_y.ptr(i, ch), x.ptr(i, ch), hw, opts.relu, f.scale, f.shift, acc[0], acc[1]);
   });
   std::vector<float> ca(size_t(c), 0.0f), cb(size_t(c), 0.0f), cc(size_t(c), 0.0f);  // d_x = ca·d_y + cb·x + cc
   for (int64_t ch = 0; ch < c; ++ch) {
@@ -141,13 +194,23 @@ void batch_norm2d_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b
     cc[size_t(ch)] = r * (mu * r * bb - a);
   }
   nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
-    for (int64_t pl = p0; pl < p1; ++pl) {
-      const int64_t ch = pl % c;
-      const float *p = x.ptr(pl / c, ch), *g = d_y.ptr(pl / c, ch);
-      const float a = ca[size_t(ch)], b = cb[size_t(ch)], k = cc[size_t(ch)];
-      float* dx = d_x.ptr(pl / c, ch);
-      for (int64_t j = 0; j < hw; ++j) dx[j] = g[j] * a + p[j] * b + k;
-    }
+    const hn::ScalableTag<float> df;
+    const int64_t lanes = int64_t(hn::Lanes(df));
+    const auto zero = hn::Zero(df);
+    for_planes(p0, p1, c, [&](int64_t i, int64_t ch) {
+      const float *p = x.ptr(i, ch), *g = d_y.ptr(i, ch);
+      float* dx = d_x.ptr(i, ch);
+      const ChannelAffine f = mask_of(ch);
+      const auto a = hn::Set(df, ca[size_t(ch)]), bx = hn::Set(df, cb[size_t(ch)]),
+                 k = hn::Set(df, cc[size_t(ch)]), ms = hn::Set(df, f.scale), mb = hn::Set(df, f.shift);
+      for (int64_t j = 0; j < hw; j += lanes) {
+        const auto in = hn::FirstN(df, size_t(hw - j));
+        const auto xv = hn::MaskedLoad(in, df, p + j);
+        auto gv = hn::MaskedLoad(in, df, g + j);
+        if (opts.relu) gv = hn::IfThenElseZero(hn::Gt(hn::MulAdd(xv, ms, mb), zero), gv);
+        hn::BlendedStore(hn::MulAdd(gv, a, hn::MulAdd(xv, bx, k)), in, df, dx + j);
+      }
+    });
   });
 }
 

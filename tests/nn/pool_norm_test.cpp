@@ -185,7 +185,9 @@ struct BnProblem {
   int64_t n = 3, c = 4, h = 3, w = 2;
   Buf x{n * c * h * w}, wt{c}, b{c}, r{n * c * h * w}, y{n * c * h * w}, mean{c}, rstd{c};
   Buf rm{c}, rv{c};
-  BnProblem() {
+  BnProblem() { fill(); }
+  BnProblem(int64_t n_, int64_t c_, int64_t h_, int64_t w_) : n(n_), c(c_), h(h_), w(w_) { fill(); }
+  void fill() {
     x.randn(21, 2.0f), wt.randn(22), b.randn(23), r.randn(24), rm.randn(25);
     for (int64_t i = 0; i < c; ++i) rv[i] = 0.5f + float(i);
     for (int64_t i = 0; i < x.n; ++i) x[i] += float((i / (h * w)) % c);  // per-channel offsets
@@ -234,6 +236,38 @@ TEST(BatchNorm2d, FusedReluEqualsReluOfTheOutput) {
   }
 }
 
+// The fused backward masks d_y where the forward's output was not > 0, from x alone: bitwise the
+// unfused backward of d_y masked by the fused forward's y. 7×7 planes: several vectors and a tail.
+TEST(BatchNorm2d, FusedReluBackwardEqualsMaskingByTheOutput) {
+  for (bool training : {true, false}) {
+    SCOPED_TRACE(training ? "training" : "eval");
+    BnProblem p(3, 5, 7, 7);
+    const BatchNormOptions fused{.training = training, .relu = true};
+    batch_norm2d_forward(p.y.v4(p.s()), p.mean.span(), p.rstd.span(), p.rm.span(), p.rv.span(),
+                         p.x.c4(p.s()), p.wt.cspan(), p.b.cspan(), fused);
+    Buf masked = p.r;
+    int64_t zeroed = 0;
+    for (int64_t i = 0; i < p.y.n; ++i)
+      if (!(p.y[i] > 0.0f)) masked[i] = 0.0f, ++zeroed;
+    ASSERT_GT(zeroed, 0);
+    ASSERT_LT(zeroed, p.y.n);
+    Buf dx1(p.x.n), dw1(p.c), db1(p.c), dx2(p.x.n), dw2(p.c), db2(p.c);
+    batch_norm2d_backward(dx1.v4(p.s()), dw1.span(), db1.span(), p.r.c4(p.s()), p.x.c4(p.s()),
+                          p.wt.cspan(), p.b.cspan(), p.mean.cspan(), p.rstd.cspan(), fused);
+    batch_norm2d_backward(dx2.v4(p.s()), dw2.span(), db2.span(), masked.c4(p.s()), p.x.c4(p.s()),
+                          p.wt.cspan(), p.b.cspan(), p.mean.cspan(), p.rstd.cspan(),
+                          {.training = training});
+    EXPECT_EQ(dx1.raw, dx2.raw);
+    EXPECT_EQ(dw1.raw, dw2.raw);
+    EXPECT_EQ(db1.raw, db2.raw);
+    // In place (d_x aliasing d_y) gives the same d_x.
+    Buf inplace = p.r, dw3(p.c), db3(p.c);
+    batch_norm2d_backward(inplace.v4(p.s()), dw3.span(), db3.span(), inplace.c4(p.s()), p.x.c4(p.s()),
+                          p.wt.cspan(), p.b.cspan(), p.mean.cspan(), p.rstd.cspan(), fused);
+    EXPECT_EQ(inplace.raw, dx1.raw);
+  }
+}
+
 TEST(BatchNorm2d, GradientsMatchFiniteDifferencesTrainingAndEval) {
   for (bool training : {true, false}) {
     SCOPED_TRACE(training ? "training" : "eval");
@@ -249,7 +283,7 @@ TEST(BatchNorm2d, GradientsMatchFiniteDifferencesTrainingAndEval) {
     loss();
     Buf dx(p.x.n), dw(p.c), db(p.c);
     batch_norm2d_backward(dx.v4(p.s()), dw.span(), db.span(), p.r.c4(p.s()), p.x.c4(p.s()),
-                          p.wt.cspan(), p.mean.cspan(), p.rstd.cspan(), o);
+                          p.wt.cspan(), p.b.cspan(), p.mean.cspan(), p.rstd.cspan(), o);
     expect_gradient(loss, p.x, dx, "d_x", 1e-3f);
     expect_gradient(loss, p.wt, dw, "d_w");
     expect_gradient(loss, p.b, db, "d_b");

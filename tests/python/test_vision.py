@@ -64,21 +64,26 @@ def test_global_pools():
 
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("affine", [True, False])
-def test_batch_norm2d(training, affine):
+@pytest.mark.parametrize("relu", [False, True])
+def test_batch_norm2d(training, affine, relu):
     rng = np.random.default_rng(7)
     x = randn(rng, 4, 3, 5, 6, scale=2.0) + np.float32(1.5)
     wt, b = (randn(rng, 3), randn(rng, 3)) if affine else (None, None)
     rm, rv = randn(rng, 3), (rng.random(3) + 0.5).astype(np.float32)
-    y, mean, rstd, rm2, rv2 = nn.batch_norm2d(x, wt, b, rm, rv, training=training, momentum=0.2)
+    y, mean, rstd, rm2, rv2 = nn.batch_norm2d(x, wt, b, rm, rv, training=training, momentum=0.2,
+                                              relu=relu)
+    if relu:
+        assert 0 < np.count_nonzero(y == 0) < y.size  # the ReLU clips some outputs, not all
     d_y = randn(rng, *y.shape)
-    d_x, d_w, d_b = nn.batch_norm2d_backward(d_y, x, wt, mean, rstd, has_bias=affine,
-                                             training=training)
+    d_x, d_w, d_b = nn.batch_norm2d_backward(d_y, x, wt, mean, rstd, b=b, has_bias=affine,
+                                             training=training, relu=relu)
     rm_t, rv_t = torch.tensor(rm, dtype=torch.float64), torch.tensor(rv, dtype=torch.float64)
 
     def torch_bn(x, w=None, b=None):
         # Running statistics live outside autograd; a copy per call keeps both precisions equal.
-        return F.batch_norm(x, rm_t.clone().to(x.dtype), rv_t.clone().to(x.dtype), w, b,
-                            training=training, momentum=0.2, eps=1e-5)
+        y = F.batch_norm(x, rm_t.clone().to(x.dtype), rv_t.clone().to(x.dtype), w, b,
+                         training=training, momentum=0.2, eps=1e-5)
+        return F.relu(y) if relu else y
 
     inputs = {"x": x} | ({"w": wt, "b": b} if affine else {})
     ours = {"out0": y, "d_x": d_x} | ({"d_w": d_w, "d_b": d_b} if affine else {})

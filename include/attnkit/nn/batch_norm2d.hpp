@@ -23,8 +23,9 @@ struct BatchNormOptions {
   float eps = 1e-5f;       // added to the variance, >= 0
   float momentum = 0.1f;   // running-statistics update rate m in [0, 1]
   bool training = true;    // batch statistics (true) or running statistics (false)
-  bool relu = false;       // forward only: y = max(BN(x), 0) in the same pass (a conv block's
-                           // BN + ReLU); the caller masks d_y by y > 0 before the backward
+  bool relu = false;       // y = max(BN(x), 0) in the same pass (a conv block's BN + ReLU); the
+                           // backward then takes d_y as the gradient of that y and applies the
+                           // ReLU's mask itself (recomputed from x, bitwise the forward's y > 0)
 };
 
 // y[N, C, H, W] = (x - mean)·rstd·w + b per channel; writes mean[C], rstd[C] and, in training,
@@ -34,9 +35,12 @@ void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
                           ConstView4 x, std::span<const float> w, std::span<const float> b,
                           const BatchNormOptions& opts = {});
 // Training: d_x = r·(g - mean_c(g) - x̂·mean_c(g·x̂)), g = d_y·w, x̂ = (x - μ)·r, means over
-// (N, H, W); eval: d_x = d_y·w·r. d_w[C] += Σ d_y·x̂; d_b[C] += Σ d_y. mean, rstd: the forward's.
+// (N, H, W); eval: d_x = d_y·w·r. d_w[C] += Σ d_y·x̂; d_b[C] += Σ d_y. mean, rstd: the forward's;
+// w, b: the forward's parameters (b is read only with opts.relu, where d_y is first zeroed
+// wherever the forward's output was not > 0). d_x may alias d_y.
 void batch_norm2d_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b, ConstView4 d_y,
-                           ConstView4 x, std::span<const float> w, std::span<const float> mean,
-                           std::span<const float> rstd, const BatchNormOptions& opts = {});
+                           ConstView4 x, std::span<const float> w, std::span<const float> b,
+                           std::span<const float> mean, std::span<const float> rstd,
+                           const BatchNormOptions& opts = {});
 
 }  // namespace attnkit
