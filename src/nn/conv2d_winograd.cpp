@@ -58,26 +58,40 @@ float* scratch(int which, int64_t n) { return conv_scratch(which, n); }
 // U[ξ][o][c] = (G·g·Gᵀ)[ξ] for the 3×3 filter g linking input channel c to output channel o:
 // g = w[o, c] or, when `flip_transpose`, w[c, o] rotated by 180° (w is then [C, O, 3, 3]).
 void transform_weights(float* u, const float* w, int64_t o_n, int64_t c_n, bool flip_transpose) {
+  // Lanes are input channels c0 .. c0 + lanes - 1 of one output channel: each filter tap is one
+  // gather (filters sit 9 floats apart, or 9·O when transposed) and each U plane one store.
+  const DF df;
+  const int64_t lanes = int64_t(hn::Lanes(df)), step = o_n * c_n;  // step: between ξ and ξ + 1
+  const hn::RebindToSigned<DF> di;
+  const int64_t stride = flip_transpose ? 9 * o_n : 9;
   parallel_for(o_n, [&](int64_t o) {
-    for (int64_t c = 0; c < c_n; ++c) {
-      float g[3][3];
-      const float* src = flip_transpose ? w + (c * o_n + o) * 9 : w + (o * c_n + c) * 9;
+    const auto half = hn::Set(df, 0.5f);
+    for (int64_t c0 = 0; c0 < c_n; c0 += lanes) {
+      const int64_t count = std::min(lanes, c_n - c0);
+      // Lanes past the last channel repeat it (valid addresses; their results are not stored).
+      const auto idx = hn::Mul(hn::Min(hn::Iota(di, 0), hn::Set(di, int32_t(count - 1))),
+                               hn::Set(di, int32_t(stride)));
+      const float* src = flip_transpose ? w + (c0 * o_n + o) * 9 : w + (o * c_n + c0) * 9;
+      VF g[3][3];
       for (int i = 0; i < 3; ++i)
-        for (int j = 0; j < 3; ++j) g[i][j] = flip_transpose ? src[(2 - i) * 3 + (2 - j)] : src[i * 3 + j];
-      float t[4][3];  // G·g
+        for (int j = 0; j < 3; ++j)
+          g[i][j] = hn::GatherIndex(df, src + (flip_transpose ? (2 - i) * 3 + (2 - j) : i * 3 + j), idx);
+      VF t[4][3];  // G·g
       for (int j = 0; j < 3; ++j) {
+        const auto outer = hn::Add(g[0][j], g[2][j]);
         t[0][j] = g[0][j];
-        t[1][j] = 0.5f * (g[0][j] + g[1][j] + g[2][j]);
-        t[2][j] = 0.5f * (g[0][j] - g[1][j] + g[2][j]);
+        t[1][j] = hn::Mul(half, hn::Add(outer, g[1][j]));
+        t[2][j] = hn::Mul(half, hn::Sub(outer, g[1][j]));
         t[3][j] = g[2][j];
       }
+      const auto in = hn::FirstN(df, size_t(count));
       for (int i = 0; i < 4; ++i) {  // (G·g)·Gᵀ
-        float* dst = u + (i * 4) * o_n * c_n + o * c_n + c;
-        const int64_t step = o_n * c_n;  // between ξ = 4i + j and 4i + j + 1
-        dst[0] = t[i][0];
-        dst[step] = 0.5f * (t[i][0] + t[i][1] + t[i][2]);
-        dst[2 * step] = 0.5f * (t[i][0] - t[i][1] + t[i][2]);
-        dst[3 * step] = t[i][2];
+        float* dst = u + (i * 4) * step + o * c_n + c0;
+        const auto outer = hn::Add(t[i][0], t[i][2]);
+        hn::BlendedStore(t[i][0], in, df, dst);
+        hn::BlendedStore(hn::Mul(half, hn::Add(outer, t[i][1])), in, df, dst + step);
+        hn::BlendedStore(hn::Mul(half, hn::Sub(outer, t[i][1])), in, df, dst + 2 * step);
+        hn::BlendedStore(t[i][2], in, df, dst + 3 * step);
       }
     }
   });
