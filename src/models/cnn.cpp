@@ -253,7 +253,7 @@ ConstView2 CnnModel::forward(ConstView4 x) {
   bn(st.h1, st.bn1, st.c1, "stem.bn", /*relu=*/true);
   s /= 2;
   ensure(st.pooled, n, w[0], s, s);
-  st.argmax.assign(size_t(n * w[0] * s * s), 0);
+  st.argmax.resize(size_t(n * w[0] * s * s));  // every entry is written by the pool
   max_pool2d_forward(st.pooled.view(), st.argmax, st.h1.view(), pool);
   const T4* in = &st.pooled;
 
@@ -304,7 +304,7 @@ ConstView2 CnnModel::forward(ConstView4 x) {
     if (g.pool) {
       s /= 2;
       ensure(g.pooled, n, c, s, s);
-      g.argmax.assign(size_t(n * c * s * s), 0);
+      g.argmax.resize(size_t(n * c * s * s));  // every entry is written by the pool
       max_pool2d_forward(g.pooled.view(), g.argmax, g.o.view(), pool);
       in = &g.pooled;
     }
