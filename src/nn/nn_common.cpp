@@ -14,6 +14,15 @@ namespace {
 constexpr int64_t kElemsPerTask = 16384;  // ~64 KB of floats: amortises a task's dispatch
 constexpr int64_t kTileM = 256;           // GEMM tile of C: rows
 constexpr int64_t kTileN = 512;           // GEMM tile of C: columns
+
+// Tile extent for `extent` rows or columns: as few tiles as tiles of at most `most` allow, all
+// of (nearly) one size, a multiple of 16 (the kernels' register blocks). Equal tiles share the
+// work evenly: 688 columns as 2 × 344 rather than 512 + 176, which ran 3:1 on 2 threads.
+int64_t even_tile(int64_t extent, int64_t most) {
+  constexpr int64_t kAlign = 16;
+  const int64_t tiles = (extent + most - 1) / most, size = (extent + tiles - 1) / tiles;
+  return std::min(most, (size + kAlign - 1) / kAlign * kAlign);
+}
 }  // namespace
 
 void parallel_rows(int64_t n, int64_t width, const std::function<void(int64_t, int64_t)>& body) {
@@ -34,11 +43,22 @@ void parallel_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alp
                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
                     const std::function<void(int64_t, int64_t, int64_t, int64_t)>& epilogue) {
   if (m <= 0 || n <= 0) return;
-  const int64_t tiles_m = (m + kTileM - 1) / kTileM, tiles_n = (n + kTileN - 1) / kTileN;
+  int64_t tm = even_tile(m, kTileM), tn = even_tile(n, kTileN);
+  // A long product (a weight gradient over many tokens) in fewer than kMinTiles tiles is split
+  // further along its wider side: with 2 tiles, a thread slowed by the machine makes the other
+  // wait for the whole difference; with 4 or more, dynamic scheduling evens it out.
+  constexpr int64_t kMinTiles = 4, kMinSide = 64;
+  const bool long_product = double(m) * double(n) * double(k) >= double(1 << 24);
+  while (long_product && ((m + tm - 1) / tm) * ((n + tn - 1) / tn) < kMinTiles) {
+    if (tn >= tm && tn >= 2 * kMinSide) tn = even_tile(n, tn / 2);
+    else if (tm >= 2 * kMinSide) tm = even_tile(m, tm / 2);
+    else break;
+  }
+  const int64_t tiles_m = (m + tm - 1) / tm, tiles_n = (n + tn - 1) / tn;
   BlasThreadsScope blas(1);
   parallel_for(tiles_m * tiles_n, [&](int64_t idx) {
-    const int64_t i0 = (idx / tiles_n) * kTileM, j0 = (idx % tiles_n) * kTileN;
-    const int64_t i1 = std::min(m, i0 + kTileM), j1 = std::min(n, j0 + kTileN);
+    const int64_t i0 = (idx / tiles_n) * tm, j0 = (idx % tiles_n) * tn;
+    const int64_t i1 = std::min(m, i0 + tm), j1 = std::min(n, j0 + tn);
     // Row i of op(A) starts at a + i·lda (no transpose) or a + i (transpose); likewise op(B)'s
     // column j at b + j·ldb (transpose) or b + j.
     const float* a0 = ta ? a + i0 : a + i0 * lda;
