@@ -10,6 +10,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/io/safetensors.hpp"
 #include "bert_activations.hpp"
+#include "../nn/nn_common.hpp"  // parallel_fill
 
 namespace attnkit {
 
@@ -166,7 +167,7 @@ void BertModel::init_random(uint64_t seed) {
   }
 }
 
-void BertModel::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+void BertModel::zero_grad() { nn::parallel_fill(grads_, 0.0f); }
 
 int64_t BertModel::copy_matching(const BertModel& other) {
   int64_t n = 0;

@@ -16,6 +16,7 @@
 #include "attnkit/nn/embedding.hpp"
 #include "attnkit/nn/linear.hpp"
 #include "attnkit/nn/norm.hpp"
+#include "../nn/nn_common.hpp"  // parallel_rows
 
 namespace attnkit {
 
@@ -62,9 +63,18 @@ class GptActivations {
 
 namespace {
 
-void add_inplace(View2 y, ConstView2 a, ConstView2 b) {  // y = a + b, same shapes
-  for (int64_t t = 0; t < y.shape[0]; ++t)
-    for (int64_t c = 0; c < y.shape[1]; ++c) y(t, c) = a(t, c) + b(t, c);
+// y = a + b (same shapes, rows contiguous; y may be a or b), rows in parallel.
+void add_inplace(View2 y, ConstView2 a, ConstView2 b) {
+  check(y.inner_contiguous() && a.inner_contiguous() && b.inner_contiguous(),
+        "add_inplace: rows must be contiguous");
+  const int64_t c = y.shape[1];
+  nn::parallel_rows(y.shape[0], c, [&](int64_t r0, int64_t r1) {
+    for (int64_t t = r0; t < r1; ++t) {
+      float* yr = y.ptr(t);
+      const float *ar = a.ptr(t), *br = b.ptr(t);
+      for (int64_t j = 0; j < c; ++j) yr[j] = ar[j] + br[j];
+    }
+  });
 }
 
 // x [T, C] (contiguous) ← its sum over the tensor-parallel shards; nothing without a hook.
@@ -236,7 +246,7 @@ AttentionBlockCache GptModel::attention_cache(int64_t layer) {
   return acts_->block[size_t(layer)].cache();
 }
 
-void GptModel::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+void GptModel::zero_grad() { nn::parallel_fill(grads_, 0.0f); }
 
 void GptModel::run_layers(const GptBatch& batch) {
   const auto& c = config_;

@@ -3,6 +3,8 @@
 #include "nn_common.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm.hpp"
@@ -30,6 +32,29 @@ void parallel_rows(int64_t n, int64_t width, const std::function<void(int64_t, i
   const int64_t per = std::max<int64_t>(1, kElemsPerTask / std::max<int64_t>(width, 1));
   const int64_t blocks = (n + per - 1) / per;
   parallel_for(blocks, [&](int64_t blk) { body(blk * per, std::min(n, (blk + 1) * per)); });
+}
+
+void parallel_fill(std::span<float> v, float value) {
+  parallel_rows(int64_t(v.size()), 1, [&](int64_t i0, int64_t i1) {
+    std::fill(v.begin() + i0, v.begin() + i1, value);
+  });
+}
+
+int64_t first_non_finite(std::span<const float> v) {
+  const int64_t n = int64_t(v.size()), blocks = (n + kElemsPerTask - 1) / kElemsPerTask;
+  std::vector<uint8_t> bad(size_t(blocks), 0);
+  parallel_for(blocks, [&](int64_t blk) {
+    const int64_t i0 = blk * kElemsPerTask, i1 = std::min(n, i0 + kElemsPerTask);
+    uint32_t any = 0;  // exponent all ones: inf or NaN
+    for (int64_t i = i0; i < i1; ++i) any |= uint32_t((std::bit_cast<uint32_t>(v[size_t(i)]) & 0x7f800000u) == 0x7f800000u);
+    bad[size_t(blk)] = uint8_t(any);
+  });
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    if (!bad[size_t(blk)]) continue;
+    for (int64_t i = blk * kElemsPerTask; i < n; ++i)
+      if (!std::isfinite(v[size_t(i)])) return i;
+  }
+  return -1;
 }
 
 void parallel_columns(int64_t cols, const std::function<void(int64_t, int64_t)>& body) {

@@ -52,6 +52,12 @@ bool present(const View<T, 2>& v) {
 // `width`; blocks depend only on (n, width), never on the thread count.
 void parallel_rows(int64_t n, int64_t width, const std::function<void(int64_t, int64_t)>& body);
 
+// v[i] = value for every i, in parallel blocks (zeroing a model's gradients every step).
+void parallel_fill(std::span<float> v, float value);
+// Index of the first non-finite (inf or NaN) value of v, or -1: a branch-free pass over parallel
+// blocks, then a scan of the first block that has one.
+int64_t first_non_finite(std::span<const float> v);
+
 // Calls body(c0, c1) over column blocks [0, cols) of kColumnBlock channels: the layout used for
 // parameter-gradient reductions over tokens (each block sums its tokens in order).
 constexpr int64_t kColumnBlock = 64;

@@ -13,6 +13,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/tools/roofline.hpp"
 #include "attnkit/train/grad_clip.hpp"
+#include "../nn/nn_common.hpp"  // first_non_finite
 
 namespace attnkit {
 namespace {
@@ -152,9 +153,10 @@ TrainStepResult GptTrainer::step(int64_t s) {
         "; the last good checkpoint in ", options_.out_dir, " is kept");
   const double lr = warmup_cosine_lr(options_.schedule, s);
   optimizer_.step(lr);
-  for (float p : model_.parameters())  // an update can overflow even from a finite loss
-    check(std::isfinite(p), "training diverged at step ", s, ": a parameter became ", p,
-          " (lr ", lr, "); the last good checkpoint in ", options_.out_dir, " is kept");
+  // An update can overflow even from a finite loss.
+  if (const int64_t bad = nn::first_non_finite(model_.parameters()); bad >= 0)
+    fail("training diverged at step ", s, ": a parameter became ", model_.parameters()[size_t(bad)],
+         " (lr ", lr, "); the last good checkpoint in ", options_.out_dir, " is kept");
   const double dt = now_seconds() - t0;
   return {s, loss, lr, norm, double(w.tokens.size()) * double(options_.dp_size) / dt};  // all processes
 }

@@ -24,49 +24,71 @@ struct LinearCase {
         b(bias ? nn_testing::randn_vec(out, seed + 3) : std::vector<float>{}) {}
 };
 
+// Fast path against the reference for one shape (worst-case float-sum bars).
+void expect_matches_reference(int64_t t, int64_t in, int64_t out, bool bias) {
+  SCOPED_TRACE(testing::Message() << "T=" << t << " in=" << in << " out=" << out << " bias=" << bias);
+  LinearCase c(t, in, out, bias, uint32_t(t * 131 + in * 7 + out));
+  Mat y(t, out), y_ref(t, out), mag(t, out);
+  linear_forward(y.view(), c.x.cview(), c.w.cview(), c.b);
+  linear_forward_reference(y_ref.view(), c.x.cview(), c.w.cview(), c.b);
+  const Mat ax = c.x.abs(), aw = c.w.abs();
+  const auto ab = nn_testing::abs_vec(c.b);
+  linear_forward_reference(mag.view(), ax.cview(), aw.cview(), ab);
+  // An in-term float dot product plus the bias: at most (in + 2) roundings per term.
+  nn_testing::expect_within(
+      y, y_ref, [&](int64_t i, int64_t j) { return double(in + 2) * kU * mag.at(i, j); },
+      "y");
+
+  // Backward into non-zero parameter gradients: checks += (and d_x's =, by pre-filling it).
+  Mat d_x(t, in), d_x_ref(t, in), d_w = Mat(out, in).randn(5), d_w_ref = d_w;
+  d_x.randn(9);
+  std::vector<float> d_b = bias ? nn_testing::randn_vec(out, 6) : std::vector<float>{};
+  std::vector<float> d_b_ref = d_b;
+  linear_backward(d_x.view(), d_w.view(), d_b, c.d_y.cview(), c.x.cview(), c.w.cview());
+  linear_backward_reference(d_x_ref.view(), d_w_ref.view(), d_b_ref, c.d_y.cview(),
+                            c.x.cview(), c.w.cview());
+  Mat m_dx(t, in), m_dw = Mat(out, in).randn(5).abs();
+  std::vector<float> m_db =
+      nn_testing::abs_vec(bias ? nn_testing::randn_vec(out, 6) : std::vector<float>{});
+  const Mat ady = c.d_y.abs();
+  linear_backward_reference(m_dx.view(), m_dw.view(), m_db, ady.cview(), ax.cview(),
+                            aw.cview());
+  nn_testing::expect_within(
+      d_x, d_x_ref,
+      [&](int64_t i, int64_t j) { return double(out + 2) * kU * m_dx.at(i, j); }, "d_x");
+  nn_testing::expect_within(
+      d_w, d_w_ref,
+      [&](int64_t i, int64_t j) { return double(t + 3) * kU * m_dw.at(i, j); }, "d_w");
+  // d_b is summed in double and rounded once, then added to the prior value.
+  nn_testing::expect_within(
+      d_b, d_b_ref, [&](size_t i) { return 3 * kU * m_db[i]; }, "d_b");
+}
+
 TEST(NnLinear, FastMatchesReferenceOnTailShapes) {
   for (int64_t t : {1, 7, 65, 1100})  // 1100: weight gradients split the tokens into chunks
     for (int64_t in : {1, 17, 64})
       for (int64_t out : {1, 17, 64})
-        for (bool bias : {false, true}) {
-          SCOPED_TRACE(testing::Message()
-                       << "T=" << t << " in=" << in << " out=" << out << " bias=" << bias);
-          LinearCase c(t, in, out, bias, uint32_t(t * 131 + in * 7 + out));
-          Mat y(t, out), y_ref(t, out), mag(t, out);
-          linear_forward(y.view(), c.x.cview(), c.w.cview(), c.b);
-          linear_forward_reference(y_ref.view(), c.x.cview(), c.w.cview(), c.b);
-          const Mat ax = c.x.abs(), aw = c.w.abs();
-          const auto ab = nn_testing::abs_vec(c.b);
-          linear_forward_reference(mag.view(), ax.cview(), aw.cview(), ab);
-          // An in-term float dot product plus the bias: at most (in + 2) roundings per term.
-          nn_testing::expect_within(
-              y, y_ref, [&](int64_t i, int64_t j) { return double(in + 2) * kU * mag.at(i, j); },
-              "y");
+        for (bool bias : {false, true}) expect_matches_reference(t, in, out, bias);
+}
 
-          // Backward into non-zero parameter gradients: checks += (and d_x's =, by pre-filling it).
-          Mat d_x(t, in), d_x_ref(t, in), d_w = Mat(out, in).randn(5), d_w_ref = d_w;
-          d_x.randn(9);
-          std::vector<float> d_b = bias ? nn_testing::randn_vec(out, 6) : std::vector<float>{};
-          std::vector<float> d_b_ref = d_b;
-          linear_backward(d_x.view(), d_w.view(), d_b, c.d_y.cview(), c.x.cview(), c.w.cview());
-          linear_backward_reference(d_x_ref.view(), d_w_ref.view(), d_b_ref, c.d_y.cview(),
-                                    c.x.cview(), c.w.cview());
-          Mat m_dx(t, in), m_dw = Mat(out, in).randn(5).abs();
-          std::vector<float> m_db =
-              nn_testing::abs_vec(bias ? nn_testing::randn_vec(out, 6) : std::vector<float>{});
-          const Mat ady = c.d_y.abs();
-          linear_backward_reference(m_dx.view(), m_dw.view(), m_db, ady.cview(), ax.cview(),
-                                    aw.cview());
-          nn_testing::expect_within(
-              d_x, d_x_ref,
-              [&](int64_t i, int64_t j) { return double(out + 2) * kU * m_dx.at(i, j); }, "d_x");
-          nn_testing::expect_within(
-              d_w, d_w_ref,
-              [&](int64_t i, int64_t j) { return double(t + 3) * kU * m_dw.at(i, j); }, "d_w");
-          // d_b is summed in double and rounded once, then added to the prior value.
-          nn_testing::expect_within(
-              d_b, d_b_ref, [&](size_t i) { return 3 * kU * m_db[i]; }, "d_b");
-        }
+// Products of >= 2^24 multiply-adds in fewer than 4 tiles are split further (parallel_sgemm):
+// y [512, 64] into 4 row tiles, d_w [64, 600] (512 tokens: one chunk, so the tiled path) into
+// 4 column tiles; d_x [512, 600] into 2 × 2 equal tiles. Same bars; bitwise for 1 and 2 threads.
+TEST(NnLinear, LongProductsInEvenTilesMatchReferenceAndThreadCounts) {
+  expect_matches_reference(512, 600, 64, true);
+  LinearCase c(512, 600, 64, true, 17);
+  Mat y[2] = {Mat(512, 64), Mat(512, 64)}, d_x[2] = {Mat(512, 600), Mat(512, 600)};
+  Mat d_w[2] = {Mat(64, 600), Mat(64, 600)};
+  for (int threads : {1, 2}) {
+    ThreadCountScope scope(threads);
+    const int i = threads - 1;
+    std::vector<float> d_b(64, 0.0f);
+    linear_forward(y[i].view(), c.x.cview(), c.w.cview(), c.b);
+    linear_backward(d_x[i].view(), d_w[i].view(), d_b, c.d_y.cview(), c.x.cview(), c.w.cview());
+  }
+  EXPECT_TRUE(y[0].raw == y[1].raw);
+  EXPECT_TRUE(d_x[0].raw == d_x[1].raw);
+  EXPECT_TRUE(d_w[0].raw == d_w[1].raw);
 }
 
 TEST(NnLinear, ReferenceGradientsMatchFiniteDifferences) {
