@@ -14,7 +14,7 @@ namespace attnkit::nn {
 namespace hn = hwy::HWY_NAMESPACE;
 namespace {
 constexpr int64_t kElemsPerTask = 16384;  // ~64 KB of floats: amortises a task's dispatch
-constexpr int64_t kTileM = 256;           // GEMM tile of C: rows
+constexpr int64_t kTileM = 512;           // GEMM tile of C: rows
 constexpr int64_t kTileN = 512;           // GEMM tile of C: columns
 
 // Tile extent for `extent` rows or columns: as few tiles as tiles of at most `most` allow, all
