@@ -1,11 +1,13 @@
 // Rotary embedding fast path: per token, cos and sin of a_i = p·inv_freq[i] are evaluated once in
-// double and rounded to float, then every head of the token is rotated in float by ops/rope.hpp's
+// double and rounded to float (read from the shared table for positions below 65536), then every head of the token is rotated in float by ops/rope.hpp's
 // rope_rotate (pairs (i, i+D/2), Hugging Face's rotate_half), the function and cos/sin rounding
 // the decode kernel's rope-on-read also uses. The backward is the same rotation with sin negated
 // (R(-a) = R(a)ᵀ). PyTorch: x * cos + rotate_half(x) * sin.
 #include "attnkit/nn/rope.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "attnkit/ops/rope.hpp"
@@ -44,12 +46,26 @@ std::vector<double> rope_inv_freq(int64_t head_dim, const RopeOptions& opts) {
 
 namespace {
 
+// Positions below this read cos/sin from the shared RopeTable (ops/rope.hpp: the same double
+// evaluation, rounded once, so bitwise the values computed here); larger ones, which would make
+// the table large, are evaluated per token.
+constexpr int64_t kTablePositions = int64_t(1) << 16;
+
 void rotate(View3 x, std::span<const int64_t> positions, const RopeOptions& opts, double sign) {
   const int64_t h = x.shape[1], half = x.shape[2] / 2;
   const std::vector<double> inv_freq = rope_inv_freq(x.shape[2], opts);
+  const int64_t most = positions.empty() ? 0 : *std::max_element(positions.begin(), positions.end());
+  const std::shared_ptr<const RopeTable> table =
+      half >= 1 && most < kTablePositions ? rope_table_for(x.shape[2], opts.theta, most + 1) : nullptr;
   nn::parallel_rows(x.shape[0], h * x.shape[2], [&](int64_t t0, int64_t t1) {
     std::vector<float> cs(size_t(2 * half));
     for (int64_t t = t0; t < t1; ++t) {
+      if (table) {
+        const int64_t p = positions[size_t(t)];
+        for (int64_t hh = 0; hh < h; ++hh)
+          rope_rotate(x.ptr(t, hh), x.shape[2], table->cos(p), table->sin(p), float(sign));
+        continue;
+      }
       const double p = double(positions[size_t(t)]);
       for (int64_t i = 0; i < half; ++i) {
         const double a = p * inv_freq[size_t(i)];

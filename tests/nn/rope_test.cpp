@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -89,6 +90,24 @@ TEST(NnRope, FastMatchesReferenceOnFusedQkvSlices) {
               << "element " << i;
         }
       }
+}
+
+// Positions below 65536 read cos/sin from the shared table, a call with a larger one evaluates
+// every token's angles itself: the same tokens rotate bitwise alike on both paths.
+TEST(NnRope, TablePathEqualsEvaluatedPathBitwise) {
+  const int64_t h = 2, d = 64;
+  const std::vector<int64_t> table_pos = {0, 1, 3000, 65535};
+  std::vector<int64_t> eval_pos = table_pos;
+  eval_pos.push_back(70000);
+  for (bool backward : {false, true}) {
+    Qkv a(4, h, d, 51), b(5, h, d, 51);
+    std::copy_n(a.buf.begin(), a.buf.size(), b.buf.begin());
+    const RopeOptions o{.theta = 10000.0};
+    backward ? rope_backward(a.q(), table_pos, o) : rope_forward(a.q(), table_pos, o);
+    backward ? rope_backward(b.q(), eval_pos, o) : rope_forward(b.q(), eval_pos, o);
+    for (size_t i = 0; i < a.buf.size(); ++i) ASSERT_EQ(a.buf[i], b.buf[i]) << i;
+    EXPECT_NE(a.buf, Qkv(4, h, d, 51).buf);  // rotated
+  }
 }
 
 TEST(NnRope, BackwardIsTheTransposeAndTheInverse) {
