@@ -71,7 +71,8 @@ void for_planes(int64_t p0, int64_t p1, int64_t c, const F& f) {
   for (int64_t pl = p0; pl < p1; ++pl) f(pl / c, pl % c);
 }
 
-// Σ g and Σ g·x over one plane of hw values, g = d_y, masked by x·a + sh > 0 when relu.
+// Σ g and Σ g·x over one plane of hw values, g = d_y, masked by x·a + sh > 0 when relu (float
+// partial sums in vector lanes, added to s and d in double, as nn::shifted_sums_double).
 void masked_sum_and_dot(const float* dy, const float* x, int64_t hw, bool relu, float a, float sh,
                         double& s, double& d) {
   const hn::ScalableTag<float> df;

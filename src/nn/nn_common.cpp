@@ -115,8 +115,8 @@ double dot_double(const float* x, const float* y, int64_t n) {
   return s;
 }
 
-// The two plane reductions below keep float partial sums in vector lanes over one plane (at most
-// n / lanes terms each: 49 for a 28×28 plane with 16 lanes), then add each plane's total in
+// The plane reduction below keeps float partial sums in vector lanes over one plane (at most
+// n / lanes terms each: 49 for a 28×28 plane with 16 lanes), then adds the plane's total in
 // double: the per-element work is float FMAs, and the planes are summed without drift.
 void shifted_sums_double(const float* x, int64_t n, double k, double& s, double& q) {
   const hn::ScalableTag<float> df;
@@ -131,20 +131,6 @@ void shifted_sums_double(const float* x, int64_t n, double k, double& s, double&
   }
   s += double(hn::GetLane(hn::SumOfLanes(df, as)));
   q += double(hn::GetLane(hn::SumOfLanes(df, aq)));
-}
-
-void sum_and_dot_double(const float* g, const float* x, int64_t n, double& s, double& d) {
-  const hn::ScalableTag<float> df;
-  const int64_t lanes = int64_t(hn::Lanes(df));
-  auto as = hn::Zero(df), ad = hn::Zero(df);
-  for (int64_t j = 0; j < n; j += lanes) {
-    const auto in = hn::FirstN(df, size_t(n - j));
-    const auto gv = hn::MaskedLoad(in, df, g + j);
-    as = hn::Add(as, gv);
-    ad = hn::MulAdd(gv, hn::MaskedLoad(in, df, x + j), ad);
-  }
-  s += double(hn::GetLane(hn::SumOfLanes(df, as)));
-  d += double(hn::GetLane(hn::SumOfLanes(df, ad)));
 }
 
 }  // namespace attnkit::nn

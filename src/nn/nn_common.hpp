@@ -77,8 +77,6 @@ double dot_double(const float* x, const float* y, int64_t n);
 // s += Σ (x[i] - k) and q += Σ (x[i] - k)² over i < n (one plane: float partial sums in vector
 // lanes, n / lanes terms each, added to s and q in double).
 void shifted_sums_double(const float* x, int64_t n, double k, double& s, double& q);
-// s += Σ g[i] and d += Σ g[i]·x[i] over i < n, as shifted_sums_double.
-void sum_and_dot_double(const float* g, const float* x, int64_t n, double& s, double& d);
 
 // Row stride of a [rows, cols] view, usable as a BLAS leading dimension (>= max(1, cols)).
 template <class T>
