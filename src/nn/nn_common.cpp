@@ -45,8 +45,10 @@ int64_t first_non_finite(std::span<const float> v) {
   std::vector<uint8_t> bad(size_t(blocks), 0);
   parallel_for(blocks, [&](int64_t blk) {
     const int64_t i0 = blk * kElemsPerTask, i1 = std::min(n, i0 + kElemsPerTask);
-    uint32_t any = 0;  // exponent all ones: inf or NaN
-    for (int64_t i = i0; i < i1; ++i) any |= uint32_t((std::bit_cast<uint32_t>(v[size_t(i)]) & 0x7f800000u) == 0x7f800000u);
+    constexpr uint32_t kExponent = 0x7f800000u;  // all ones: inf or NaN
+    uint32_t any = 0;
+    for (int64_t i = i0; i < i1; ++i)
+      any |= uint32_t((std::bit_cast<uint32_t>(v[size_t(i)]) & kExponent) == kExponent);
     bad[size_t(blk)] = uint8_t(any);
   });
   for (int64_t blk = 0; blk < blocks; ++blk) {

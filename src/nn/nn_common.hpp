@@ -65,7 +65,8 @@ void parallel_columns(int64_t cols, const std::function<void(int64_t, int64_t)>&
 
 // C[m, n] = alpha·op(A)·op(B) + beta·C like sgemm, split into fixed tiles of C that parallel_for
 // computes with BLAS single-threaded; epilogue(i0, i1, j0, j1), if set, runs on each finished
-// tile. Tiles depend only on (m, n): bitwise identical for any thread count.
+// tile. Tiles (of equal size; at least 4 for products of >= 2^24 multiply-adds) depend only on
+// (m, n, k): bitwise identical for any thread count.
 void parallel_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                     const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                     int64_t ldc,
