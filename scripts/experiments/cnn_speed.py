@@ -14,8 +14,13 @@ handicapped by OpenBLAS's CPU table. PyTorch's convolutions run through oneDNN (
 attnkit's rate includes its first (cold) step, PyTorch's excludes a warm-up step: the default of
 50 steps (6 400 images) keeps that difference near 2 %.
 
+With --in-process, both train in one process instead: the same pre-loaded batches and initial
+weights, alternating rounds of --steps steps (who goes first alternates too), attnkit through
+ImageModel + attnkit.train.AdamW without augmentation; the median of the per-round ratios is the
+figure (machine load swings of a few seconds then hit both alike).
+
 Usage: scripts/experiments/cnn_speed.py [--attention cbam] [--threads 2] [--batch 128]
-       [--images 6400] [--rounds 2]"""
+       [--images 6400] [--rounds 2] [--in-process [--steps 5]]"""
 import argparse
 import json
 import os
@@ -64,14 +69,98 @@ print(json.dumps({"images_per_second": steps * batch / (time.perf_counter() - t)
 '''
 
 
-def torch_rate(cfg, threads, batch, images):
+# --in-process: both trainers in one process on the same pre-loaded batches, the same initial
+# weights, alternating rounds of a few steps each, so that the machine's load swings hit both
+# alike. attnkit's step here is ImageModel forward/backward plus attnkit.train.AdamW (no data
+# augmentation, as for PyTorch); the softmax cross-entropy gradient is computed in numpy.
+IN_PROCESS_CHILD = r'''
+import json, sys, time
+import numpy as np, torch
+sys.path.insert(0, sys.argv[1])
+from test_cnn import torch_cnn
+import attnkit
+from attnkit.train import AdamW
+cfg = json.loads(sys.argv[2])
+threads, batch, rounds, steps, warmup = (int(v) for v in sys.argv[3:8])
+torch.set_num_threads(threads)
+attnkit.set_num_threads(threads)
+model = attnkit.ImageModel(json.dumps(cfg)); model.init_random(1); model.set_training(True)
+names = model.parameter_names()
+p = {n: torch.tensor(np.array(model.parameter(n)), requires_grad=True) for n in names}
+buffers = {n: torch.tensor(np.array(model.buffer(n))) for n in model.buffer_names()}
+opt_t = torch.optim.AdamW(p.values(), lr=1e-3, weight_decay=0.05)
+opt_a = AdamW({n: model.parameter(n) for n in names}, {n: model.gradient(n) for n in names},
+              weight_decay=0.05)
+x_all, y_all = attnkit.load_fashion_mnist("/usr/share/datasets/fashion-mnist", "train")
+n_batches = 50
+x_np = ((np.asarray(x_all[:n_batches * batch], np.float32) / 255.0 - 0.286) / 0.353)[:, None].copy()
+y_np = np.asarray(y_all[:n_batches * batch], np.int64)
+x_t, y_t = torch.from_numpy(x_np), torch.from_numpy(y_np)
+rows = np.arange(batch)
+def step_attnkit(i):
+    sl = slice((i % n_batches) * batch, (i % n_batches + 1) * batch)
+    model.zero_grad()
+    logits = model.forward(x_np[sl])
+    q = np.exp(logits - logits.max(axis=1, keepdims=True))
+    q /= q.sum(axis=1, keepdims=True)
+    q[rows, y_np[sl]] -= 1.0
+    model.backward((q / batch).astype(np.float32))
+    opt_a.step(1e-3)
+def step_torch(i):
+    sl = slice((i % n_batches) * batch, (i % n_batches + 1) * batch)
+    opt_t.zero_grad()
+    torch.nn.functional.cross_entropy(torch_cnn(p, buffers, x_t[sl], cfg, True), y_t[sl]).backward()
+    opt_t.step()
+for i in range(warmup):
+    step_attnkit(i); step_torch(i)
+done = warmup
+for r in range(rounds):
+    rate = {}
+    order = (("attnkit", step_attnkit), ("torch", step_torch))
+    for name, step in (order if r % 2 == 0 else order[::-1]):  # alternate who goes first
+        t = time.perf_counter()
+        for i in range(steps):
+            step(done + i)
+        rate[name] = steps * batch / (time.perf_counter() - t)
+    done += steps
+    print(json.dumps(rate), flush=True)
+'''
+
+
+def child_env(threads):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
     if avx512():
         env["OPENBLAS_CORETYPE"] = "SkylakeX"
     env["PYTHONPATH"] = str(ROOT / "build" / "python")
+    return env
+
+
+def in_process(a, cfg):
+    """Alternating rounds in one process; prints each round and the medians."""
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    proc = subprocess.Popen([python, "-c", IN_PROCESS_CHILD, str(ROOT / "tests" / "python"), json.dumps(cfg),
+                             str(a.threads), str(a.batch), str(a.rounds), str(a.steps), "2"],
+                            env=child_env(a.threads), stdout=subprocess.PIPE, text=True)
+    ratios, ours, theirs = [], [], []
+    for r, line in enumerate(proc.stdout):
+        rate = json.loads(line)
+        ours.append(rate["attnkit"]), theirs.append(rate["torch"])
+        ratios.append(rate["attnkit"] / rate["torch"])
+        print(f"round {r + 1}: attnkit {rate['attnkit']:.0f} images/s, PyTorch {rate['torch']:.0f} images/s, "
+              f"ratio {ratios[-1]:.2f}x", flush=True)
+    if proc.wait() != 0:
+        raise SystemExit(f"in-process child failed with status {proc.returncode}")
+    med = lambda v: sorted(v)[len(v) // 2]
+    print(f"CNN ({a.attention}, widths {a.widths}), batch {a.batch}, {a.threads} threads, in one process, "
+          f"{a.rounds} rounds of {a.steps} steps each: attnkit {med(ours):.0f} images/s, PyTorch 1.13 "
+          f"{med(theirs):.0f} images/s (medians); median of the per-round ratios {med(ratios):.2f}x "
+          f"(rounds {min(ratios):.2f}-{max(ratios):.2f}x)")
+
+
+def torch_rate(cfg, threads, batch, images):
     python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # Debian torch
     out = subprocess.run([python, "-c", TORCH_CHILD, str(ROOT / "tests" / "python"), json.dumps(cfg),
-                          str(threads), str(batch), str(images)], env=env, check=True,
+                          str(threads), str(batch), str(images)], env=child_env(threads), check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out)["images_per_second"]
 
@@ -93,9 +182,14 @@ def main():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--images", type=int, default=6400)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--in-process", action="store_true",
+                    help="both trainers in one process, alternating rounds of --steps steps")
+    ap.add_argument("--steps", type=int, default=5, help="steps per round with --in-process")
     a = ap.parse_args()
     cfg = {"model_type": "cnn", "attention": a.attention, "widths": [int(w) for w in a.widths.split(",")],
            "reduction": 8, "spatial_kernel": 7}
+    if a.in_process:
+        return in_process(a, cfg)
     rows = []
     for r in range(a.rounds):
         ours = attnkit_rate(a.attention, a.widths, a.threads, a.batch, a.images)
