@@ -40,7 +40,10 @@ def avx512():
     return all(f in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
 
 
-TORCH_CHILD = r'''
+# Shared by both child scripts: argv = [tests/python, cfg, threads, batch, n_images, ...]; the
+# attnkit model with its initial weights, the torch copy with AdamW, the first n_images training
+# images (normalised, [N, 1, 28, 28]) and one torch step on batch i.
+CHILD_SETUP = r'''
 import json, sys, time
 import numpy as np, torch
 sys.path.insert(0, sys.argv[1])
@@ -53,13 +56,17 @@ p = {n: torch.tensor(np.array(model.parameter(n)), requires_grad=True) for n in 
 buffers = {n: torch.tensor(np.array(model.buffer(n))) for n in model.buffer_names()}
 opt = torch.optim.AdamW(p.values(), lr=1e-3, weight_decay=0.05)
 x_all, y_all = attnkit.load_fashion_mnist("/usr/share/datasets/fashion-mnist", "train")
-x_all = torch.tensor((np.asarray(x_all[:images], np.float32) / 255.0 - 0.286) / 0.353)[:, None]
-y_all = torch.tensor(np.asarray(y_all[:images], np.int64))
+x_np = ((np.asarray(x_all[:images], np.float32) / 255.0 - 0.286) / 0.353)[:, None].copy()
+y_np = np.asarray(y_all[:images], np.int64)
+x_all, y_all = torch.from_numpy(x_np), torch.from_numpy(y_np)
 def step(i):
     x, y = x_all[i * batch:(i + 1) * batch], y_all[i * batch:(i + 1) * batch]
     opt.zero_grad()
     loss = torch.nn.functional.cross_entropy(torch_cnn(p, buffers, x, cfg, True), y)
     loss.backward(); opt.step()
+'''
+
+TORCH_CHILD = CHILD_SETUP + r'''
 step(0)  # warm-up
 steps = images // batch
 t = time.perf_counter()
@@ -69,33 +76,19 @@ print(json.dumps({"images_per_second": steps * batch / (time.perf_counter() - t)
 '''
 
 
-# --in-process: both trainers in one process on the same pre-loaded batches, the same initial
+# --in-process: both trainers in one process on the same 50 pre-loaded batches, the same initial
 # weights, alternating rounds of a few steps each, so that the machine's load swings hit both
 # alike. attnkit's step here is ImageModel forward/backward plus attnkit.train.AdamW (no data
 # augmentation, as for PyTorch); the softmax cross-entropy gradient is computed in numpy.
-IN_PROCESS_CHILD = r'''
-import json, sys, time
-import numpy as np, torch
-sys.path.insert(0, sys.argv[1])
-from test_cnn import torch_cnn
-import attnkit
+IN_PROCESS_CHILD = CHILD_SETUP + r'''
 from attnkit.train import AdamW
-cfg = json.loads(sys.argv[2])
-threads, batch, rounds, steps, warmup = (int(v) for v in sys.argv[3:8])
-torch.set_num_threads(threads)
+rounds, steps, warmup = (int(v) for v in sys.argv[6:9])
 attnkit.set_num_threads(threads)
-model = attnkit.ImageModel(json.dumps(cfg)); model.init_random(1); model.set_training(True)
+model.set_training(True)
 names = model.parameter_names()
-p = {n: torch.tensor(np.array(model.parameter(n)), requires_grad=True) for n in names}
-buffers = {n: torch.tensor(np.array(model.buffer(n))) for n in model.buffer_names()}
-opt_t = torch.optim.AdamW(p.values(), lr=1e-3, weight_decay=0.05)
 opt_a = AdamW({n: model.parameter(n) for n in names}, {n: model.gradient(n) for n in names},
               weight_decay=0.05)
-x_all, y_all = attnkit.load_fashion_mnist("/usr/share/datasets/fashion-mnist", "train")
-n_batches = 50
-x_np = ((np.asarray(x_all[:n_batches * batch], np.float32) / 255.0 - 0.286) / 0.353)[:, None].copy()
-y_np = np.asarray(y_all[:n_batches * batch], np.int64)
-x_t, y_t = torch.from_numpy(x_np), torch.from_numpy(y_np)
+n_batches = images // batch
 rows = np.arange(batch)
 def step_attnkit(i):
     sl = slice((i % n_batches) * batch, (i % n_batches + 1) * batch)
@@ -107,20 +100,17 @@ def step_attnkit(i):
     model.backward((q / batch).astype(np.float32))
     opt_a.step(1e-3)
 def step_torch(i):
-    sl = slice((i % n_batches) * batch, (i % n_batches + 1) * batch)
-    opt_t.zero_grad()
-    torch.nn.functional.cross_entropy(torch_cnn(p, buffers, x_t[sl], cfg, True), y_t[sl]).backward()
-    opt_t.step()
+    step(i % n_batches)
 for i in range(warmup):
     step_attnkit(i); step_torch(i)
 done = warmup
 for r in range(rounds):
     rate = {}
     order = (("attnkit", step_attnkit), ("torch", step_torch))
-    for name, step in (order if r % 2 == 0 else order[::-1]):  # alternate who goes first
+    for name, run in (order if r % 2 == 0 else order[::-1]):  # alternate who goes first
         t = time.perf_counter()
         for i in range(steps):
-            step(done + i)
+            run(done + i)
         rate[name] = steps * batch / (time.perf_counter() - t)
     done += steps
     print(json.dumps(rate), flush=True)
@@ -139,7 +129,7 @@ def in_process(a, cfg):
     """Alternating rounds in one process; prints each round and the medians."""
     python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
     proc = subprocess.Popen([python, "-c", IN_PROCESS_CHILD, str(ROOT / "tests" / "python"), json.dumps(cfg),
-                             str(a.threads), str(a.batch), str(a.rounds), str(a.steps), "2"],
+                             str(a.threads), str(a.batch), str(50 * a.batch), str(a.rounds), str(a.steps), "2"],
                             env=child_env(a.threads), stdout=subprocess.PIPE, text=True)
     ratios, ours, theirs = [], [], []
     for r, line in enumerate(proc.stdout):

@@ -114,7 +114,7 @@ void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
     sums = channel_sums(n, c, [&](int64_t i, int64_t ch, double* acc) {
       nn::shifted_sums_double(x.ptr(i, ch), hw, double(x.ptr(0, ch)[0]), acc[0], acc[1]);
     });
-  std::vector<float> scale(size_t(c), 0.0f), shift(size_t(c), 0.0f);
+  std::vector<ChannelAffine> affine(static_cast<size_t>(c));  // y = x·scale + shift per channel
   for (int64_t ch = 0; ch < c; ++ch) {
     double mu, var;
     if (opts.training) {
@@ -134,9 +134,7 @@ void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
     const float mf = float(mu), r = float(1.0 / std::sqrt(var + double(opts.eps)));
     mean[size_t(ch)] = mf;
     rstd[size_t(ch)] = r;
-    const ChannelAffine f = affine_of(mf, r, w, b, ch);
-    scale[size_t(ch)] = f.scale;
-    shift[size_t(ch)] = f.shift;
+    affine[size_t(ch)] = affine_of(mf, r, w, b, ch);
   }
   nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
     const hn::ScalableTag<float> df;
@@ -145,7 +143,8 @@ void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
     for_planes(p0, p1, c, [&](int64_t i, int64_t ch) {
       const float* p = x.ptr(i, ch);
       float* q = y.ptr(i, ch);
-      const auto a = hn::Set(df, scale[size_t(ch)]), sh = hn::Set(df, shift[size_t(ch)]);
+      const ChannelAffine& f = affine[size_t(ch)];
+      const auto a = hn::Set(df, f.scale), sh = hn::Set(df, f.shift);
       for (int64_t j = 0; j < hw; j += lanes) {
         const auto in = hn::FirstN(df, size_t(hw - j));
         auto v = hn::MulAdd(hn::MaskedLoad(in, df, p + j), a, sh);
@@ -171,13 +170,12 @@ void batch_norm2d_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b
   nn::check_span(std::span<const float>(d_b), fn, "d_b", "[C]", c, true);
   nn::check_norm_grads(fn, w, d_w, {}, {});
   // The ReLU's mask: x·scale + shift > 0 with the forward's scale and shift.
-  std::vector<ChannelAffine> pre(size_t(opts.relu ? c : 0));
-  for (int64_t ch = 0; ch < int64_t(pre.size()); ++ch)
+  std::vector<ChannelAffine> pre(static_cast<size_t>(c));
+  for (int64_t ch = 0; ch < c; ++ch)
     pre[size_t(ch)] = affine_of(mean[size_t(ch)], rstd[size_t(ch)], w, b, ch);
-  auto mask_of = [&](int64_t ch) { return opts.relu ? pre[size_t(ch)] : ChannelAffine{0.0f, 0.0f}; };
   // Σ g and Σ g·x per channel (g: d_y, masked); Σ g·x̂ = r·(Σ g·x - μ·Σ g).
   const std::vector<double> sums = channel_sums(n, c, [&](int64_t i, int64_t ch, double* acc) {
-    const ChannelAffine f = mask_of(ch);
+    const ChannelAffine& f = pre[size_t(ch)];
     masked_sum_and_dot(d_y.ptr(i, ch), x.ptr(i, ch), hw, opts.relu, f.scale, f.shift, acc[0], acc[1]);
   });
   std::vector<float> ca(size_t(c), 0.0f), cb(size_t(c), 0.0f), cc(size_t(c), 0.0f);  // d_x = ca·d_y + cb·x + cc
@@ -201,7 +199,7 @@ void batch_norm2d_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b
     for_planes(p0, p1, c, [&](int64_t i, int64_t ch) {
       const float *p = x.ptr(i, ch), *g = d_y.ptr(i, ch);
       float* dx = d_x.ptr(i, ch);
-      const ChannelAffine f = mask_of(ch);
+      const ChannelAffine& f = pre[size_t(ch)];
       const auto a = hn::Set(df, ca[size_t(ch)]), bx = hn::Set(df, cb[size_t(ch)]),
                  k = hn::Set(df, cc[size_t(ch)]), ms = hn::Set(df, f.scale), mb = hn::Set(df, f.shift);
       for (int64_t j = 0; j < hw; j += lanes) {

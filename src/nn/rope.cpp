@@ -1,7 +1,7 @@
 // Rotary embedding fast path: per token, cos and sin of a_i = p·inv_freq[i] are evaluated once in
-// double and rounded to float (read from the shared table for positions below 65536), then every head of the token is rotated in float by ops/rope.hpp's
-// rope_rotate (pairs (i, i+D/2), Hugging Face's rotate_half), the function and cos/sin rounding
-// the decode kernel's rope-on-read also uses. The backward is the same rotation with sin negated
+// double and rounded to float (read from the shared table for positions below 65536), then every
+// head of the token is rotated in float by ops/rope.hpp's rope_rotate (pairs (i, i+D/2), Hugging
+// Face's rotate_half), the function and cos/sin rounding the decode kernel's rope-on-read also uses. The backward is the same rotation with sin negated
 // (R(-a) = R(a)ᵀ). PyTorch: x * cos + rotate_half(x) * sin.
 #include "attnkit/nn/rope.hpp"
 
@@ -58,22 +58,20 @@ void rotate(View3 x, std::span<const int64_t> positions, const RopeOptions& opts
   const std::shared_ptr<const RopeTable> table =
       half >= 1 && most < kTablePositions ? rope_table_for(x.shape[2], opts.theta, most + 1) : nullptr;
   nn::parallel_rows(x.shape[0], h * x.shape[2], [&](int64_t t0, int64_t t1) {
-    std::vector<float> cs(size_t(2 * half));
+    std::vector<float> cs(table ? 0 : size_t(2 * half));
     for (int64_t t = t0; t < t1; ++t) {
+      const float *cos = cs.data(), *sin = cs.data() + half;
       if (table) {
-        const int64_t p = positions[size_t(t)];
-        for (int64_t hh = 0; hh < h; ++hh)
-          rope_rotate(x.ptr(t, hh), x.shape[2], table->cos(p), table->sin(p), float(sign));
-        continue;
+        cos = table->cos(positions[size_t(t)]), sin = table->sin(positions[size_t(t)]);
+      } else {
+        const double p = double(positions[size_t(t)]);
+        for (int64_t i = 0; i < half; ++i) {
+          const double a = p * inv_freq[size_t(i)];
+          cs[size_t(i)] = float(std::cos(a));
+          cs[size_t(half + i)] = float(std::sin(a));
+        }
       }
-      const double p = double(positions[size_t(t)]);
-      for (int64_t i = 0; i < half; ++i) {
-        const double a = p * inv_freq[size_t(i)];
-        cs[size_t(i)] = float(std::cos(a));
-        cs[size_t(half + i)] = float(std::sin(a));
-      }
-      for (int64_t hh = 0; hh < h; ++hh)
-        rope_rotate(x.ptr(t, hh), x.shape[2], cs.data(), cs.data() + half, float(sign));
+      for (int64_t hh = 0; hh < h; ++hh) rope_rotate(x.ptr(t, hh), x.shape[2], cos, sin, float(sign));
     }
   });
 }
