@@ -1,10 +1,11 @@
 // Split-KV decode (flash-decoding) over a KV cache. Loop nest of one work item (a sequence and a
 // chunk of its cache, read in address order):
-//   for each block of bt tokens:            prefetch K[bt, Hkv, D] and V in address order
-//     for each KV head hk:                  S[n·G, bt] = Q_hk·K[:, hk]ᵀ; softcap; mask; online softmax
-//     for each KV head hk:                  O_hk[n·G, D] += P·V[:, hk]
-// Stored K/V are converted in registers (no float32 copy of the cache); each block of bt tokens
-// (<= kStageBytes of cache) is first prefetched in address order, then consumed head by head.
+//   for each block of bt tokens:
+//     for each sub-block, each KV head hk:  S[n·G, sub] = Q_hk·K[sub, hk]ᵀ
+//     for each KV head hk:                  softcap; mask; online softmax
+//     for each sub-block, each KV head hk:  O_hk[n·G, D] += P·V[sub, hk]
+// Stored K/V are converted in registers (no float32 copy of the cache). Each kernel prefetches
+// the rows it reads `ahead` tokens further on, interleaved with its FMAs (see run_as).
 // The G query heads of a KV head share each converted K/V vector, so arithmetic intensity grows
 // with G. Chunks of kChunk tokens are merged with their (max, sum) pairs; the chunking depends on the
 // cache contents only, so results do not depend on the thread count.
@@ -30,7 +31,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 namespace {
 
 using flash::kNegInf;
-constexpr int64_t kAhead = 1;  // blocks between the one computed and the one requested (2 and 3 measured no faster)
 
 // Horizontal sums of four vectors: {Σa0, Σa1, Σa2, Σa3} in one 4-lane vector. Halves wide
 // vectors down to 128 bits, then finishes with two interleave-add rounds.
@@ -102,7 +102,16 @@ struct Rows {
   const float* scale;
   int64_t scale_stride;
   float scale_at(int64_t t) const { return scale ? scale[t * scale_stride] : 1.0f; }
+  int64_t pf = 0;                    // prefetch distance in bytes (0: none)
+  const std::byte* pf_end = nullptr; // rows at or past this address are not prefetched
 };
+
+// Requests `bytes` of the row that lies rows.pf bytes after `row`, if it is inside the run.
+HWY_INLINE void prefetch_ahead(const Rows& rows, const std::byte* row, int64_t bytes) {
+  const std::byte* p = row + rows.pf;
+  if (rows.pf == 0 || p >= rows.pf_end) return;
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);
+}
 
 // s[r·ls + t] = q_r·k_t for r < rows, t < bt (q [rows, d] float32, k stored rows). Register
 // blocks of 4 rows × kTok tokens (independent FMA chains) or 1 row × 4 tokens for leftover rows;
@@ -127,6 +136,7 @@ void block_scores(const float* q, int64_t rows, const Rows& k, int64_t bt, int64
       const std::byte* kt[kTok];
       VF acc[4][kTok];
       HWY_UNROLL_ALL for (int j = 0; j < kTok; ++j) kt[j] = k.base + (t + j) * k.stride;
+      if (r == 0) HWY_UNROLL_ALL for (int j = 0; j < kTok; ++j) prefetch_ahead(k, kt[j], d * L::kBytes);
       HWY_UNROLL_ALL for (int i = 0; i < 4; ++i)
         HWY_UNROLL_ALL for (int j = 0; j < kTok; ++j) acc[i][j] = hn::Zero(df);
       for (int64_t e = 0; e < dv; e += lanes) {
@@ -173,6 +183,7 @@ void block_scores(const float* q, int64_t rows, const Rows& k, int64_t bt, int64
       const int64_t nt = std::min<int64_t>(4, bt - t);
       const std::byte* kt[4];
       for (int j = 0; j < 4; ++j) kt[j] = k.base + (t + std::min<int64_t>(j, nt - 1)) * k.stride;
+      if (r == 0) for (int j = 0; j < nt; ++j) prefetch_ahead(k, kt[j], d * L::kBytes);
       auto a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
       for (int64_t e = 0; e < dv; e += lanes) {
         const auto qv = hn::LoadU(df, qr + e);
@@ -214,6 +225,7 @@ void block_accumulate(const float* p, int64_t lp, int64_t rows, const Rows& v, i
         HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) acc[i][j] = hn::LoadU(df, o0 + i * d + j * lanes);
       for (int64_t t = 0; t < bt; ++t) {
         const std::byte* vt = v.base + t * v.stride + e * L::kBytes;
+        if (r == 0) prefetch_ahead(v, vt, kVecs * lanes * L::kBytes);
         VF x[kVecs];
         HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) x[j] = L::load(vt + j * lanes * L::kBytes);
         const float* pt = p + r * lp + t;
@@ -238,6 +250,7 @@ void block_accumulate(const float* p, int64_t lp, int64_t rows, const Rows& v, i
       for (int64_t t = 0; t < bt; ++t) {
         const auto w = hn::Set(df, prow[t] * v.scale_at(t));
         const std::byte* vt = v.base + t * v.stride + e * L::kBytes;
+        if (r == 0) prefetch_ahead(v, vt, 4 * lanes * L::kBytes);
         a0 = hn::MulAdd(w, L::load(vt), a0);
         a1 = hn::MulAdd(w, L::load(vt + lanes * L::kBytes), a1);
         a2 = hn::MulAdd(w, L::load(vt + 2 * lanes * L::kBytes), a2);
@@ -250,8 +263,7 @@ void block_accumulate(const float* p, int64_t lp, int64_t rows, const Rows& v, i
   }
 }
 
-// Pulls [p, p + bytes) toward the core in address order (the cache is then consumed head by
-// head, which on its own would stride across pages and defeat the hardware prefetchers).
+// Pulls [p, p + bytes) toward the core (into L2) in address order.
 void prefetch_range(const std::byte* p, int64_t bytes) {
   for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);
 }
@@ -301,6 +313,7 @@ class Decoder {
         bt_(std::clamp<int64_t>(DecodeTiles::kStageBytes / (hkv_ * d_ * elem_), 4,
                                 DecodeTiles::kBlockTokens)),
         sub_(std::clamp<int64_t>(DecodeTiles::kSubBlockBytes / (hkv_ * d_ * elem_), 4, bt_)),
+        ahead_(std::max<int64_t>(DecodeTiles::kPrefetchBytes / (hkv_ * d_ * elem_), 1)),
         scale_(effective_scale(o.attention, d_)) {
     if (o.rope_theta > 0) {
       const int64_t most = *std::max_element(p.held.begin(), p.held.end());
@@ -380,28 +393,21 @@ class Decoder {
         const bool masked = !(last.lo <= pos0 && first.hi >= pos0 + bt);
         const std::byte* kb = sg.k + t0 * token_bytes;
         const std::byte* vb = sg.v + t0 * token_bytes;
-        // Software pipelining: the first block of a run is requested whole; every later block
-        // was requested while its predecessor was computed, a few lines before each kernel call
-        // (a burst of thousands of prefetches would fill the load queue and stall the core).
-        if (t0 == run.start) {  // this block and the kAhead - 1 after it
-          const int64_t first = std::min(kAhead * bt_, run.count) * token_bytes;
+        // Prefetching: the kernels request each row they read again `ahead` tokens later (the
+        // same head's row, one or two sub-blocks on), a few lines per token step, so the fill
+        // buffers stay busy while the core computes; the first `ahead` tokens of a run are
+        // requested here. (Bursts of thousands of prefetches between kernel calls stall the
+        // core once the fill buffers are full: compute and memory then take turns.)
+        if (t0 == run.start) {
+          const int64_t first = std::min(ahead_, run.count) * token_bytes;
           prefetch_range(kb, first);
           prefetch_range(vb, first);
         }
-        // The block kAhead blocks after this one (t0 + kAhead·bt_), requested during this one.
-        const int64_t ahead = kAhead * bt_;
-        const int64_t next_bytes =
-            std::clamp<int64_t>(run.start + run.count - t0 - ahead, 0, bt_) * token_bytes;
-        const int64_t calls = 2 * hkv_ * ((bt + sub_ - 1) / sub_);  // kernel calls in this block
-        const int64_t slice = (2 * next_bytes / calls + 63) / 64 * 64;
-        int64_t issued = 0;  // bytes of the next K block, then of the next V block, requested
-        auto prefetch_next = [&] {
-          for (int64_t end = std::min(issued + slice, 2 * next_bytes); issued < end; issued += 64)
-            __builtin_prefetch((issued < next_bytes ? kb + issued : vb + issued - next_bytes) +
-                                   ahead * token_bytes, 0, 2);
-        };
-        Rows k{kb, token_bytes, sg.k_scale ? sg.k_scale + t0 * hkv_ : nullptr, hkv_};
-        if (rotated) {
+        const std::byte* k_end = sg.k + (run.start + run.count) * token_bytes;
+        const std::byte* v_end = sg.v + (run.start + run.count) * token_bytes;
+        const int64_t pf = ahead_ * token_bytes;
+        Rows k{kb, token_bytes, sg.k_scale ? sg.k_scale + t0 * hkv_ : nullptr, hkv_, pf, k_end};
+        if (rotated) {  // the stage is in cache already: rotate_keys prefetches the stored rows
           rotate_keys(k, bt, pos0, rotated);
           k = {reinterpret_cast<const std::byte*>(rotated), hkv_ * d_ * 4, nullptr, 0};
         }
@@ -412,8 +418,8 @@ class Decoder {
           const int64_t u = std::min(sub_, bt - u0);
           for (int64_t hk = 0; hk < hkv_; ++hk) {
             const Rows kh{k.base + u0 * k.stride + hk * k_head, k.stride,
-                          k.scale ? k.scale + u0 * k.scale_stride + hk : nullptr, k.scale_stride};
-            prefetch_next();
+                          k.scale ? k.scale + u0 * k.scale_stride + hk : nullptr, k.scale_stride,
+                          k.pf, k.pf_end};
             block_scores<L>(q + hk * rows_ * d_, rows_, kh, u, d_, s + hk * rows_ * bt_ + u0, bt_);
           }
         }
@@ -424,10 +430,10 @@ class Decoder {
           const int64_t u = std::min(sub_, bt - u0);
           for (int64_t hk = 0; hk < hkv_; ++hk) {
             const Rows vh{vb + u0 * token_bytes + hk * d_ * elem_, token_bytes,
-                          sg.v_scale ? sg.v_scale + (t0 + u0) * hkv_ + hk : nullptr, hkv_};
+                          sg.v_scale ? sg.v_scale + (t0 + u0) * hkv_ + hk : nullptr, hkv_,
+                          pf, v_end};
             const float* p = s + hk * rows_ * bt_ + u0;
             float* oh = o + hk * rows_ * d_;
-            prefetch_next();
             if constexpr (std::is_same_v<L, LoadF32>) {
               if (rotated) {  // the rope path: K was rotated into float32, V keeps its dtype
                 accumulate_stored(p, vh, u, oh);
@@ -454,6 +460,7 @@ class Decoder {
   // K rows of a block → float32 [bt][Hkv][D], rotated by their cache positions.
   void rotate_keys(const Rows& k, int64_t bt, int64_t pos0, float* dst) const {
     for (int64_t t = 0; t < bt; ++t) {
+      prefetch_ahead(k, k.base + t * k.stride, k.stride);
       kv_load_rows(k.base + t * k.stride, cfg_.dtype, k.scale ? k.scale + t * hkv_ : nullptr, hkv_,
                    d_, dst + t * hkv_ * d_, d_);
       for (int64_t hk = 0; hk < hkv_; ++hk)
@@ -490,6 +497,7 @@ class Decoder {
   const Plan& p_;
   const KVCacheConfig& cfg_;
   int64_t n_, h_, hkv_, g_, d_, rows_, elem_, bt_, sub_;
+  int64_t ahead_;  // prefetch distance in tokens
   float scale_;
   std::shared_ptr<const RopeTable> rope_;
 };

@@ -34,6 +34,7 @@ struct DecodeTiles {
   static constexpr int64_t kBlockTokens = 64;          // tokens per online-softmax block, at most
   static constexpr int64_t kStageBytes = 128 * 1024;   // cache bytes of K (and of V) per block
   static constexpr int64_t kSubBlockBytes = 16 * 1024;  // cache bytes per sub-block (all heads)
+  static constexpr int64_t kPrefetchBytes = 24 * 1024;  // prefetch distance: cache bytes of K (V) ahead of use
 };
 
 // Fast path: split-KV over (sequence, chunk), results independent of the thread count.
