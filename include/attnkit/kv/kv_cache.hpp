@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "attnkit/core/dtype.hpp"
+#include "attnkit/core/huge_pages.hpp"
 #include "attnkit/core/tensor.hpp"
 
 namespace attnkit {
@@ -101,7 +102,8 @@ class KVCache {
   KVCacheConfig config_;
   int64_t slots_ = 0, elem_ = 0, row_ = 0;  // slots per sequence, element bytes, Hkv·D
   int64_t nbytes_ = 0;
-  std::vector<std::vector<std::byte>> k_, v_;      // per layer: [tokens_total, Hkv, D]
+  using Storage = std::vector<std::byte, HugePageAllocator<std::byte>>;
+  std::vector<Storage> k_, v_;                     // per layer: [tokens_total, Hkv, D]
   std::vector<std::vector<float>> k_scale_, v_scale_;  // per layer: [tokens_total, Hkv] (int8)
   std::vector<Sequence> seqs_;
   std::vector<int64_t> free_blocks_;               // paged pool, lowest id handed out first
