@@ -1,5 +1,6 @@
 // `attnkit bench decode` and `attnkit bench roofline`: decode time per token against this
 // machine's memory bandwidth and FMA peak, all measured in the same run.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <sstream>
@@ -25,6 +26,7 @@ struct DecodeCli {
   std::string dtype = "f16";
   bool json = false;
   bool warm = false;
+  int rounds = 1;
 };
 
 std::vector<int64_t> parse_list(const std::string& s, const char* name) {
@@ -46,50 +48,87 @@ std::vector<int64_t> parse_list(const std::string& s, const char* name) {
   return out;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 void run_decode(const DecodeCli& cli) {
   const auto hkvs = parse_list(cli.kv_heads, "--kv-heads");
+  check(cli.rounds >= 1, "--rounds: must be >= 1");
   DecodeBenchConfig c = cli.config;
   c.cold = !cli.warm;
   c.dtype = parse_kv_storage_dtype(cli.dtype, "--dtype");
+  check(c.repeats >= 1, "--repeats: must be >= 1");
   ThreadCountScope scope(c.threads);
   const int threads = num_threads();
-  const double bw = measure_read_gbps(threads);
-  const double fma = measure_fma_gflops(threads);
-  nlohmann::json rows = nlohmann::json::array();
-  if (!cli.json)
-    std::printf("decode: H=%lld D=%lld S=%lld B=%lld %s cache, %d threads; measured read %.1f GB/s, FMA %.0f GFLOP/s\n"
-                "  %6s %12s %10s %9s %8s %10s %8s\n",
-                (long long)c.heads, (long long)c.head_dim, (long long)c.context, (long long)c.batch,
-                cli.dtype.c_str(), threads, bw, fma, "Hkv", "ms/token", "cache MB", "GB/s",
-                "of bw", "GFLOP/s", "of FMA");
+  // Every shape's cache is filled first; then each round measures the read bandwidth and the FMA
+  // peak and times every shape once, so a load change on a shared machine hits them alike.
+  std::vector<std::unique_ptr<DecodeBench>> benches;
   for (int64_t hkv : hkvs) {
     c.kv_heads = hkv;
-    const DecodeBenchResult r = run_decode_bench(c);
-    nlohmann::json j = {{"heads", c.heads}, {"kv_heads", hkv}, {"head_dim", c.head_dim},
+    benches.push_back(std::make_unique<DecodeBench>(c));
+  }
+  const size_t n = hkvs.size();
+  std::vector<double> bws, fmas;
+  std::vector<std::vector<DecodeBenchResult>> res(n);
+  for (int round = 0; round < cli.rounds; ++round) {
+    bws.push_back(measure_read_gbps(threads));
+    fmas.push_back(measure_fma_gflops(threads));
+    for (size_t i = 0; i < n; ++i) res[i].push_back(benches[i]->time(c.repeats));
+  }
+  // Per shape: medians over rounds of the time and of the fractions of that round's probes.
+  auto over_rounds = [&](size_t i, auto&& f) {
+    std::vector<double> v;
+    for (int r = 0; r < cli.rounds; ++r) v.push_back(f(res[i][size_t(r)], size_t(r)));
+    return median(v);
+  };
+  const double bw = median(bws), fma = median(fmas);
+  nlohmann::json rows = nlohmann::json::array();
+  if (!cli.json) {
+    std::printf("decode: H=%lld D=%lld S=%lld B=%lld %s cache, %d threads; measured read %.1f GB/s, FMA %.0f GFLOP/s%s\n"
+                "  %6s %12s %10s %9s %8s %10s %8s\n",
+                (long long)c.heads, (long long)c.head_dim, (long long)c.context, (long long)c.batch,
+                cli.dtype.c_str(), threads, bw, fma, cli.rounds > 1 ? " (medians of the rounds)" : "",
+                "Hkv", "ms/token", "cache MB", "GB/s", "of bw", "GFLOP/s", "of FMA");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const double ms = over_rounds(i, [](const DecodeBenchResult& r, size_t) { return r.ms_per_token; });
+    const double of_bw = over_rounds(i, [&](const DecodeBenchResult& r, size_t k) { return r.gbps / bws[k]; });
+    const double of_fma = over_rounds(i, [&](const DecodeBenchResult& r, size_t k) { return r.gflops / fmas[k]; });
+    const DecodeBenchResult& r0 = res[i][0];
+    const double gbps = double(r0.cache_bytes) / ms * 1e-6, gflops = r0.gflops * r0.ms_per_token / ms;
+    nlohmann::json j = {{"heads", c.heads}, {"kv_heads", hkvs[i]}, {"head_dim", c.head_dim},
                         {"context", c.context}, {"batch", c.batch}, {"dtype", cli.dtype},
-                        {"threads", threads}, {"ms_per_token", r.ms_per_token},
-                        {"cache_bytes", r.cache_bytes}, {"gbps", r.gbps},
-                        {"fraction_of_bandwidth", r.gbps / bw}, {"measured_read_gbps", bw},
-                        {"gflops", r.gflops}, {"fraction_of_fma_peak", r.gflops / fma},
-                        {"measured_fma_gflops", fma}, {"layers", r.layers},
+                        {"threads", threads}, {"rounds", cli.rounds}, {"ms_per_token", ms},
+                        {"cache_bytes", r0.cache_bytes}, {"gbps", gbps},
+                        {"fraction_of_bandwidth", of_bw}, {"measured_read_gbps", bw},
+                        {"gflops", gflops}, {"fraction_of_fma_peak", of_fma},
+                        {"measured_fma_gflops", fma}, {"layers", r0.layers},
                         {"cold", c.cold}};
+    if (i > 0)  // median over rounds of the previous shape's time over this one's, same round
+      j["time_ratio_to_previous"] = over_rounds(i, [&](const DecodeBenchResult& r, size_t k) {
+        return res[i - 1][k].ms_per_token / r.ms_per_token;
+      });
     rows.push_back(j);
     if (!cli.json)
-      std::printf("  %6lld %12.3f %10.1f %9.1f %7.0f%% %10.1f %7.0f%%\n", (long long)hkv,
-                  r.ms_per_token, double(r.cache_bytes) * 1e-6, r.gbps, 100 * r.gbps / bw,
-                  r.gflops, 100 * r.gflops / fma);
+      std::printf("  %6lld %12.3f %10.1f %9.1f %7.0f%% %10.1f %7.0f%%\n", (long long)hkvs[i], ms,
+                  double(r0.cache_bytes) * 1e-6, gbps, 100 * of_bw, gflops, 100 * of_fma);
   }
   if (cli.json) {
     std::printf("%s\n", (rows.size() == 1 ? rows[0] : rows).dump(2).c_str());
     return;
   }
-  if (rows.size() > 1)
-    for (size_t i = 1; i < rows.size(); ++i)
-      std::printf("  Hkv %lld → %lld: time ratio %.2fx, bytes ratio %.2fx\n",
-                  (long long)rows[i - 1]["kv_heads"], (long long)rows[i]["kv_heads"],
-                  double(rows[i - 1]["ms_per_token"]) / double(rows[i]["ms_per_token"]),
-                  double(rows[i - 1]["cache_bytes"]) / double(rows[i]["cache_bytes"]));
+  for (size_t i = 1; i < n; ++i)
+    std::printf("  Hkv %lld → %lld: time ratio %.2fx, bytes ratio %.2fx\n", (long long)hkvs[i - 1],
+                (long long)hkvs[i], double(rows[i]["time_ratio_to_previous"]),
+                double(rows[i - 1]["cache_bytes"]) / double(rows[i]["cache_bytes"]));
   std::printf("  bytes: one layer's K and V for every cached token; GFLOP/s counts 4·H·D per token\n");
+  if (cli.rounds > 1)
+    std::printf("  rounds: %d; each measured bandwidth and FMA peak, then timed every Hkv once (best of %d "
+                "calls); ms are medians over rounds, %% of bw/FMA and time ratios medians of per-round values\n",
+                cli.rounds, c.repeats);
   if (c.cold)
     std::printf("  cold: each call read a layer last touched %lld calls earlier (layers filled: %lld, "
                 "together > 2x the last-level cache)\n",
@@ -111,6 +150,10 @@ void add_bench_decode_command(CLI::App& bench) {
   dec->add_option("--dtype", cli->dtype, "Cache storage: f32, f16, bf16, int8")->capture_default_str();
   dec->add_option("--threads", c.threads, "Threads (0 = all cores)")->capture_default_str();
   dec->add_option("--repeats", c.repeats, "Timed calls (at least one per layer); the best is reported")->capture_default_str();
+  dec->add_option("--rounds", cli->rounds,
+                  "Rounds: each re-measures bandwidth and FMA peak, then times every --kv-heads value "
+                  "once; with more than one, the table gives medians over rounds (robust on a shared "
+                  "machine)")->capture_default_str();
   dec->add_flag("--warm", cli->warm,
                 "Time one layer over and over (warm in the last-level cache if it fits) instead of "
                 "cycling through enough layers to exceed twice that cache");

@@ -24,29 +24,26 @@ int64_t last_level_cache_bytes() {
   return int64_t(64) << 20;  // unknown: assume a large L3
 }
 
-DecodeBenchResult run_decode_bench(const DecodeBenchConfig& c) {
+DecodeBench::DecodeBench(const DecodeBenchConfig& c) : c_(c) {
   check(c.heads >= 1 && c.kv_heads >= 1 && c.head_dim >= 1 && c.context >= 1 && c.batch >= 1,
         "bench decode: heads, kv-heads, head-dim, context and batch must be >= 1");
   check(c.heads % c.kv_heads == 0, "--kv-heads: ", c.kv_heads, " must divide --heads ", c.heads);
-  check(c.repeats >= 1, "--repeats: must be >= 1");
   ThreadCountScope threads(c.threads);
-  const int64_t layer_bytes = KVCache({.kv_heads = c.kv_heads, .head_dim = c.head_dim,
-                                       .capacity = 1, .dtype = c.dtype})
-                                  .bytes_per_token() * c.context * c.batch;
-  const int64_t layers =
-      c.cold ? std::clamp<int64_t>((2 * last_level_cache_bytes() + layer_bytes - 1) / layer_bytes, 1,
-                                   kMaxColdLayers)
-             : 1;
-  KVCache cache({.layers = layers, .kv_heads = c.kv_heads, .head_dim = c.head_dim,
-                 .capacity = c.context, .dtype = c.dtype, .max_sequences = c.batch});
+  layer_bytes_ = KVCache({.kv_heads = c.kv_heads, .head_dim = c.head_dim, .capacity = 1, .dtype = c.dtype})
+                     .bytes_per_token() * c.context * c.batch;
+  layers_ = c.cold ? std::clamp<int64_t>((2 * last_level_cache_bytes() + layer_bytes_ - 1) / layer_bytes_,
+                                         1, kMaxColdLayers)
+                   : 1;
+  cache_ = std::make_unique<KVCache>(KVCacheConfig{.layers = layers_, .kv_heads = c.kv_heads,
+                                                   .head_dim = c.head_dim, .capacity = c.context,
+                                                   .dtype = c.dtype, .max_sequences = c.batch});
   // Fill in chunks with cheap pseudo-random values in [-1, 1) (xorshift; content does not matter
   // for speed, only that it is not constant).
   const int64_t chunk = 1024, row = c.kv_heads * c.head_dim;
   std::vector<float> buf(static_cast<size_t>(chunk * row));
   uint32_t x = 2463534242u;
-  std::vector<int64_t> seqs;
   for (int64_t b = 0; b < c.batch; ++b) {
-    seqs.push_back(cache.add_sequence());
+    seqs_.push_back(cache_->add_sequence());
     for (int64_t t0 = 0; t0 < c.context; t0 += chunk) {
       const int64_t n = std::min(chunk, c.context - t0);
       for (auto& v : buf) {
@@ -54,29 +51,44 @@ DecodeBenchResult run_decode_bench(const DecodeBenchConfig& c) {
         v = float(int32_t(x)) * 0x1p-31f;
       }
       const auto view = ConstView3::contiguous(buf.data(), {n, c.kv_heads, c.head_dim});
-      for (int64_t l = 0; l < layers; ++l) cache.append(seqs.back(), l, view, view);
+      for (int64_t l = 0; l < layers_; ++l) cache_->append(seqs_.back(), l, view, view);
     }
   }
-  std::vector<float> q(static_cast<size_t>(c.batch * c.heads * c.head_dim), 0.01f), out(q.size());
-  DecodeArgs args{.q = ConstView3::contiguous(q.data(), {c.batch, c.heads, c.head_dim}),
-                  .seqs = seqs, .cache = &cache, .layer = 0,
-                  .out = View3::contiguous(out.data(), {c.batch, c.heads, c.head_dim})};
+  q_.assign(static_cast<size_t>(c.batch * c.heads * c.head_dim), 0.01f);
+  out_.resize(q_.size());
+}
+
+DecodeBench::~DecodeBench() = default;
+
+DecodeBenchResult DecodeBench::time(int repeats) {
+  check(repeats >= 1, "--repeats: must be >= 1");
+  ThreadCountScope threads(c_.threads);
+  DecodeArgs args{.q = ConstView3::contiguous(q_.data(), {c_.batch, c_.heads, c_.head_dim}),
+                  .seqs = seqs_, .cache = cache_.get(), .layer = 0,
+                  .out = View3::contiguous(out_.data(), {c_.batch, c_.heads, c_.head_dim})};
   const DecodeOptions opts{};
-  decode_attention(opts, args);  // warm-up (threads, workspaces)
+  args.layer = next_layer_;
+  decode_attention(opts, args);  // warm-up (threads, workspaces): the layer timed last
   double best = 1e300;
-  for (int64_t r = 0; r < std::max<int64_t>(c.repeats, layers); ++r) {  // every layer at least once
-    args.layer = (r + 1) % layers;  // the layer read longest ago
+  for (int64_t r = 0; r < std::max<int64_t>(repeats, layers_); ++r) {  // every layer at least once
+    next_layer_ = (next_layer_ + 1) % layers_;  // the layer read longest ago
+    args.layer = next_layer_;
     const double t0 = now_seconds();
     decode_attention(opts, args);
     best = std::min(best, now_seconds() - t0);
   }
   DecodeBenchResult r;
-  r.layers = layers;
+  r.layers = layers_;
   r.ms_per_token = best * 1e3;
-  r.cache_bytes = layer_bytes;  // one layer: what is read
+  r.cache_bytes = layer_bytes_;  // one layer: what is read
   r.gbps = double(r.cache_bytes) / best * 1e-9;
-  r.gflops = 4.0 * double(c.heads * c.head_dim * c.context * c.batch) / best * 1e-9;
+  r.gflops = 4.0 * double(c_.heads * c_.head_dim * c_.context * c_.batch) / best * 1e-9;
   return r;
+}
+
+DecodeBenchResult run_decode_bench(const DecodeBenchConfig& c) {
+  check(c.repeats >= 1, "--repeats: must be >= 1");
+  return DecodeBench(c).time(c.repeats);
 }
 
 }  // namespace attnkit

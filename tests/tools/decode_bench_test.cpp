@@ -37,10 +37,23 @@ TEST(DecodeBench, WarmRunsTimeOneLayer) {
   EXPECT_EQ(r.cache_bytes, 100 * (2 * 8 + 2 * 4));  // int8 K and V plus a float scale each
 }
 
+TEST(DecodeBench, FilledOnceTimedManyTimes) {
+  const DecodeBenchConfig c{.heads = 4, .kv_heads = 2, .head_dim = 16, .context = 64, .threads = 1};
+  DecodeBench bench(c);
+  const DecodeBenchResult a = bench.time(1), b = bench.time(3);
+  EXPECT_EQ(a.layers, b.layers);
+  EXPECT_GT(a.layers, 1);  // cold: cycles through layers, continuing where the last call stopped
+  EXPECT_EQ(a.cache_bytes, b.cache_bytes);
+  EXPECT_GT(a.ms_per_token, 0);
+  EXPECT_GT(b.ms_per_token, 0);
+  EXPECT_THROW(bench.time(0), Error);
+}
+
 TEST(DecodeBench, ImpossibleShapesThrow) {
   EXPECT_THROW(run_decode_bench({.heads = 6, .kv_heads = 4}), Error);
   EXPECT_THROW(run_decode_bench({.context = 0}), Error);
   EXPECT_THROW(run_decode_bench({.repeats = 0}), Error);
+  EXPECT_THROW(DecodeBench({.heads = 6, .kv_heads = 4}), Error);
 }
 
 }  // namespace

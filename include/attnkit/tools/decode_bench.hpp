@@ -3,6 +3,8 @@
 // cache bytes read per second, and fractions of this machine's bandwidth and FMA peak measured in
 // the same run (`attnkit bench decode`, the demo and the report share it).
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "attnkit/core/dtype.hpp"
 
@@ -32,8 +34,29 @@ struct DecodeBenchResult {
 // Bytes of this machine's last-level cache (sysconf: L4, else L3, else L2); 64 MiB if unknown.
 int64_t last_level_cache_bytes();
 
-// Fills a cache with random values and times decode_attention over one layer per call; throws
-// attnkit::Error on impossible shapes.
+class KVCache;
+
+// One decode shape with its cache filled once (random values), timed as often as asked: lets a
+// benchmark alternate shapes in rounds, so load changes on a shared machine hit them alike.
+class DecodeBench {
+ public:
+  // Fills the cache; throws attnkit::Error on impossible shapes.
+  explicit DecodeBench(const DecodeBenchConfig& config);
+  ~DecodeBench();
+  // Times `repeats` decode calls (at least one per layer, each reading the layer read longest
+  // ago) with config.threads threads; returns the best.
+  DecodeBenchResult time(int repeats);
+
+ private:
+  DecodeBenchConfig c_;
+  int64_t layers_ = 1, layer_bytes_ = 0, next_layer_ = 0;
+  std::unique_ptr<KVCache> cache_;
+  std::vector<int64_t> seqs_;
+  std::vector<float> q_, out_;
+};
+
+// Fills a cache with random values and times decode_attention over one layer per call
+// (DecodeBench(config).time(config.repeats)); throws attnkit::Error on impossible shapes.
 DecodeBenchResult run_decode_bench(const DecodeBenchConfig& config);
 
 }  // namespace attnkit
