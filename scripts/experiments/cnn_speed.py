@@ -117,6 +117,9 @@ for r in range(rounds):
 '''
 
 
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # Debian torch
+
+
 def child_env(threads):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
     if avx512():
@@ -127,8 +130,7 @@ def child_env(threads):
 
 def in_process(a, cfg):
     """Alternating rounds in one process; prints each round and the medians."""
-    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-    proc = subprocess.Popen([python, "-c", IN_PROCESS_CHILD, str(ROOT / "tests" / "python"), json.dumps(cfg),
+    proc = subprocess.Popen([PYTHON, "-c", IN_PROCESS_CHILD, str(ROOT / "tests" / "python"), json.dumps(cfg),
                              str(a.threads), str(a.batch), str(50 * a.batch), str(a.rounds), str(a.steps), "2"],
                             env=child_env(a.threads), stdout=subprocess.PIPE, text=True)
     ratios, ours, theirs = [], [], []
@@ -148,8 +150,7 @@ def in_process(a, cfg):
 
 
 def torch_rate(cfg, threads, batch, images):
-    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # Debian torch
-    out = subprocess.run([python, "-c", TORCH_CHILD, str(ROOT / "tests" / "python"), json.dumps(cfg),
+    out = subprocess.run([PYTHON, "-c", TORCH_CHILD, str(ROOT / "tests" / "python"), json.dumps(cfg),
                           str(threads), str(batch), str(images)], env=child_env(threads), check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out)["images_per_second"]

@@ -106,11 +106,15 @@ struct Rows {
   const std::byte* pf_end = nullptr; // rows at or past this address are not prefetched
 };
 
+// Pulls [p, p + bytes) toward the core (into L2) in address order.
+HWY_INLINE void prefetch_range(const std::byte* p, int64_t bytes) {
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);
+}
+
 // Requests `bytes` of the row that lies rows.pf bytes after `row`, if it is inside the run.
 HWY_INLINE void prefetch_ahead(const Rows& rows, const std::byte* row, int64_t bytes) {
   const std::byte* p = row + rows.pf;
-  if (rows.pf == 0 || p >= rows.pf_end) return;
-  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);
+  if (rows.pf != 0 && p < rows.pf_end) prefetch_range(p, bytes);
 }
 
 // s[r·ls + t] = q_r·k_t for r < rows, t < bt (q [rows, d] float32, k stored rows). Register
@@ -261,11 +265,6 @@ void block_accumulate(const float* p, int64_t lp, int64_t rows, const Rows& v, i
     }
     scalar_tail(r, r + 1, d4);
   }
-}
-
-// Pulls [p, p + bytes) toward the core (into L2) in address order.
-void prefetch_range(const std::byte* p, int64_t bytes) {
-  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);
 }
 
 struct Run {  // tokens [start, start + count) of segment `seg`

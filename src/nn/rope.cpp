@@ -1,8 +1,9 @@
 // Rotary embedding fast path: per token, cos and sin of a_i = p·inv_freq[i] are evaluated once in
 // double and rounded to float (read from the shared table for positions below 65536), then every
 // head of the token is rotated in float by ops/rope.hpp's rope_rotate (pairs (i, i+D/2), Hugging
-// Face's rotate_half), the function and cos/sin rounding the decode kernel's rope-on-read also uses. The backward is the same rotation with sin negated
-// (R(-a) = R(a)ᵀ). PyTorch: x * cos + rotate_half(x) * sin.
+// Face's rotate_half), the function and cos/sin rounding the decode kernel's rope-on-read also
+// uses. The backward is the same rotation with sin negated (R(-a) = R(a)ᵀ). PyTorch:
+// x * cos + rotate_half(x) * sin.
 #include "attnkit/nn/rope.hpp"
 
 #include <algorithm>

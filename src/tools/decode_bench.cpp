@@ -64,10 +64,9 @@ DecodeBenchResult DecodeBench::time(int repeats) {
   check(repeats >= 1, "--repeats: must be >= 1");
   ThreadCountScope threads(c_.threads);
   DecodeArgs args{.q = ConstView3::contiguous(q_.data(), {c_.batch, c_.heads, c_.head_dim}),
-                  .seqs = seqs_, .cache = cache_.get(), .layer = 0,
+                  .seqs = seqs_, .cache = cache_.get(), .layer = next_layer_,
                   .out = View3::contiguous(out_.data(), {c_.batch, c_.heads, c_.head_dim})};
   const DecodeOptions opts{};
-  args.layer = next_layer_;
   decode_attention(opts, args);  // warm-up (threads, workspaces): the layer timed last
   double best = 1e300;
   for (int64_t r = 0; r < std::max<int64_t>(repeats, layers_); ++r) {  // every layer at least once
