@@ -22,7 +22,7 @@
 #include "../kv/kv_loaders.hpp"
 #include "flash_common.hpp"
 #include "hwy/highway.h"
-#if HWY_TARGET <= HWY_AVX3
+#if HWY_TARGET <= HWY_AVX2
 #include <immintrin.h>
 #endif
 
@@ -74,6 +74,24 @@ HWY_INLINE __m512 transpose_reduce16(const hn::Vec<hn::ScalableTag<float>> (&acc
   // Lane 4k + m: Σ v[4m + k] = Σ acc[k][m].
   return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(gd, hd)),
                        _mm512_castpd_ps(_mm512_unpackhi_pd(gd, hd)));
+}
+#elif HWY_TARGET == HWY_AVX2
+// Eight dot-product accumulators (AVX2, 8 lanes each) → one vector of their sums, lane k = Σ v[k]:
+// in-block unpacks of float pairs, then of 64-bit pairs, then the two 128-bit halves added
+// (21 instructions, against 34 for two reduce4 calls).
+HWY_INLINE __m256 transpose_reduce8(const __m256 (&v)[8]) {
+  __m256 c[4];  // per 128-bit block: [a0+a2, b0+b2, a1+a3, b1+b3] of a = v[2p], b = v[2p + 1]
+  for (int p = 0; p < 4; ++p)
+    c[p] = _mm256_add_ps(_mm256_unpacklo_ps(v[2 * p], v[2 * p + 1]),
+                         _mm256_unpackhi_ps(v[2 * p], v[2 * p + 1]));
+  __m256 e[2];  // per 128-bit block: the block's sums of v[4m], v[4m + 1], v[4m + 2], v[4m + 3]
+  for (int m = 0; m < 2; ++m) {
+    const __m256d x = _mm256_castps_pd(c[2 * m]), y = _mm256_castps_pd(c[2 * m + 1]);
+    e[m] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(x, y)),
+                         _mm256_castpd_ps(_mm256_unpackhi_pd(x, y)));
+  }
+  return _mm256_add_ps(_mm256_permute2f128_ps(e[0], e[1], 0x20),
+                       _mm256_permute2f128_ps(e[0], e[1], 0x31));
 }
 #endif
 
@@ -147,10 +165,30 @@ void block_scores(const float* q, int64_t rows, const Rows& k, int64_t bt, int64
         VF x[kTok];
         HWY_UNROLL_ALL for (int j = 0; j < kTok; ++j) x[j] = L::load(kt[j] + e * L::kBytes);
         HWY_UNROLL_ALL for (int i = 0; i < 4; ++i) {
-          const auto qv = hn::LoadU(df, q0 + i * d + e);
+          auto qv = hn::LoadU(df, q0 + i * d + e);
+#if HWY_TARGET == HWY_AVX2
+          // Keep q in a register: as a memory operand of each FMA it would be loaded kTok times,
+          // and loads (not FMAs) would bound the loop.
+          asm("" : "+x"(qv.raw));
+#endif
           HWY_UNROLL_ALL for (int j = 0; j < kTok; ++j) acc[i][j] = hn::MulAdd(qv, x[j], acc[i][j]);
         }
       }
+#if HWY_TARGET == HWY_AVX2
+      if (dv == d) {  // kTok == 2: one transpose-reduction for the whole block
+        const __m256 v[8] = {acc[0][0].raw, acc[0][1].raw, acc[1][0].raw, acc[1][1].raw,
+                             acc[2][0].raw, acc[2][1].raw, acc[3][0].raw, acc[3][1].raw};
+        __m256 sums = transpose_reduce8(v);  // lane 2i + j: row i, token j
+        if (k.scale) {
+          const float c0 = k.scale_at(t), c1 = k.scale_at(t + 1);
+          sums = _mm256_mul_ps(sums, _mm256_setr_ps(c0, c1, c0, c1, c0, c1, c0, c1));
+        }
+        alignas(32) float sum8[8];
+        _mm256_store_ps(sum8, sums);
+        for (int i = 0; i < 4; ++i) std::memcpy(s + (r + i) * ls + t, sum8 + 2 * i, 2 * sizeof(float));
+        continue;
+      }
+#endif
 #if HWY_TARGET <= HWY_AVX3
       if (dv == d) {  // kTok == 4: one transpose-reduction for the whole block
         __m512 sums = transpose_reduce16(acc);  // lane 4i + j: row i, token j
