@@ -135,6 +135,44 @@ HWY_INLINE void prefetch_ahead(const Rows& rows, const std::byte* row, int64_t b
   if (rows.pf != 0 && p < rows.pf_end) prefetch_range(p, bytes);
 }
 
+#if HWY_TARGET == HWY_AVX2
+// s[i·ls + j] = q_i·k_{t+j} for 4 rows i × 3 tokens j (q [4, d] float32, d a multiple of the
+// lane count): 12 accumulators, 3 converted k vectors and one q vector fill the 16 AVX2
+// registers, so each q load serves 3 tokens and each converted k vector 4 rows.
+template <class L>
+HWY_INLINE void scores_4x3(const float* q, int64_t d, const Rows& k, int64_t t, bool prefetch,
+                           float* s, int64_t ls) {
+  const DF df;
+  const std::byte* kt[3] = {k.base + t * k.stride, k.base + (t + 1) * k.stride,
+                            k.base + (t + 2) * k.stride};
+  if (prefetch) HWY_UNROLL_ALL for (int j = 0; j < 3; ++j) prefetch_ahead(k, kt[j], d * L::kBytes);
+  VF acc[4][3];
+  HWY_UNROLL_ALL for (int i = 0; i < 4; ++i)
+    HWY_UNROLL_ALL for (int j = 0; j < 3; ++j) acc[i][j] = hn::Zero(df);
+  for (int64_t e = 0; e < d; e += int64_t(hn::Lanes(df))) {
+    VF x[3];
+    HWY_UNROLL_ALL for (int j = 0; j < 3; ++j) x[j] = L::load(kt[j] + e * L::kBytes);
+    HWY_UNROLL_ALL for (int i = 0; i < 4; ++i) {
+      auto qv = hn::LoadU(df, q + i * d + e);
+      asm("" : "+x"(qv.raw));  // one load per row and step (see block_scores)
+      HWY_UNROLL_ALL for (int j = 0; j < 3; ++j) acc[i][j] = hn::MulAdd(qv, x[j], acc[i][j]);
+    }
+  }
+  const __m256 v[8] = {acc[0][0].raw, acc[0][1].raw, acc[1][0].raw, acc[1][1].raw,
+                       acc[2][0].raw, acc[2][1].raw, acc[3][0].raw, acc[3][1].raw};
+  alignas(32) float sum8[8];  // lane 2i + j: row i, token j < 2
+  alignas(16) float sum4[4];  // lane i: row i, token 2
+  _mm256_store_ps(sum8, transpose_reduce8(v));
+  hn::Store(reduce4(df, acc[0][2], acc[1][2], acc[2][2], acc[3][2]), hn::FixedTag<float, 4>(), sum4);
+  const float c0 = k.scale_at(t), c1 = k.scale_at(t + 1), c2 = k.scale_at(t + 2);
+  for (int i = 0; i < 4; ++i) {
+    s[i * ls] = c0 * sum8[2 * i];
+    s[i * ls + 1] = c1 * sum8[2 * i + 1];
+    s[i * ls + 2] = c2 * sum4[i];
+  }
+}
+#endif
+
 // s[r·ls + t] = q_r·k_t for r < rows, t < bt (q [rows, d] float32, k stored rows). Register
 // blocks of 4 rows × kTok tokens (independent FMA chains) or 1 row × 4 tokens for leftover rows;
 // each converted k vector serves every row of the block.
@@ -154,6 +192,13 @@ void block_scores(const float* q, int64_t rows, const Rows& k, int64_t bt, int64
   for (; r + 4 <= rows; r += 4) {
     const float* q0 = q + r * d;
     int64_t t = 0;
+#if HWY_TARGET == HWY_AVX2
+    if (dv == d) {  // blocks of 3 tokens, then of 2 (never a single token left when bt > 1)
+      int64_t triples = bt / 3;
+      if (bt - 3 * triples == 1 && triples > 0) --triples;
+      for (; t < 3 * triples; t += 3) scores_4x3<L>(q0, d, k, t, r == 0, s + r * ls + t, ls);
+    }
+#endif
     for (; t + kTok <= bt; t += kTok) {  // 4 rows × kTok tokens of accumulators
       const std::byte* kt[kTok];
       VF acc[4][kTok];
