@@ -3,11 +3,14 @@
 same data shape, in one run, with the same number of threads.
 
 Usage: PYTHONPATH=build/python /usr/bin/python3 bench/train_throughput.py [--preset small]
-       [--steps 20] [--batch 8] [--seq 256] [--threads 2]
+       [--steps 20] [--batch 8] [--seq 256] [--threads 2] [--rounds 1]
 The torch model: embedding, RMSNorm, q/k/v/o projections, rotate-half RoPE, causal softmax
 attention with K/V repeated to H heads (torch 1.13 has no fused CPU attention), SwiGLU MLP,
-tied LM head, AdamW. Timings exclude the first 3 steps (warm-up). On AVX-512 CPUs both processes
-get OPENBLAS_CORETYPE=SkylakeX (unless set), so they use the same OpenBLAS kernels.
+tied LM head, AdamW. Timings exclude the first 3 steps of each measurement (warm-up). On AVX-512
+CPUs both get OPENBLAS_CORETYPE=SkylakeX (unless set), so they use the same OpenBLAS kernels.
+With --rounds R, the two alternate R times (who goes first alternates; the torch model is built
+once and keeps training); the result is the median of the per-round ratios, the robust reading
+on a shared machine whose speed drifts between minutes.
 """
 import argparse
 import csv
@@ -29,7 +32,8 @@ def attnkit_tokens_per_s(args):
         subprocess.run([CLI, "train", "gpt", "--preset", args.preset, "--steps", str(args.steps),
                         "--batch", str(args.batch), "--seq", str(args.seq), "--out", out,
                         "--eval-every", "0", "--checkpoint-every", "0", "--quiet",
-                        "--threads", str(args.threads)], check=True, capture_output=True)
+                        "--threads", str(args.threads)], check=True, capture_output=True,
+                       env=dict(os.environ, OPENBLAS_CORETYPE=args.blas_attnkit))
         with open(os.path.join(out, "log.csv")) as f:
             rates = [float(r["tokens_per_s"]) for r in csv.DictReader(f)][3:]
         with open(os.path.join(out, "config.json")) as f:
@@ -37,7 +41,9 @@ def attnkit_tokens_per_s(args):
     return statistics.median(rates), cfg
 
 
-def torch_tokens_per_s(args, cfg):
+def torch_trainer(args, cfg):
+    """Builds the torch model and optimizer; returns run(), which trains args.steps steps and
+    returns the median tokens/s of steps 4 onward."""
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(args.threads)
@@ -82,13 +88,16 @@ def torch_tokens_per_s(args, cfg):
         torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
         opt.step()
 
-    rates = []
-    for s in range(args.steps):
-        tokens = torch.randint(0, 256, (args.batch, args.seq + 1))
-        t0 = time.perf_counter()
-        step(tokens)
-        rates.append(args.batch * args.seq / (time.perf_counter() - t0))
-    return statistics.median(rates[3:])
+    def run():
+        rates = []
+        for s in range(args.steps):
+            tokens = torch.randint(0, 256, (args.batch, args.seq + 1))
+            t0 = time.perf_counter()
+            step(tokens)
+            rates.append(args.batch * args.seq / (time.perf_counter() - t0))
+        return statistics.median(rates[3:])
+
+    return run
 
 
 def main():
@@ -98,21 +107,53 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1, help="alternating measurements of both")
+    ap.add_argument("--blas-attnkit", metavar="CORE",
+                    help="OPENBLAS_CORETYPE for attnkit (default: the shared choice below)")
+    ap.add_argument("--blas-torch", metavar="CORE",
+                    help="OPENBLAS_CORETYPE for PyTorch (default: the shared choice below)")
     args = ap.parse_args()
+    if args.steps < 4 or args.rounds < 1:
+        ap.error("--steps must be at least 4 (3 warm-up steps are excluded) and --rounds at least 1")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
     # OpenBLAS 0.3.21 falls back to SSE3 kernels on AVX-512 CPUs it does not know; attnkit then
     # selects SkylakeX itself (attnkit bench roofline prints it), torch (same OpenBLAS) needs this.
     with open("/proc/cpuinfo") as f:
         if " avx512f" in f.read():
             os.environ.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
+    shared = os.environ.get("OPENBLAS_CORETYPE", "")
+    args.blas_attnkit = args.blas_attnkit or shared
+    args.blas_torch = args.blas_torch or shared
+    os.environ["OPENBLAS_CORETYPE"] = args.blas_torch  # read when torch loads OpenBLAS
     ours, cfg = attnkit_tokens_per_s(args)
-    theirs = torch_tokens_per_s(args, cfg)
+    torch_run = torch_trainer(args, cfg)
+    rounds = []
+    for r in range(args.rounds):
+        if r % 2:
+            theirs = torch_run()
+            rounds.append((attnkit_tokens_per_s(args)[0], theirs))
+        else:
+            ours = ours if r == 0 else attnkit_tokens_per_s(args)[0]
+            rounds.append((ours, torch_run()))
+        if args.rounds > 1:
+            print(f"  round {r + 1}: attnkit {rounds[-1][0]:.0f}, PyTorch {rounds[-1][1]:.0f} tokens/s, "
+                  f"{rounds[-1][0] / rounds[-1][1]:.2f}x", file=sys.stderr)
+    ours = statistics.median(a for a, _ in rounds)
+    theirs = statistics.median(t for _, t in rounds)
+    ratio = statistics.median(a / t for a, t in rounds)
     print(f"GPT preset {args.preset}: {cfg['num_hidden_layers']} layers, d_model {cfg['hidden_size']}, "
           f"{cfg['num_attention_heads']} heads / {cfg['num_key_value_heads']} KV heads, context {args.seq}, "
           f"batch {args.batch}, {args.threads} threads")
     print(f"  attnkit   {ours:9.0f} tokens/s")
     print(f"  PyTorch   {theirs:9.0f} tokens/s  (torch {__import__('torch').__version__})")
-    print(f"  ratio     {ours / theirs:9.2f}x")
+    print(f"  OpenBLAS  kernels: attnkit {args.blas_attnkit or 'its own choice'}, "
+          f"PyTorch {args.blas_torch or 'its own choice'} (OPENBLAS_CORETYPE)")
+    if args.rounds == 1:
+        print(f"  ratio     {ratio:9.2f}x")
+    else:
+        ratios = sorted(a / t for a, t in rounds)
+        print(f"  ratio     {ratio:9.2f}x  (median of {args.rounds} alternating rounds; rounds "
+              f"{ratios[0]:.2f}-{ratios[-1]:.2f}x; tokens/s above are medians)")
 
 
 if __name__ == "__main__":

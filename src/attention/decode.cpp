@@ -395,7 +395,7 @@ class Decoder {
         bt_(std::clamp<int64_t>(DecodeTiles::kStageBytes / (hkv_ * d_ * elem_), 4,
                                 DecodeTiles::kBlockTokens)),
         sub_(std::clamp<int64_t>(DecodeTiles::kSubBlockBytes / (hkv_ * d_ * elem_), 4, bt_)),
-        ahead_(std::max<int64_t>(DecodeTiles::kPrefetchBytes / (hkv_ * d_ * elem_), 1)),
+        ahead_(std::max<int64_t>(DecodeTiles::kPrefetchBytes / (hkv_ * d_ * elem_), sub_)),
         scale_(effective_scale(o.attention, d_)) {
     if (o.rope_theta > 0) {
       const int64_t most = *std::max_element(p.held.begin(), p.held.end());

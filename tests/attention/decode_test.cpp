@@ -175,6 +175,25 @@ TEST(Decode, OddHeadDimsAndRowCountsEqualTheReference) {
       }
 }
 
+// The benchmark's shapes (H = 32, D = 128): rows of 2–8 KiB per token, so a block holds several
+// sub-blocks, the prefetch distance spans one or more of them, and the cache lengths leave a
+// partial last sub-block and block in every work item.
+TEST(Decode, BenchmarkShapesWithPartialSubBlocksEqualTheReference) {
+  const int64_t h = 32, d = 128;
+  for (const int64_t hkv : {32, 8, 1})
+    for (const DType dt : {DType::f16, DType::i8}) {
+      const int64_t len = 1237;
+      KVCache c({.kv_heads = hkv, .head_dim = d, .capacity = len, .dtype = dt});
+      c.add_sequence();
+      const auto k = randn(len * hkv * d, 31), v = randn(len * hkv * d, 32), q = randn(h * d, 33);
+      c.append(0, 0, ConstView3::contiguous(k.data(), {len, hkv, d}), ConstView3::contiguous(v.data(), {len, hkv, d}));
+      const std::vector<int64_t> seqs{0};
+      const auto fast = run(true, {}, c, seqs, q, h, d), ref = run(false, {}, c, seqs, q, h, d);
+      EXPECT_LT(max_diff(fast.out, ref.out), 2e-6) << "hkv=" << hkv << " " << dtype_name(dt);
+      EXPECT_LT(max_diff(fast.lse, ref.lse), 2e-5) << "hkv=" << hkv << " " << dtype_name(dt);
+    }
+}
+
 TEST(Decode, SameBitsForAnyThreadCount) {
   const int64_t h = 8, hkv = 8, d = 32, len = 3000;
   KVCache cache({.kv_heads = hkv, .head_dim = d, .capacity = len, .dtype = DType::bf16});

@@ -33,8 +33,10 @@ struct DecodeTiles {
   static constexpr int64_t kChunk = 512;          // cache tokens per work item (split-KV)
   static constexpr int64_t kBlockTokens = 64;          // tokens per online-softmax block, at most
   static constexpr int64_t kStageBytes = 128 * 1024;   // cache bytes of K (and of V) per block
-  static constexpr int64_t kSubBlockBytes = 16 * 1024;  // cache bytes per sub-block (all heads)
-  static constexpr int64_t kPrefetchBytes = 24 * 1024;  // prefetch distance: cache bytes of K (V) ahead of use
+  static constexpr int64_t kSubBlockBytes = 32 * 1024;  // cache bytes per sub-block (all heads)
+  // Prefetch distance: cache bytes of K (V) ahead of use, and at least one sub-block (a row
+  // requested inside the sub-block being consumed would arrive too late).
+  static constexpr int64_t kPrefetchBytes = 24 * 1024;
 };
 
 // Fast path: split-KV over (sequence, chunk), results independent of the thread count.
