@@ -14,6 +14,8 @@
 #include <cstring>
 #include <vector>
 
+#include <unistd.h>
+
 #include "attnkit/attention/decode.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/core/workspace.hpp"
@@ -394,7 +396,7 @@ class Decoder {
         rows_(n_ * g_), elem_(int64_t(dtype_size(cfg_.dtype))),
         bt_(std::clamp<int64_t>(DecodeTiles::kStageBytes / (hkv_ * d_ * elem_), 4,
                                 DecodeTiles::kBlockTokens)),
-        sub_(std::clamp<int64_t>(DecodeTiles::kSubBlockBytes / (hkv_ * d_ * elem_), 4, bt_)),
+        sub_(std::clamp<int64_t>(DecodeTiles::sub_block_bytes() / (hkv_ * d_ * elem_), 4, bt_)),
         ahead_(std::max<int64_t>(DecodeTiles::kPrefetchBytes / (hkv_ * d_ * elem_), sub_)),
         scale_(effective_scale(o.attention, d_)) {
     if (o.rope_theta > 0) {
@@ -585,6 +587,14 @@ class Decoder {
 };
 
 }  // namespace
+
+int64_t DecodeTiles::sub_block_bytes() {
+  static const int64_t bytes = [] {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return std::clamp<int64_t>(l2 > 0 ? l2 / 32 : 0, 16 * 1024, 32 * 1024);
+  }();
+  return bytes;
+}
 
 void decode_attention(const DecodeOptions& o, const DecodeArgs& a) {
   validate(o, a);
