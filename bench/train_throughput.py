@@ -27,13 +27,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CLI = os.path.join(HERE, "..", "build", "attnkit")
 
 
+def blas_env(core):
+    """os.environ with OPENBLAS_CORETYPE = core, or without it when core is empty (an empty value
+    would make OpenBLAS fall back to its SSE3 kernels)."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    if core:
+        env["OPENBLAS_CORETYPE"] = core
+    return env
+
+
 def attnkit_tokens_per_s(args):
     with tempfile.TemporaryDirectory() as out:
         subprocess.run([CLI, "train", "gpt", "--preset", args.preset, "--steps", str(args.steps),
                         "--batch", str(args.batch), "--seq", str(args.seq), "--out", out,
                         "--eval-every", "0", "--checkpoint-every", "0", "--quiet",
                         "--threads", str(args.threads)], check=True, capture_output=True,
-                       env=dict(os.environ, OPENBLAS_CORETYPE=args.blas_attnkit))
+                       env=blas_env(args.blas_attnkit))
         with open(os.path.join(out, "log.csv")) as f:
             rates = [float(r["tokens_per_s"]) for r in csv.DictReader(f)][3:]
         with open(os.path.join(out, "config.json")) as f:
@@ -124,7 +133,8 @@ def main():
     shared = os.environ.get("OPENBLAS_CORETYPE", "")
     args.blas_attnkit = args.blas_attnkit or shared
     args.blas_torch = args.blas_torch or shared
-    os.environ["OPENBLAS_CORETYPE"] = args.blas_torch  # read when torch loads OpenBLAS
+    os.environ.clear()
+    os.environ.update(blas_env(args.blas_torch))  # read when torch loads OpenBLAS
     ours, cfg = attnkit_tokens_per_s(args)
     torch_run = torch_trainer(args, cfg)
     rounds = []
