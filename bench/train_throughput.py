@@ -133,24 +133,26 @@ def main():
     shared = os.environ.get("OPENBLAS_CORETYPE", "")
     args.blas_attnkit = args.blas_attnkit or shared
     args.blas_torch = args.blas_torch or shared
-    os.environ.clear()
-    os.environ.update(blas_env(args.blas_torch))  # read when torch loads OpenBLAS
+    os.environ.pop("OPENBLAS_CORETYPE", None)  # read when torch loads OpenBLAS; never empty
+    if args.blas_torch:
+        os.environ["OPENBLAS_CORETYPE"] = args.blas_torch
     ours, cfg = attnkit_tokens_per_s(args)
     torch_run = torch_trainer(args, cfg)
-    rounds = []
+    rounds = [(ours, torch_run())]
     for r in range(args.rounds):
         if r % 2:
             theirs = torch_run()
             rounds.append((attnkit_tokens_per_s(args)[0], theirs))
-        else:
-            ours = ours if r == 0 else attnkit_tokens_per_s(args)[0]
+        elif r > 0:
+            ours = attnkit_tokens_per_s(args)[0]
             rounds.append((ours, torch_run()))
         if args.rounds > 1:
             print(f"  round {r + 1}: attnkit {rounds[-1][0]:.0f}, PyTorch {rounds[-1][1]:.0f} tokens/s, "
                   f"{rounds[-1][0] / rounds[-1][1]:.2f}x", file=sys.stderr)
     ours = statistics.median(a for a, _ in rounds)
     theirs = statistics.median(t for _, t in rounds)
-    ratio = statistics.median(a / t for a, t in rounds)
+    ratios = sorted(a / t for a, t in rounds)
+    ratio = statistics.median(ratios)
     print(f"GPT preset {args.preset}: {cfg['num_hidden_layers']} layers, d_model {cfg['hidden_size']}, "
           f"{cfg['num_attention_heads']} heads / {cfg['num_key_value_heads']} KV heads, context {args.seq}, "
           f"batch {args.batch}, {args.threads} threads")
@@ -161,7 +163,6 @@ def main():
     if args.rounds == 1:
         print(f"  ratio     {ratio:9.2f}x")
     else:
-        ratios = sorted(a / t for a, t in rounds)
         print(f"  ratio     {ratio:9.2f}x  (median of {args.rounds} alternating rounds; rounds "
               f"{ratios[0]:.2f}-{ratios[-1]:.2f}x; tokens/s above are medians)")
 
