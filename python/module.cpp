@@ -3,6 +3,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
+#include "attnkit/tools/build_info.hpp"
 #include "bindings.hpp"
 
 PYBIND11_MODULE(_attnkit, m) {
@@ -10,7 +11,25 @@ PYBIND11_MODULE(_attnkit, m) {
   // attnkit::Error surfaces as attnkit.Error, a subclass of ValueError.
   pybind11::register_exception<attnkit::Error>(m, "Error", PyExc_ValueError);
   m.def("set_num_threads", &attnkit::set_num_threads, "Sets attnkit's thread count (<= 0: default).");
-  m.def("num_threads", &attnkit::num_threads, "attnkit's thread count.");
+  m.def("num_threads", &attnkit::num_threads,
+        "attnkit's thread count: set_num_threads's value, else OMP_NUM_THREADS, else the CPUs in "
+        "this process's affinity mask (never OpenMP's runtime default, which torch changes).");
+  m.def(
+      "build_info",
+      [] {
+        const attnkit::BuildInfo b = attnkit::build_info();
+        pybind11::dict d;
+        d["threads"] = b.threads;
+        d["threads_source"] = b.threads_source;
+        d["blas_threads"] = b.blas_threads;
+        d["blas_library"] = b.blas_library;
+        d["blas_kernels"] = b.blas_kernels;
+        d["simd"] = b.simd;
+        d["compiler"] = b.compiler;
+        return d;
+      },
+      "What serves attnkit's kernels in this process: threads (and their source), the BLAS "
+      "library file, its kernels and threads, the compiled SIMD level and the compiler.");
   attnkit::python::bind_attention(m);
   attnkit::python::bind_attention_block(m);
   attnkit::python::bind_bert(m);

@@ -7,12 +7,12 @@ Errors raise ``attnkit.Error``, a subclass of ``ValueError``.
 import numpy as _np
 
 from . import _attnkit
-from ._attnkit import (Error, ImageModel, dropout_keep_mask, kv_plan, kv_presets, load_fashion_mnist, load_idx,
+from ._attnkit import (Error, ImageModel, build_info, dropout_keep_mask, kv_plan, kv_presets, load_fashion_mnist, load_idx,
                        load_safetensors,
                        load_safetensors_metadata, num_threads, save_safetensors, set_num_threads)
 
 __all__ = [
-    "Error", "ImageModel", "num_threads", "set_num_threads", "dropout_keep_mask", "kv_plan", "kv_presets",
+    "Error", "ImageModel", "build_info", "num_threads", "set_num_threads", "dropout_keep_mask", "kv_plan", "kv_presets",
     "load_safetensors", "load_safetensors_metadata", "save_safetensors", "load_idx",
     "load_fashion_mnist",
     "attention_reference", "attention_reference_backward",
