@@ -1,4 +1,5 @@
-// Reference attention, forward and backward: the executable spec (shared/DESIGN.md §3).
+// Reference attention, forward and backward: the executable spec of the attention contract
+// (docs/architecture.md).
 // Per query row, in double: t_j = softcap(scale·q·k_j) over visible keys j, lse = log(Σ_j e^{t_j}
 // + e^{b_h}), P_j = e^{t_j - lse}, out = Σ_j P_j·Z_j·v_j with the dropout factor Z_j = keep/(1-p).
 // Backward (FlashAttention-2 notation): dP_j = Z_j·(dO·v_j), Δ = dO·out, dT_j = P_j·(dP_j - Δ),

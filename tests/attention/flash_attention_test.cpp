@@ -1,4 +1,4 @@
-// Flash attention forward and backward against the reference over the STYLE.md grid: lengths
+// Flash attention forward and backward against the reference over the test grid: lengths
 // that hit tile tails, Lq != Lk both ways, GQA ratios, head dims, masks, sinks, softcap, dropout,
 // varlen with empty sequences, strided views, 1 and 2 threads, both dQ schedules.
 #include "attnkit/attention/flash_attention.hpp"

@@ -1,4 +1,4 @@
-"""An independent PyTorch formulation of attnkit's attention contract (shared/DESIGN.md §3).
+"""An independent PyTorch formulation of attnkit's attention contract (docs/architecture.md).
 
 Written as explicit matmul + softmax (torch 1.13 has no public SDPA), K/V repeated to H heads on
 the test side, masks built from index grids, and the fully-masked-row rule (zeros, lse = -inf)

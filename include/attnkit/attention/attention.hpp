@@ -1,5 +1,6 @@
 #pragma once
-// Exact scaled-dot-product attention: options, argument views, validation (shared/DESIGN.md §3).
+// Exact scaled-dot-product attention: options, argument views, validation (the contract is also
+// described in docs/architecture.md).
 //
 // Layout (FlashAttention's varlen API): q [Tq, H, D], k and v [Tk, Hkv, D], out [Tq, H, D],
 // lse [H, Tq] (natural log, float32). B sequences are given by cu_seqlens_q / cu_seqlens_k (int32,

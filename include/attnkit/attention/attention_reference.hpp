@@ -1,7 +1,7 @@
 #pragma once
-// Reference attention: the executable spec of shared/DESIGN.md §3. Scalar loops, double
-// accumulation, materialises one row of scores at a time. Slow by design; every fast kernel is
-// tested against it.
+// Reference attention: the executable spec of the attention contract (docs/architecture.md).
+// Scalar loops, double accumulation, materialises one row of scores at a time. Slow by design;
+// every fast kernel is tested against it.
 #include "attnkit/attention/attention.hpp"
 
 namespace attnkit {
