@@ -1,8 +1,8 @@
 // ALiBi (per-head linear biases, FlashAttention's convention) from first principles: the bias
 // against its closed form, gradients of the reference and of the flash backward against finite
-// differences in double, decode with ALiBi against its reference and against flash attention over
-// the history, and the errors that name alibi_slopes. The flash forward/backward grid with ALiBi
-// is in flash_attention_test.cpp.
+// differences in double, the naive baseline against the reference, decode with ALiBi against its
+// reference and against flash attention over the history, and the errors that name
+// alibi_slopes. The flash forward/backward grid with ALiBi is in flash_attention_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attention/attention_problem.hpp"
+#include "attnkit/attention/attention_naive.hpp"
 #include "attnkit/attention/attention_reference.hpp"
 #include "attnkit/attention/decode.hpp"
 #include "attnkit/attention/flash_attention.hpp"
@@ -127,6 +128,27 @@ TEST(Alibi, GradientsMatchFiniteDifferences) {
       // bound the difference near 1e-4 of the gradient's scale; flash adds float32 rounding.
       EXPECT_LT(worst, 2e-3 * std::max(1.0, scale)) << c.name << (flash ? " flash" : " reference");
     }
+}
+
+// The naive baseline (what `bench attention` compares against) with ALiBi equals the reference
+// up to float32 rounding (bar as in flash_attention_test.cpp: 64·sqrt(n)·2^-24 of the scale).
+TEST(Alibi, NaiveMatchesReference) {
+  const GradCase cases[] = {
+      {"gqa causal lq<lk", {{17}, {65}, 4, 2, 16, false, 0, 1}, AttentionOptions::causal()},
+      {"mqa lq>lk softcap", {{65}, {17}, 4, 1, 16, false, 0, 1}, {.softcap = 2.0f}},
+      {"[B,H] varlen sinks", {{0, 7, 33}, {5, 7, 40}, 4, 2, 16, true, 0, 2}, {}},
+  };
+  for (const auto& c : cases) {
+    Problem ref(c.shape, 9), naive(c.shape, 9);
+    attention_reference(c.opts, ref.args());
+    attention_naive(c.opts, naive.args());
+    ASSERT_TRUE(naive.guards_intact()) << c.name;
+    const double tol = 64 * std::sqrt(65.0 * 16) * 0x1p-24;
+    for (auto [x, y] : {std::pair{&naive.out, &ref.out}, {&naive.lse, &ref.lse}}) {
+      const double scale = std::max(1.0, testing::max_abs(y->data(), y->size()));
+      EXPECT_LE(testing::max_abs_diff(x->data(), y->data(), x->size()), tol * scale) << c.name;
+    }
+  }
 }
 
 template <class F>

@@ -26,8 +26,9 @@ struct DecodeArgs {
   const KVCache* cache = nullptr;
   int64_t layer = 0;
   std::span<const float> sink_logits;  // [H] or empty
-  std::span<const float> alibi_slopes; // [H] or [B, H] (per entry of seqs), or empty; query i
-                                       // and the key at cache position j get -m·|i + S - n - j|
+  std::span<const float> alibi_slopes; // [H] or [B, H] (a row per entry of seqs), or empty; the
+                                       // bias of query i and cache position j is -m·|i + S - n - j|,
+                                       // S = tokens cached for the sequence
   View3 out;                       // [B·n, H, D]
   View2 lse;                       // [H, B·n] or empty
 };
