@@ -2,6 +2,10 @@
 reference forward and backward, decode, and the errors. Bar (FlashAttention's): error vs float64
 at most 2x (outputs) / 3x (gradients) PyTorch float32's own. The bias is FlashAttention's
 -slope·|i + Lk - Lq - j|, added after the softcap."""
+import json
+import os
+import subprocess
+
 import numpy as np
 import pytest
 import torch
@@ -180,3 +184,13 @@ def test_decode_bad_slopes_raise_value_error():
         for reference in (False, True):
             with pytest.raises(ValueError, match="alibi_slopes"):
                 attnkit.decode_attention(q, cache, alibi_slopes=bad, reference=reference)
+
+
+def test_bench_attention_alibi_flag():
+    cli = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
+    res = subprocess.run([cli, "bench", "attention", "--seq", "64", "--heads", "4", "--kv-heads",
+                          "2", "--head-dim", "32", "--causal", "--alibi", "--backward",
+                          "--repeats", "1", "--json"], capture_output=True, text=True, check=True)
+    r = json.loads(res.stdout)
+    assert r["alibi"] is True and r["causal"] is True
+    assert {"gflops", "fraction_of_sgemm", "backward_gflops", "naive_ms"} <= set(r)
