@@ -1,0 +1,37 @@
+# Imported targets for attnkit's two link dependencies that have no CMake package on Debian 12:
+#   attnkit::openblas  OpenBLAS built with OpenMP (libopenblas-openmp-dev), with its <cblas.h>
+#   attnkit::stb       stb_image (libstb-dev), included as <stb/stb_image.h>
+# Included by CMakeLists.txt and by the installed attnkitConfig.cmake, so the exported targets name
+# these targets instead of absolute paths and each consumer finds the libraries on its own system.
+# Debian installs several OpenBLAS builds side by side; the OpenMP one is chosen so that BLAS called
+# inside attnkit's parallel regions runs single-threaded instead of oversubscribing. Setting the
+# cache variables ATTNKIT_OPENBLAS / ATTNKIT_CBLAS_INCLUDE / ATTNKIT_STB beforehand overrides the
+# search. Sets ATTNKIT_IMPORTED_LIBS_FOUND.
+set(ATTNKIT_OPENBLAS_DIR "/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp")
+
+if(NOT TARGET attnkit::openblas)
+  find_library(ATTNKIT_OPENBLAS openblas PATHS "${ATTNKIT_OPENBLAS_DIR}" NO_DEFAULT_PATH)
+  find_path(ATTNKIT_CBLAS_INCLUDE cblas.h
+    PATHS "/usr/include/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp" NO_DEFAULT_PATH)
+  if(ATTNKIT_OPENBLAS AND ATTNKIT_CBLAS_INCLUDE)
+    add_library(attnkit::openblas UNKNOWN IMPORTED)
+    set_target_properties(attnkit::openblas PROPERTIES
+      IMPORTED_LOCATION "${ATTNKIT_OPENBLAS}" INTERFACE_INCLUDE_DIRECTORIES "${ATTNKIT_CBLAS_INCLUDE}")
+  endif()
+endif()
+
+if(NOT TARGET attnkit::stb)
+  find_library(ATTNKIT_STB stb)
+  find_path(ATTNKIT_STB_INCLUDE stb/stb_image.h)
+  if(ATTNKIT_STB AND ATTNKIT_STB_INCLUDE)
+    add_library(attnkit::stb UNKNOWN IMPORTED)
+    set_target_properties(attnkit::stb PROPERTIES
+      IMPORTED_LOCATION "${ATTNKIT_STB}" INTERFACE_INCLUDE_DIRECTORIES "${ATTNKIT_STB_INCLUDE}")
+  endif()
+endif()
+
+if(TARGET attnkit::openblas AND TARGET attnkit::stb)
+  set(ATTNKIT_IMPORTED_LIBS_FOUND TRUE)
+else()
+  set(ATTNKIT_IMPORTED_LIBS_FOUND FALSE)
+endif()
