@@ -181,6 +181,11 @@ void run_pretrain(const BertCli& cli) {
   model.init_random(o.seed);
   BertTrainer trainer(model, std::move(docs), o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
+  if (start >= o.steps) {  // a finished run resumed again: nothing to train
+    std::printf("%s is at step %lld of --steps %lld: nothing to train\n", o.out_dir.c_str(), (long long)start,
+                (long long)o.steps);
+    return;
+  }
   if (!cli.quiet)
     std::fprintf(stderr, "training BERT (%s, %s batching) with %lld parameters on %zu documents, steps %lld..%lld, %d threads\n",
                  cli.objective.c_str(), cli.batching.c_str(), (long long)bert_parameter_count(cfg),
@@ -210,6 +215,11 @@ void run_finetune(const BertCli& cli) {
   const BertTaskData data = task.data;  // kept for the baseline
   BertTrainer trainer(model, std::move(task.data), o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
+  if (start >= o.steps) {  // a finished run resumed again: nothing to train
+    std::printf("%s is at step %lld of --steps %lld: nothing to train\n", o.out_dir.c_str(), (long long)start,
+                (long long)o.steps);
+    return;
+  }
   if (!cli.quiet)
     std::fprintf(stderr, "fine-tuning %s on %zu train / %zu validation examples; %lld tensors from %s; steps %lld..%lld\n",
                  cli.task.c_str(), n_train, n_val, (long long)copied, cli.init.c_str(), (long long)start,

@@ -199,6 +199,12 @@ void run_train_ranks(const TrainCli& cli, const DataParallel& dp) {
   dp.configure(o);
   GptTrainer trainer(model, corpus, o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
+  if (start >= o.steps) {  // a finished run resumed again: nothing to train
+    if (dp.writer())
+      std::printf("%s is at step %lld of --steps %lld: nothing to train\n", o.out_dir.c_str(), (long long)start,
+                  (long long)o.steps);
+    return;
+  }
   if (o.progress) print_start(cfg, corpus, start, o.steps, "");
   const TrainStepResult last = trainer.run();
   dp.check_in_sync(model.parameters());
@@ -240,6 +246,12 @@ void run_train_tp_ranks(const TrainCli& cli, const dist::MpiWorld& world) {
   tp->configure(o);
   GptTrainer trainer(tp->shard(), corpus, o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
+  if (start >= o.steps) {  // a finished run resumed again: nothing to train
+    if (world.rank() == 0)
+      std::printf("%s is at step %lld of --steps %lld: nothing to train\n", o.out_dir.c_str(), (long long)start,
+                  (long long)o.steps);
+    return;
+  }
   if (o.progress)
     print_start(cfg, corpus, start, o.steps,
                 (", tensor parallel over " + std::to_string(world.size()) + " processes").c_str());

@@ -141,29 +141,20 @@ std::vector<BertExample> BertTrainer::step_examples(int64_t s) const {
 }
 
 int64_t BertTrainer::resume() {
-  RunDir run(options_.out_dir, RunStart::kResume, "bert");
-  const std::string& ckpt = run.checkpoint_path();
-  run.check_config(bert_config_to_json(model_.config()));
-  try {
-    const BertModel saved = BertModel::load(ckpt);
-    std::copy(saved.parameters().begin(), saved.parameters().end(), model_.parameters().begin());
-    optimizer_.load_state(ckpt + "/optimizer.safetensors");
-  } catch (const Error& e) {
-    fail("--resume: ", ckpt, ": ", e.what());
-  }
-  run.check_resumed(optimizer_.step_count(), options_.seed);
-  run.prepare();
-  run_.emplace(std::move(run));
+  run_.emplace(resume_run(options_.out_dir, "bert", true,
+                          {.config_json = bert_config_to_json(model_.config()),
+                           .load = [&](const std::string& ckpt) {
+                             const BertModel saved = BertModel::load(ckpt);
+                             std::copy(saved.parameters().begin(), saved.parameters().end(),
+                                       model_.parameters().begin());
+                             optimizer_.load_state(ckpt + "/optimizer.safetensors");
+                             return optimizer_.step_count();
+                           },
+                           .seed = options_.seed}));
   return next_step_ = optimizer_.step_count();
 }
 
-RunDir& BertTrainer::run_dir() {
-  if (!run_) {
-    run_.emplace(options_.out_dir, options_.start, "bert");
-    run_->prepare();
-  }
-  return *run_;
-}
+RunDir& BertTrainer::run_dir() { return open_run(run_, options_.out_dir, options_.start, "bert"); }
 
 BertStepResult BertTrainer::step(int64_t s) {
   const double t0 = now_seconds();

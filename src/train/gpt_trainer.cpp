@@ -97,33 +97,26 @@ GptTrainer::GptTrainer(GptModel& model, const TextCorpus& corpus, const TrainOpt
 }
 
 int64_t GptTrainer::resume() {
-  RunDir run(options_.out_dir, RunStart::kResume, "gpt", writer());
-  const std::string& ckpt = run.checkpoint_path();
-  if (options_.tp_load) {  // a whole-model checkpoint, split into this shard (checks the config)
-    options_.tp_load(optimizer_, ckpt);
-  } else {
-    run.check_config(gpt_config_to_json(model_.config()));
-    try {
-      const GptModel saved = GptModel::load(ckpt);
-      std::copy(saved.parameters().begin(), saved.parameters().end(), model_.parameters().begin());
-      optimizer_.load_state(ckpt + "/optimizer.safetensors");
-    } catch (const Error& e) {
-      fail("--resume: ", ckpt, ": ", e.what());
-    }
-  }
-  run.check_resumed(optimizer_.step_count(), options_.seed);
-  run.prepare();
-  run_.emplace(std::move(run));
+  // Tensor parallel: tp_load splits the whole-model checkpoint into this shard and checks the config.
+  const bool tp = bool(options_.tp_load);
+  run_.emplace(resume_run(options_.out_dir, "gpt", writer(),
+                          {.config_json = tp ? std::string() : gpt_config_to_json(model_.config()),
+                           .load = [&](const std::string& ckpt) {
+                             if (tp) {
+                               options_.tp_load(optimizer_, ckpt);
+                             } else {
+                               const GptModel saved = GptModel::load(ckpt);
+                               std::copy(saved.parameters().begin(), saved.parameters().end(),
+                                         model_.parameters().begin());
+                               optimizer_.load_state(ckpt + "/optimizer.safetensors");
+                             }
+                             return optimizer_.step_count();
+                           },
+                           .seed = options_.seed}));
   return next_step_ = optimizer_.step_count();
 }
 
-RunDir& GptTrainer::run_dir() {
-  if (!run_) {
-    run_.emplace(options_.out_dir, options_.start, "gpt", writer());
-    run_->prepare();
-  }
-  return *run_;
-}
+RunDir& GptTrainer::run_dir() { return open_run(run_, options_.out_dir, options_.start, "gpt", writer()); }
 
 TrainStepResult GptTrainer::step(int64_t s) {
   const double t0 = now_seconds();

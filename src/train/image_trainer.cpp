@@ -194,28 +194,18 @@ std::vector<int64_t> ImageTrainer::epoch_order(int64_t epoch) const {
 }
 
 int64_t ImageTrainer::resume() {
-  RunDir run(options_.out_dir, RunStart::kResume, "image");
-  const std::string& ckpt = run.checkpoint_path();
-  run.check_config(model_.config_json());
-  try {
-    model_.load_weights(ckpt);
-    optimizer_.load_state(ckpt + "/optimizer.safetensors");
-  } catch (const Error& e) {
-    fail("--resume: ", ckpt, ": ", e.what());
-  }
-  run.check_resumed(optimizer_.step_count(), options_.seed);
-  run.prepare();
-  run_.emplace(std::move(run));
+  run_.emplace(resume_run(options_.out_dir, "image", true,
+                          {.config_json = model_.config_json(),
+                           .load = [&](const std::string& ckpt) {
+                             model_.load_weights(ckpt);
+                             optimizer_.load_state(ckpt + "/optimizer.safetensors");
+                             return optimizer_.step_count();
+                           },
+                           .seed = options_.seed}));
   return next_step_ = optimizer_.step_count();
 }
 
-RunDir& ImageTrainer::run_dir() {
-  if (!run_) {
-    run_.emplace(options_.out_dir, options_.start, "image");
-    run_->prepare();
-  }
-  return *run_;
-}
+RunDir& ImageTrainer::run_dir() { return open_run(run_, options_.out_dir, options_.start, "image"); }
 
 double ImageTrainer::step(int64_t s, int64_t* correct) {
   const int64_t epoch = s / steps_per_epoch_, b = s % steps_per_epoch_;

@@ -173,6 +173,29 @@ void RunDir::check_resumed(int64_t optimizer_step, uint64_t seed) const {
         checkpoint_, "/", kManifest, "); a resumed run keeps its seed");
 }
 
+RunDir resume_run(const std::string& dir, const std::string& trainer, bool writer, const ResumeTarget& target) {
+  RunDir run(dir, RunStart::kResume, trainer, writer);
+  if (!target.config_json.empty()) run.check_config(target.config_json);
+  int64_t step = 0;
+  try {
+    step = target.load(run.checkpoint_path());
+  } catch (const Error& e) {
+    fail("--resume: ", run.checkpoint_path(), ": ", e.what());
+  }
+  run.check_resumed(step, target.seed);
+  run.prepare();
+  return run;
+}
+
+RunDir& open_run(std::optional<RunDir>& run, const std::string& dir, RunStart start, const std::string& trainer,
+                 bool writer) {
+  if (!run) {
+    run.emplace(dir, start, trainer, writer);
+    run->prepare();
+  }
+  return *run;
+}
+
 void RunDir::prepare() {
   if (!writer_) return;
   std::error_code ec;

@@ -16,7 +16,9 @@
 // removed. A kill at any point leaves either the previous or the new checkpoint committed, and
 // the next start (resume or overwrite) removes what the killed run left half-done.
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -83,6 +85,23 @@ class RunDir {
   bool writer_;
   CheckpointManifest manifest_;
 };
+
+// What a trainer resumes: its model's config, and how to load weights and optimizer state.
+struct ResumeTarget {
+  std::string config_json;  // the model's config.json text; empty: `load` checks it (TP shards)
+  // Loads weights and optimizer state from the checkpoint directory; returns the optimizer's step.
+  std::function<int64_t(const std::string& checkpoint)> load;
+  uint64_t seed = 0;        // the run's seed as given now
+};
+
+// Resumes `trainer`'s run in `dir`: opens the committed checkpoint (refusal rules), checks the
+// config, loads (errors prefixed "--resume: <checkpoint>: "), checks the optimizer's step and the
+// seed against the manifest and only then prepare()s the directory. Returns the open RunDir.
+RunDir resume_run(const std::string& dir, const std::string& trainer, bool writer, const ResumeTarget& target);
+
+// The trainer's open run directory: `run` if set, else a new one (dir, start) prepared now.
+RunDir& open_run(std::optional<RunDir>& run, const std::string& dir, RunStart start, const std::string& trainer,
+                 bool writer = true);
 
 // The files of a run directory that a new run would replace (log.csv, latest, checkpoints, model
 // files, temporaries); empty if `dir` holds no run.
