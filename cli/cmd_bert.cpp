@@ -18,6 +18,7 @@
 #include "attnkit/train/train_checks.hpp"
 #include "cli_data.hpp"
 #include "commands.hpp"
+#include "run_flags.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -112,7 +113,9 @@ void add_common_options(CLI::App* cmd, BertCli& cli) {
   cmd->add_option("--eval-every", cli.opts.eval_every, "Steps between validation evaluations")->capture_default_str();
   cmd->add_option("--eval-examples", cli.opts.eval_examples, "Validation examples per evaluation")->capture_default_str();
   cmd->add_option("--checkpoint-every", cli.opts.checkpoint_every, "Steps between checkpoints")->capture_default_str();
-  cmd->add_option("--seed", cli.opts.seed, "Seed of initialisation, examples, masking and dropout")->capture_default_str();
+  cmd->add_option("--seed", cli.opts.seed, "Seed of initialisation, examples, masking and dropout")
+      ->capture_default_str()
+      ->check(non_negative_seed());
   auto* resume = cmd->add_flag("--resume", cli.resume,
                                "Continue the run in --out from its committed checkpoint (its own config)");
   cmd->add_flag("--overwrite", cli.overwrite, "Replace the run that --out holds (without it, such an --out is refused)")
@@ -121,9 +124,7 @@ void add_common_options(CLI::App* cmd, BertCli& cli) {
   cmd->add_flag("--quiet", cli.quiet, "No progress output");
 }
 
-RunStart run_start(const BertCli& cli) {
-  return cli.resume ? RunStart::kResume : cli.overwrite ? RunStart::kOverwrite : RunStart::kNew;
-}
+RunStart run_start(const BertCli& cli) { return cli::run_start(cli.resume, cli.overwrite); }
 
 // The trainer's options from the command line, every flag checked (before any data is loaded).
 BertTrainOptions train_options(const BertCli& cli) {

@@ -17,6 +17,7 @@
 #include "attnkit/train/train_checks.hpp"
 #include "cli_data.hpp"
 #include "commands.hpp"
+#include "run_flags.hpp"
 #if ATTNKIT_HAVE_MPI
 #include "attnkit/dist/mpi.hpp"
 #include "attnkit/dist/tp_train.hpp"
@@ -61,9 +62,7 @@ struct TrainCli {
   }
 };
 
-RunStart run_start(const TrainCli& cli) {
-  return cli.resume ? RunStart::kResume : cli.overwrite ? RunStart::kOverwrite : RunStart::kNew;
-}
+RunStart run_start(const TrainCli& cli) { return cli::run_start(cli.resume, cli.overwrite); }
 
 // The model to train: with --resume the run's own config (weights come from its checkpoint;
 // a --preset/--config that differs is an error); with --init DIR that model (architecture and
@@ -292,7 +291,9 @@ void add_train_command(CLI::App& app) {
   gpt->add_option("--clip", cli->opts.clip, "Global gradient-norm bound (0 = off)")->capture_default_str();
   gpt->add_option("--eval-every", cli->opts.eval_every, "Steps between validation evaluations")->capture_default_str();
   gpt->add_option("--checkpoint-every", cli->opts.checkpoint_every, "Steps between checkpoints")->capture_default_str();
-  gpt->add_option("--seed", cli->opts.seed, "Seed of initialisation and data windows")->capture_default_str();
+  gpt->add_option("--seed", cli->opts.seed, "Seed of initialisation and data windows")
+      ->capture_default_str()
+      ->check(non_negative_seed());
   auto* resume = gpt->add_flag("--resume", cli->resume,
                                "Continue the run in --out from its committed checkpoint (its own config: no "
                                "--preset/--config needed)");

@@ -12,6 +12,7 @@
 #include "attnkit/io/idx.hpp"
 #include "attnkit/train/run_dir.hpp"
 #include "attnkit/train/train_checks.hpp"
+#include "run_flags.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -55,7 +56,9 @@ void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f) {
                "budget ends (not bitwise reproducible)");
   cmd.add_option("--train-limit", f.opts.train_limit, "Use only the first N training images (0: all)")->capture_default_str();
   cmd.add_option("--eval-limit", f.opts.eval_limit, "Evaluate on the first N test images (0: all)")->capture_default_str();
-  cmd.add_option("--seed", f.opts.seed, "Seed for shuffling, augmentation and initialisation")->capture_default_str();
+  cmd.add_option("--seed", f.opts.seed, "Seed for shuffling, augmentation and initialisation")
+      ->capture_default_str()
+      ->check(non_negative_seed());
   cmd.add_option("--threads", f.threads, "Threads (0: all cores)")->capture_default_str();
   auto* resume = cmd.add_flag("--resume", f.resume,
                               "Continue the run in --out from its committed checkpoint (its own config.json)");
@@ -65,7 +68,7 @@ void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f) {
 }
 
 void run_image_training(ImageClassifier& flags_model, const ImageTrainFlags& f) {
-  const RunStart how = f.resume ? RunStart::kResume : f.overwrite ? RunStart::kOverwrite : RunStart::kNew;
+  const RunStart how = run_start(f.resume, f.overwrite);
   const RunDir run(f.opts.out_dir, how, "image");  // refusals before any work
   check_optim_flags({.lr = f.opts.max_lr, .min_lr = f.opts.min_lr, .weight_decay = f.opts.adamw.weight_decay,
                      .clip = f.opts.clip, .threads = f.threads});
