@@ -130,7 +130,8 @@ RunDir::RunDir(std::string dir, RunStart start, std::string trainer, bool writer
   check(step.has_value(), "--resume: ", latest, " is damaged: expected 'checkpoint-<step>', got '",
         name.substr(0, 64), "'");
   checkpoint_ = dir_ + "/" + name;
-  check(fs::is_directory(checkpoint_, ec), "--resume: ", latest, " names ", name, ", which does not exist");
+  check(fs::is_directory(checkpoint_, ec), "--resume: ", latest, " names ", name,
+        ", which does not exist; start again with --overwrite");
   const std::string manifest = checkpoint_ + "/" + kManifest;
   check(fs::exists(manifest, ec), "--resume: ", checkpoint_, " has no ", kManifest);
   manifest_ = parse_manifest(manifest);
@@ -203,6 +204,11 @@ void RunDir::prepare() {
   check(!ec, "--out: cannot create ", dir_, ": ", ec.message());
   if (start_ == RunStart::kNew) return;
   const std::string committed = checkpoint_.empty() ? "" : fs::path(checkpoint_).filename().string();
+  if (start_ == RunStart::kOverwrite && fs::exists(dir_ + "/" + kLatest, ec)) {
+    // Uncommit first: a kill during the removals below must not leave 'latest' naming a removed checkpoint.
+    remove_path(dir_ + "/" + kLatest);
+    sync_path(dir_, true);
+  }
   for (const std::string& name : sorted_entries(dir_)) {
     const bool stale = start_ == RunStart::kOverwrite ? is_run_file(name)
                                                       : is_temporary(name) ||

@@ -120,6 +120,12 @@ TEST(RunDir, OverwriteRemovesTheRunsFilesOnly) {
   EXPECT_TRUE(fs::exists(d + "/latest"));  // nothing removed before prepare()
   again.prepare();
   EXPECT_EQ(entries(d), std::set<std::string>{"notes.txt"});
+  // An overwrite killed after it removed the pointer: no committed checkpoint, whatever is left.
+  RunDir third(d, RunStart::kNew, "gpt");
+  third.prepare();
+  commit(third, 2, "b");
+  fs::remove(d + "/latest");
+  EXPECT_NE(error_of([&] { RunDir(d, RunStart::kResume, "gpt"); }).find("no committed checkpoint"), std::string::npos);
   fs::remove_all(d);
 }
 
