@@ -1,6 +1,7 @@
 // `attnkit train bert`, `attnkit finetune bert` and BERT directories in `attnkit eval`: masked-LM
 // (+ NSP) pretraining with pad / bucket / pack batching, fine-tuning on the fortunes tasks of
 // train/bert_tasks.hpp (file classification, attribution tagging and span), and their evaluation.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -13,8 +14,11 @@
 #include "attnkit/io/text_corpus.hpp"
 #include "attnkit/io/tokenizer.hpp"
 #include "attnkit/train/bert_trainer.hpp"
+#include "attnkit/train/run_dir.hpp"
+#include "attnkit/train/train_checks.hpp"
 #include "cli_data.hpp"
 #include "commands.hpp"
+#include "run_flags.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -84,7 +88,8 @@ struct BertCli {
   BertTrainOptions opts;
   double lr = 1e-3, min_lr = 1e-4, dropout = 0.1;
   int64_t warmup = 30;
-  bool resume = false, quiet = false;
+  bool resume = false, overwrite = false, quiet = false;
+  bool preset_given = false, config_given = false, warmup_given = false;  // set on the command line
   int threads = 0;
   BertCli() {
     opts.steps = 300;
@@ -94,7 +99,7 @@ struct BertCli {
 };
 
 void add_common_options(CLI::App* cmd, BertCli& cli) {
-  cmd->add_option("--out", cli.out, "Output directory (checkpoints, log.csv)")->required();
+  cmd->add_option("--out", cli.out, "Run directory (model, checkpoints, log.csv; see docs/reliability.md)")->required();
   cmd->add_option("--batching", cli.batching, "pad, bucket or pack")->capture_default_str();
   cmd->add_option("--steps", cli.opts.steps, "Optimizer steps")->capture_default_str();
   cmd->add_option("--batch", cli.opts.batch, "Examples per step")->capture_default_str();
@@ -108,20 +113,48 @@ void add_common_options(CLI::App* cmd, BertCli& cli) {
   cmd->add_option("--eval-every", cli.opts.eval_every, "Steps between validation evaluations")->capture_default_str();
   cmd->add_option("--eval-examples", cli.opts.eval_examples, "Validation examples per evaluation")->capture_default_str();
   cmd->add_option("--checkpoint-every", cli.opts.checkpoint_every, "Steps between checkpoints")->capture_default_str();
-  cmd->add_option("--seed", cli.opts.seed, "Seed of initialisation, examples, masking and dropout")->capture_default_str();
-  cmd->add_flag("--resume", cli.resume, "Continue from the checkpoint in --out");
+  cmd->add_option("--seed", cli.opts.seed, "Seed of initialisation, examples, masking and dropout")
+      ->capture_default_str()
+      ->check(non_negative_seed());
+  auto* resume = cmd->add_flag("--resume", cli.resume,
+                               "Continue the run in --out from its committed checkpoint (its own config)");
+  cmd->add_flag("--overwrite", cli.overwrite, "Replace the run that --out holds (without it, such an --out is refused)")
+      ->excludes(resume);
   cmd->add_option("--threads", cli.threads, "Threads (0 = all cores)")->capture_default_str();
   cmd->add_flag("--quiet", cli.quiet, "No progress output");
 }
 
+RunStart run_start(const BertCli& cli) { return cli::run_start(cli.resume, cli.overwrite); }
+
+// The trainer's options from the command line, every flag checked (before any data is loaded).
 BertTrainOptions train_options(const BertCli& cli) {
   BertTrainOptions o = cli.opts;
+  check(o.steps >= 1, "--steps: must be >= 1, got ", o.steps);
+  check(o.batch >= 1, "--batch: must be >= 1, got ", o.batch);
+  check_optim_flags({.lr = cli.lr, .min_lr = cli.min_lr, .weight_decay = o.adamw.weight_decay, .clip = o.clip,
+                     .threads = cli.threads});
+  check_non_negative(o.eval_every, "--eval-every");
+  check_non_negative(o.checkpoint_every, "--checkpoint-every");
+  check(o.eval_examples >= 1, "--eval-examples: must be >= 1, got ", o.eval_examples);
+  const int64_t warmup = checked_warmup(cli.warmup, cli.warmup_given, o.steps, "--warmup", "--steps");
   o.out_dir = cli.out;
+  o.start = run_start(cli);
   o.progress = !cli.quiet;
   o.batching = parse_batching(cli.batching);
-  o.schedule = {.max_lr = cli.lr, .min_lr = cli.min_lr, .warmup_steps = cli.warmup, .total_steps = o.steps};
-  check(cli.dropout >= 0 && cli.dropout < 1, "--dropout: must be in [0, 1), got ", cli.dropout);
+  // A default warmup longer than the run: the schedule spans the warmup (as train gpt's).
+  o.schedule = {.max_lr = cli.lr, .min_lr = cli.min_lr, .warmup_steps = warmup,
+                .total_steps = std::max(o.steps, warmup)};
+  check(std::isfinite(cli.dropout) && cli.dropout >= 0 && cli.dropout < 1, "--dropout: must be in [0, 1), got ",
+        cli.dropout);
   return o;
+}
+
+// With --resume the run's own config (a --preset/--config that differs from it is an error);
+// otherwise `given`.
+BertConfig resumed_or(const BertConfig& given, const BertCli& cli, const RunDir& run) {
+  if (run.start() != RunStart::kResume) return given;
+  if (cli.preset_given || cli.config_given) run.check_config(bert_config_to_json(given));
+  return parse_bert_config(run.checkpoint_config());
 }
 
 void print_result(const BertStepResult& last, const BertEvalResult& val, const BertTrainOptions& o) {
@@ -133,20 +166,27 @@ void print_result(const BertStepResult& last, const BertEvalResult& val, const B
 }
 
 void run_pretrain(const BertCli& cli) {
-  ThreadCountScope threads(cli.threads);
-  BertConfig cfg = cli.config_file.empty() ? bert_preset(cli.preset) : parse_bert_config(read_text(cli.config_file));
-  check(cfg.vocab_size >= ByteTokenizer::vocab_size(), "config: vocab_size must be >= ",
-        ByteTokenizer::vocab_size(), " for the byte tokenizer");
+  const RunDir run(cli.out, run_start(cli), "bert");  // refusals before any work
   BertTrainOptions o = train_options(cli);
+  BertConfig cfg = cli.config_file.empty() ? bert_preset(cli.preset) : parse_bert_config(read_text(cli.config_file));
   o.objective = parse_bert_objective(cli.objective);
   cfg.architecture = o.objective == BertObjective::kMlmNsp ? BertArchitecture::kPreTraining : BertArchitecture::kMaskedLM;
   if (cli.config_file.empty()) cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = cli.dropout;
+  cfg = resumed_or(cfg, cli, run);
+  check(cfg.vocab_size >= ByteTokenizer::vocab_size(), "config: vocab_size must be >= ",
+        ByteTokenizer::vocab_size(), " for the byte tokenizer");
+  ThreadCountScope threads(cli.threads);
   BertDocuments docs = split_documents(load_documents(cli.data), {});
   const size_t n_docs = docs.train.size();
   BertModel model(cfg);
   model.init_random(o.seed);
   BertTrainer trainer(model, std::move(docs), o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
+  if (start >= o.steps) {  // a finished run resumed again: nothing to train
+    std::printf("%s is at step %lld of --steps %lld: nothing to train\n", o.out_dir.c_str(), (long long)start,
+                (long long)o.steps);
+    return;
+  }
   if (!cli.quiet)
     std::fprintf(stderr, "training BERT (%s, %s batching) with %lld parameters on %zu documents, steps %lld..%lld, %d threads\n",
                  cli.objective.c_str(), cli.batching.c_str(), (long long)bert_parameter_count(cfg),
@@ -156,10 +196,11 @@ void run_pretrain(const BertCli& cli) {
 }
 
 void run_finetune(const BertCli& cli) {
+  const RunDir run(cli.out, run_start(cli), "bert");  // refusals before any work
+  BertTrainOptions o = train_options(cli);
   ThreadCountScope threads(cli.threads);
   check(!cli.init.empty(), "--init: a pretrained BERT directory is required");
   const BertModel pre = BertModel::load(cli.init);
-  BertTrainOptions o = train_options(cli);
   Task task = make_task(cli.task, cli.classes, o.max_len);
   o.objective = task.objective;
   BertConfig cfg = pre.config();
@@ -167,6 +208,7 @@ void run_finetune(const BertCli& cli) {
   cfg.labels = task.data.labels;
   cfg.num_labels = task.data.labels.empty() ? 2 : int64_t(task.data.labels.size());
   cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = cli.dropout;
+  if (run.start() == RunStart::kResume) run.check_config(bert_config_to_json(cfg));  // same --init, task, dropout
   BertModel model(cfg);
   model.init_random(o.seed);  // the new heads (and the pooler if --init has none)
   const int64_t copied = model.copy_matching(pre);
@@ -174,6 +216,11 @@ void run_finetune(const BertCli& cli) {
   const BertTaskData data = task.data;  // kept for the baseline
   BertTrainer trainer(model, std::move(task.data), o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
+  if (start >= o.steps) {  // a finished run resumed again: nothing to train
+    std::printf("%s is at step %lld of --steps %lld: nothing to train\n", o.out_dir.c_str(), (long long)start,
+                (long long)o.steps);
+    return;
+  }
   if (!cli.quiet)
     std::fprintf(stderr, "fine-tuning %s on %zu train / %zu validation examples; %lld tensors from %s; steps %lld..%lld\n",
                  cli.task.c_str(), n_train, n_val, (long long)copied, cli.init.c_str(), (long long)start,
@@ -234,7 +281,12 @@ void add_bert_commands(CLI::App& app) {
   bert->add_option("--preset", cli->preset, "Model shape: tiny, mini, small")->capture_default_str();
   bert->add_option("--data", cli->data, "Text files, or 'fortunes' / 'bible' (Debian's corpora)")->capture_default_str();
   add_common_options(bert, *cli);
-  bert->callback([cli] { run_pretrain(*cli); });
+  bert->callback([cli, bert] {
+    cli->preset_given = bert->count("--preset") > 0;
+    cli->config_given = bert->count("--config") > 0;
+    cli->warmup_given = bert->count("--warmup") > 0;
+    run_pretrain(*cli);
+  });
 
   auto ft_cli = std::make_shared<BertCli>();
   ft_cli->opts.steps = 200;
@@ -249,7 +301,10 @@ void add_bert_commands(CLI::App& app) {
   ftb->add_option("--init", ft_cli->init, "Pretrained BERT directory (encoder and pooler are copied)")->required();
   ftb->add_option("--classes", ft_cli->classes, "fortune-file: the fortunes files that are the classes")->capture_default_str();
   add_common_options(ftb, *ft_cli);
-  ftb->callback([ft_cli] { run_finetune(*ft_cli); });
+  ftb->callback([ft_cli, ftb] {
+    ft_cli->warmup_given = ftb->count("--warmup") > 0;
+    run_finetune(*ft_cli);
+  });
 }
 
 }  // namespace attnkit::cli

@@ -13,8 +13,11 @@
 #include "attnkit/io/text_corpus.hpp"
 #include "attnkit/io/tokenizer.hpp"
 #include "attnkit/train/gpt_trainer.hpp"
+#include "attnkit/train/run_dir.hpp"
+#include "attnkit/train/train_checks.hpp"
 #include "cli_data.hpp"
 #include "commands.hpp"
+#include "run_flags.hpp"
 #if ATTNKIT_HAVE_MPI
 #include "attnkit/dist/mpi.hpp"
 #include "attnkit/dist/tp_train.hpp"
@@ -48,7 +51,8 @@ struct TrainCli {
   TrainOptions opts;
   double lr = 1e-3, min_lr = 1e-4;
   int64_t warmup = 100;
-  bool resume = false, quiet = false, dp = false;
+  bool resume = false, overwrite = false, quiet = false, dp = false;
+  bool preset_given = false, config_given = false, warmup_given = false;  // set on the command line
   int64_t tp = 1;  // > 1: tensor parallel over that many MPI processes
   int threads = 0;
   TrainCli() {  // the default run: about 16 minutes on 2 cores (docs/models.md)
@@ -58,10 +62,21 @@ struct TrainCli {
   }
 };
 
-// --init DIR: the model (architecture and weights) to continue from, with a fresh optimizer.
-GptModel initial_model(const TrainCli& cli, uint64_t seed) {
+RunStart run_start(const TrainCli& cli) { return cli::run_start(cli.resume, cli.overwrite); }
+
+// The model to train: with --resume the run's own config (weights come from its checkpoint;
+// a --preset/--config that differs is an error); with --init DIR that model (architecture and
+// weights) with a fresh optimizer; otherwise --config or --preset, initialised from `seed`.
+GptModel initial_model(const TrainCli& cli, uint64_t seed, const RunDir& run) {
+  auto given = [&] { return cli.config_file.empty() ? gpt_preset(cli.preset) : parse_gpt_config(read_file(cli.config_file)); };
+  if (run.start() == RunStart::kResume) {
+    check(cli.init.empty(), "--init: not with --resume (a resumed run continues from its own checkpoint)");
+    GptModel model(parse_gpt_config(run.checkpoint_config()));
+    if (cli.preset_given || cli.config_given) run.check_config(gpt_config_to_json(given()));
+    return model;
+  }
   if (cli.init.empty()) {
-    GptModel model(cli.config_file.empty() ? gpt_preset(cli.preset) : parse_gpt_config(read_file(cli.config_file)));
+    GptModel model(given());
     model.init_random(seed);
     return model;
   }
@@ -138,16 +153,25 @@ void run_train(const TrainCli& cli) {
   }
 }
 
-// The corpus and the trainer's options from the command line (any rank, any parallelism).
+// The trainer's options from the command line (any rank, any parallelism), every flag checked.
 TrainOptions train_options(const TrainCli& cli, const GptConfig& cfg) {
   check(cli.tokens >= 0, "--tokens: must be >= 0");
   check(cfg.vocab_size - cfg.registers >= ByteTokenizer::vocab_size(),
         "config: vocab_size - attnkit_registers must be >= ", ByteTokenizer::vocab_size(),
         " for the byte tokenizer (registers take the last ids)");
   TrainOptions o = cli.opts;
-  if (cli.tokens > 0) o.steps = (cli.tokens + o.batch * o.seq_len - 1) / std::max<int64_t>(1, o.batch * o.seq_len);
+  check(o.batch >= 1, "--batch: must be >= 1, got ", o.batch);
+  check(o.seq_len >= 1, "--seq: must be >= 1, got ", o.seq_len);
+  if (cli.tokens > 0) o.steps = (cli.tokens + o.batch * o.seq_len - 1) / (o.batch * o.seq_len);
+  check(o.steps >= 1, "--steps: must be >= 1, got ", o.steps);
+  check_optim_flags({.lr = cli.lr, .min_lr = cli.min_lr, .weight_decay = o.adamw.weight_decay, .clip = o.clip,
+                     .threads = cli.threads});
+  check_non_negative(o.eval_every, "--eval-every");
+  check_non_negative(o.checkpoint_every, "--checkpoint-every");
+  const int64_t warmup = checked_warmup(cli.warmup, cli.warmup_given, o.steps, "--warmup", "--steps");
   o.out_dir = cli.out;
-  o.schedule = {.max_lr = cli.lr, .min_lr = cli.min_lr, .warmup_steps = cli.warmup, .total_steps = o.steps};
+  o.start = run_start(cli);
+  o.schedule = {.max_lr = cli.lr, .min_lr = cli.min_lr, .warmup_steps = warmup, .total_steps = o.steps};
   return o;
 }
 
@@ -164,15 +188,22 @@ void print_summary(const TrainStepResult& last, double val, const std::string& o
 
 // The training run on this rank (all of it without --dp).
 void run_train_ranks(const TrainCli& cli, const DataParallel& dp) {
-  ThreadCountScope threads(cli.threads);
-  GptModel model = initial_model(cli, cli.opts.seed);
+  const RunDir run(cli.out, run_start(cli), "gpt", dp.writer());  // refusals before any work
+  GptModel model = initial_model(cli, cli.opts.seed, run);
   const GptConfig cfg = model.config();
   TrainOptions o = train_options(cli, cfg);
+  ThreadCountScope threads(cli.threads);
   TextCorpus corpus(load_documents(cli.data));
   o.progress = !cli.quiet && dp.writer();
   dp.configure(o);
   GptTrainer trainer(model, corpus, o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
+  if (start >= o.steps) {  // a finished run resumed again: nothing to train
+    if (dp.writer())
+      std::printf("%s is at step %lld of --steps %lld: nothing to train\n", o.out_dir.c_str(), (long long)start,
+                  (long long)o.steps);
+    return;
+  }
   if (o.progress) print_start(cfg, corpus, start, o.steps, "");
   const TrainStepResult last = trainer.run();
   dp.check_in_sync(model.parameters());
@@ -199,20 +230,27 @@ void run_train_tp(const TrainCli& cli) {
 void run_train_tp_ranks(const TrainCli& cli, const dist::MpiWorld& world) {
   check(world.size() == cli.tp, "--tp: ", cli.tp, " processes requested but MPI started ", world.size(),
         " (launch with mpirun -np ", cli.tp, ")");
-  ThreadCountScope threads(cli.threads);
+  const RunDir run(cli.out, run_start(cli), "gpt", world.rank() == 0);  // refusals before any work
   std::unique_ptr<dist::TpTraining> tp;
   GptConfig cfg;
   {  // the whole model lives only until its shard is cut
-    const GptModel full = initial_model(cli, cli.opts.seed);
+    const GptModel full = initial_model(cli, cli.opts.seed, run);
     cfg = full.config();
     tp = std::make_unique<dist::TpTraining>(full, world.rank(), world.size());
   }
   TrainOptions o = train_options(cli, cfg);
+  ThreadCountScope threads(cli.threads);
   TextCorpus corpus(load_documents(cli.data));
   o.progress = !cli.quiet && world.rank() == 0;
   tp->configure(o);
   GptTrainer trainer(tp->shard(), corpus, o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
+  if (start >= o.steps) {  // a finished run resumed again: nothing to train
+    if (world.rank() == 0)
+      std::printf("%s is at step %lld of --steps %lld: nothing to train\n", o.out_dir.c_str(), (long long)start,
+                  (long long)o.steps);
+    return;
+  }
   if (o.progress)
     print_start(cfg, corpus, start, o.steps,
                 (", tensor parallel over " + std::to_string(world.size()) + " processes").c_str());
@@ -242,7 +280,7 @@ void add_train_command(CLI::App& app) {
       ->excludes(preset);
   auto* tokens = gpt->add_option("--tokens", cli->tokens, "Training tokens; sets --steps to ceil(tokens / (batch * seq))");
   gpt->add_option("--data", cli->data, "Text files, or 'fortunes' / 'bible' (Debian's corpora)")->capture_default_str();
-  gpt->add_option("--out", cli->out, "Output directory (checkpoints, log.csv)")->required();
+  gpt->add_option("--out", cli->out, "Run directory (model, checkpoints, log.csv; see docs/reliability.md)")->required();
   gpt->add_option("--steps", cli->opts.steps, "Optimizer steps")->capture_default_str()->excludes(tokens);
   gpt->add_option("--batch", cli->opts.batch, "Windows per step")->capture_default_str();
   gpt->add_option("--seq", cli->opts.seq_len, "Tokens per window")->capture_default_str();
@@ -253,8 +291,14 @@ void add_train_command(CLI::App& app) {
   gpt->add_option("--clip", cli->opts.clip, "Global gradient-norm bound (0 = off)")->capture_default_str();
   gpt->add_option("--eval-every", cli->opts.eval_every, "Steps between validation evaluations")->capture_default_str();
   gpt->add_option("--checkpoint-every", cli->opts.checkpoint_every, "Steps between checkpoints")->capture_default_str();
-  gpt->add_option("--seed", cli->opts.seed, "Seed of initialisation and data windows")->capture_default_str();
-  gpt->add_flag("--resume", cli->resume, "Continue from the checkpoint in --out");
+  gpt->add_option("--seed", cli->opts.seed, "Seed of initialisation and data windows")
+      ->capture_default_str()
+      ->check(non_negative_seed());
+  auto* resume = gpt->add_flag("--resume", cli->resume,
+                               "Continue the run in --out from its committed checkpoint (its own config: no "
+                               "--preset/--config needed)");
+  gpt->add_flag("--overwrite", cli->overwrite, "Replace the run that --out holds (without it, such an --out is refused)")
+      ->excludes(resume);
   gpt->add_flag("--dp", cli->dp,
                 "Data parallel under `mpirun -np P`: each process takes batch/P windows of every step; "
                 "gradients are averaged (all-reduce); rank 0 writes");
@@ -265,7 +309,12 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   gpt->add_option("--threads", cli->threads, "Threads (0 = all cores)")->capture_default_str();
   gpt->add_flag("--quiet", cli->quiet, "No progress output");
-  gpt->callback([cli] { run_train(*cli); });
+  gpt->callback([cli, gpt] {
+    cli->preset_given = gpt->count("--preset") > 0;
+    cli->config_given = gpt->count("--config") > 0;
+    cli->warmup_given = gpt->count("--warmup") > 0;
+    run_train(*cli);
+  });
 
   auto model = std::make_shared<std::string>();
   auto data = std::make_shared<std::vector<std::string>>(std::vector<std::string>{"fortunes"});

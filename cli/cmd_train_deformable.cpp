@@ -45,7 +45,10 @@ void add_train_deformable_command(CLI::App& app) {
   cmd->add_option("--layers", c.layers, "Encoder layers L")->capture_default_str();
   cmd->add_option("--ffn-dim", c.ffn_dim, "Encoder feed-forward width F")->capture_default_str();
   add_image_train_flags(*cmd, f->train);
-  cmd->callback([f] { run_train_deformable(*f); });
+  cmd->callback([f, cmd] {
+    f->train.shape_given = shape_flags_given(*cmd);
+    run_train_deformable(*f);
+  });
 }
 
 }  // namespace attnkit::cli

@@ -72,7 +72,10 @@ void add_train_vit_command(CLI::App& app) {
                   "Attention-probability dropout (attention_probs_dropout_prob)")
       ->capture_default_str();
   add_image_train_flags(*vit, f->train);
-  vit->callback([f] { run_train_vit(*f); });
+  vit->callback([f, vit] {
+    f->train.shape_given = shape_flags_given(*vit);
+    run_train_vit(*f);
+  });
 }
 
 }  // namespace attnkit::cli

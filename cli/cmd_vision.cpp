@@ -164,7 +164,10 @@ void add_vision_commands(CLI::App& app) {
       ->capture_default_str()->delimiter(',');
   cnn->add_option("--reduction", f->reduction, "SE/CBAM MLP reduction ratio r")->capture_default_str();
   add_image_train_flags(*cnn, f->train);
-  cnn->callback([f] { run_train_cnn(*f); });
+  cnn->callback([f, cnn] {
+    f->train.shape_given = shape_flags_given(*cnn);
+    run_train_cnn(*f);
+  });
 
   auto c = std::make_shared<ClassifyFlags>();
   auto* cls = app.add_subcommand(

@@ -3,16 +3,40 @@
 
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 
+#include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/io/idx.hpp"
+#include "attnkit/train/run_dir.hpp"
+#include "attnkit/train/train_checks.hpp"
+#include "run_flags.hpp"
 
 namespace attnkit::cli {
+namespace {
+
+const std::set<std::string>& shared_flag_names() {
+  static const std::set<std::string> names{
+      "--out", "--data-dir", "--epochs", "--batch", "--lr", "--min-lr", "--warmup-epochs", "--weight-decay",
+      "--clip", "--pad", "--no-augment", "--max-minutes", "--anneal-by-time", "--train-limit", "--eval-limit",
+      "--seed", "--threads", "--resume", "--overwrite", "--json", "--help"};
+  return names;
+}
+
+}  // namespace
+
+bool shape_flags_given(const CLI::App& cmd) {
+  for (const CLI::Option* o : cmd.get_options())
+    if (o->count() > 0 && shared_flag_names().count(o->get_name()) == 0) return true;
+  return false;
+}
 
 void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f) {
   f.data_dir = kFashionMnistDir;
-  cmd.add_option("--out", f.opts.out_dir, "Output directory (model, optimizer state, log.csv)")->required();
+  cmd.add_option("--out", f.opts.out_dir, "Run directory (model, checkpoints, log.csv; see docs/reliability.md)")
+      ->required();
   cmd.add_option("--data-dir", f.data_dir, "MNIST-style IDX directory ({train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz])")
       ->capture_default_str();
   cmd.add_option("--epochs", f.opts.epochs, "Passes over the training set")->capture_default_str()->check(CLI::PositiveNumber);
@@ -32,22 +56,43 @@ void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f) {
                "budget ends (not bitwise reproducible)");
   cmd.add_option("--train-limit", f.opts.train_limit, "Use only the first N training images (0: all)")->capture_default_str();
   cmd.add_option("--eval-limit", f.opts.eval_limit, "Evaluate on the first N test images (0: all)")->capture_default_str();
-  cmd.add_option("--seed", f.opts.seed, "Seed for shuffling, augmentation and initialisation")->capture_default_str();
+  cmd.add_option("--seed", f.opts.seed, "Seed for shuffling, augmentation and initialisation")
+      ->capture_default_str()
+      ->check(non_negative_seed());
   cmd.add_option("--threads", f.threads, "Threads (0: all cores)")->capture_default_str();
-  cmd.add_flag("--resume", f.resume, "Continue from the checkpoint in --out");
+  auto* resume = cmd.add_flag("--resume", f.resume,
+                              "Continue the run in --out from its committed checkpoint (its own config.json)");
+  cmd.add_flag("--overwrite", f.overwrite, "Replace the run that --out holds (without it, such an --out is refused)")
+      ->excludes(resume);
   cmd.add_flag("--json", f.json, "Print the results as one JSON object");
 }
 
-void run_image_training(ImageClassifier& model, const ImageTrainFlags& f) {
+void run_image_training(ImageClassifier& flags_model, const ImageTrainFlags& f) {
+  const RunStart how = run_start(f.resume, f.overwrite);
+  const RunDir run(f.opts.out_dir, how, "image");  // refusals before any work
+  check_optim_flags({.lr = f.opts.max_lr, .min_lr = f.opts.min_lr, .weight_decay = f.opts.adamw.weight_decay,
+                     .clip = f.opts.clip, .threads = f.threads});
+  std::unique_ptr<ImageClassifier> resumed;  // --resume: a model of the run's own config
+  if (how == RunStart::kResume) {
+    if (f.shape_given) run.check_config(flags_model.config_json(), "the model-shape flags (all or none)");
+    resumed = make_image_classifier(run.checkpoint_config());
+  }
+  ImageClassifier& model = resumed ? *resumed : flags_model;
   if (f.threads > 0) set_num_threads(f.threads);
   const ImageDataset train = load_fashion_mnist(f.data_dir, DatasetSplit::kTrain);
   const ImageDataset test = load_fashion_mnist(f.data_dir, DatasetSplit::kTest);
   ImageTrainOptions opts = f.opts;
+  opts.start = how == RunStart::kOverwrite ? RunStart::kOverwrite : RunStart::kNew;
   if (f.no_augment) opts.pad = 0, opts.flip = false;
   opts.progress = !f.json;
   model.init_random(f.init_seed ? f.init_seed : opts.seed);
   ImageTrainer trainer(model, train, test, opts);
   const int64_t start = f.resume ? trainer.resume() : 0;
+  if (start >= trainer.total_steps()) {  // a finished run resumed again (--json: no results to print)
+    std::fprintf(f.json ? stderr : stdout, "%s is at step %lld of %lld: nothing to train\n", opts.out_dir.c_str(),
+                 (long long)start, (long long)trainer.total_steps());
+    return;
+  }
   if (!f.json)
     std::fprintf(stderr, "%s: %lld parameters, %lld steps of %lld images (%lld per epoch)%s\n",
                  model.model_type().c_str(), (long long)model.parameter_count(),

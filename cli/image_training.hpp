@@ -20,17 +20,24 @@ struct ImageTrainFlags {
   uint64_t init_seed = 0;    // weight initialisation (0: use --seed)
   int threads = 0;           // 0: all cores
   bool resume = false;
+  bool overwrite = false;    // replace the run --out holds
+  bool shape_given = false;  // a model-shape flag was on the command line (see shape_flags_given)
   bool no_augment = false;
   bool json = false;
 };
 
 // Adds --out, --data-dir, --epochs, --batch, --lr, --min-lr, --warmup-epochs, --weight-decay,
 // --clip, --pad, --no-augment, --max-minutes, --anneal-by-time, --train-limit, --eval-limit, --seed, --threads,
-// --resume, --json to an image-training subcommand.
+// --resume, --overwrite, --json to an image-training subcommand.
 void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f);
 
-// Loads the data (train and test splits of --data-dir), initialises or resumes `model`, trains,
-// and prints one line per epoch plus a summary (or one JSON object with --json).
+// True if any of cmd's own model-shape flags (those add_image_train_flags did not add) was given.
+bool shape_flags_given(const CLI::App& cmd);
+
+// Checks the flags and --out (run_dir.hpp), loads the data (train and test splits of
+// --data-dir), initialises `model` or, with --resume, continues the run in --out with a model of
+// the run's own config.json (a shape flag that differs from it is an error), trains, and prints
+// one line per epoch plus a summary (or one JSON object with --json).
 void run_image_training(ImageClassifier& model, const ImageTrainFlags& f);
 
 }  // namespace attnkit::cli

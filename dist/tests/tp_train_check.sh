@@ -52,8 +52,12 @@ def load(path):
     return out
 one, tp, bound = sys.argv[1], sys.argv[2], float(sys.argv[3])
 fail = False
+def path(run, name):  # the optimizer state lives in the committed checkpoint (DIR/latest)
+    if name == 'optimizer.safetensors':
+        return run + '/' + open(run + '/latest').read().strip() + '/' + name
+    return run + '/' + name
 for name, tol in (('model.safetensors', None), ('optimizer.safetensors', 1e-3)):
-    a, b = load(one + '/' + name), load(tp + '/' + name)
+    a, b = load(path(one, name)), load(path(tp, name))
     if sorted(a) != sorted(b):
         print('FAIL:', name, 'has different tensors'); sys.exit(1)
     worst = 0.0

@@ -27,7 +27,7 @@ def run(strategy, args, out):
     cmd = [CLI, "train", "bert", "--objective", "mlm", "--preset", args.preset,
            "--batching", strategy, "--steps", str(args.steps), "--batch", str(args.batch),
            "--seq", str(args.seq), "--eval-every", "0", "--eval-examples", "16",
-           "--checkpoint-every", "0", "--threads", str(args.threads), "--quiet", "--out", str(out)]
+           "--checkpoint-every", "0", "--threads", str(args.threads), "--quiet", "--overwrite", "--out", str(out)]
     print(" ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return list(csv.DictReader(open(out / "log.csv")))[3:]

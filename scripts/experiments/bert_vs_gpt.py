@@ -37,7 +37,7 @@ def main():
     a = ap.parse_args()
     runs = pathlib.Path(a.out)
     common = ["--steps", str(a.steps), "--seq", "128", "--checkpoint-every", "0", "--threads", str(a.threads),
-              "--quiet", "--warmup", str(min(30, max(1, a.steps // 10)))]
+              "--quiet", "--warmup", str(min(30, max(1, a.steps // 10))), "--overwrite"]
     run(["train", "gpt", "--config", str(ROOT / "scripts/experiments/gpt_mini.json"), "--data", "fortunes",
          "--batch", "16", "--eval-every", "0", "--out", str(runs / "cmp-gpt")] + common)
     run(["train", "bert", "--objective", "mlm", "--preset", "mini", "--batching", "pack", "--dropout", "0",
@@ -64,7 +64,7 @@ def main():
         return
     ft = run(["finetune", "bert", "--task", "fortune-file", "--init", str(runs / "cmp-bert"), "--steps",
               str(a.finetune_steps), "--batch", "16", "--seq", "128", "--eval-every", "0", "--checkpoint-every", "0",
-              "--threads", str(a.threads), "--quiet", "--out", str(runs / "cmp-bert-ft")])
+              "--threads", str(a.threads), "--quiet", "--overwrite", "--out", str(runs / "cmp-bert-ft")])
     print(ft.strip())
 
 

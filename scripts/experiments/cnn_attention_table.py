@@ -26,7 +26,7 @@ def main():
     rows = []
     for attention in ("none", "se", "cbam"):
         cmd = ["train", "cnn", "--attention", attention, "--epochs", str(a.epochs), "--threads", str(a.threads),
-               "--out", f"{a.out}/{attention}", "--json"]
+               "--out", f"{a.out}/{attention}", "--overwrite", "--json"]
         print("build/attnkit " + " ".join(cmd), flush=True)
         j = json.loads(subprocess.run([CLI] + cmd, check=True, capture_output=True, text=True).stdout)
         rows.append((attention, j))

@@ -48,14 +48,14 @@ def train_scratch(out, kv, steps):
         cfg = os.path.join(out + ".config.json")
         with open(cfg, "w") as f:
             json.dump({**CONFIG, "num_key_value_heads": kv}, f)
-        run(["train", "gpt", "--config", cfg, "--out", out, "--steps", steps, "--seed", 1, *COMMON])
+        run(["train", "gpt", "--config", cfg, "--out", out, "--steps", steps, "--seed", 1, "--overwrite", *COMMON])
     return out
 
 
 def uptrain(src, out, tokens):
     if not done(out):
         run(["train", "gpt", "--init", src, "--out", out, "--tokens", tokens, "--lr", "3e-4",
-             "--min-lr", "1e-4", "--warmup", "5", "--seed", 2, *COMMON])
+             "--min-lr", "1e-4", "--warmup", "5", "--seed", 2, "--overwrite", *COMMON])
     return out
 
 

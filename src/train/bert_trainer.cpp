@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -67,7 +66,9 @@ double majority_baseline(const BertTaskData& t) {
 BertTrainer::BertTrainer(BertModel& model, BertDocuments docs, const BertTrainOptions& o)
     : model_(model), docs_(std::move(docs)), options_(o), optimizer_(bert_named_parameters(model), o.adamw) {
   check(!fine_tuning(), "--objective: a task objective needs task examples, not documents");
-  check(!docs_.train.empty() && !docs_.validation.empty(), "data: need training and validation documents");
+  check(!docs_.train.empty(), "--data: the training split has no documents");
+  check(!docs_.validation.empty(), "--data: the validation split has no documents (documents are split by a "
+        "draw per document, so one file often has none): give more documents");
   check(o.objective == BertObjective::kMlm ? model.config().has_mlm()
                                            : model.config().architecture == BertArchitecture::kPreTraining,
         "--objective: ", o.objective == BertObjective::kMlm ? "mlm" : "mlm+nsp", " does not fit a ",
@@ -140,16 +141,20 @@ std::vector<BertExample> BertTrainer::step_examples(int64_t s) const {
 }
 
 int64_t BertTrainer::resume() {
-  namespace fs = std::filesystem;
-  const std::string opt = options_.out_dir + "/optimizer.safetensors";
-  if (!fs::exists(opt)) return next_step_ = 0;
-  BertModel saved = BertModel::load(options_.out_dir);
-  check(saved.parameters().size() == model_.parameters().size(),
-        "resume: the checkpoint in ", options_.out_dir, " has a different model shape");
-  std::copy(saved.parameters().begin(), saved.parameters().end(), model_.parameters().begin());
-  optimizer_.load_state(opt);
+  run_.emplace(resume_run(options_.out_dir, "bert", true,
+                          {.config_json = bert_config_to_json(model_.config()),
+                           .load = [&](const std::string& ckpt) {
+                             const BertModel saved = BertModel::load(ckpt);
+                             std::copy(saved.parameters().begin(), saved.parameters().end(),
+                                       model_.parameters().begin());
+                             optimizer_.load_state(ckpt + "/optimizer.safetensors");
+                             return optimizer_.step_count();
+                           },
+                           .seed = options_.seed}));
   return next_step_ = optimizer_.step_count();
 }
+
+RunDir& BertTrainer::run_dir() { return open_run(run_, options_.out_dir, options_.start, "bert"); }
 
 BertStepResult BertTrainer::step(int64_t s) {
   const double t0 = now_seconds();
@@ -235,14 +240,17 @@ BertEvalResult BertTrainer::evaluate(int64_t max_examples) {
 }
 
 void BertTrainer::save_checkpoint(int64_t completed) {
-  model_.save(options_.out_dir);
   check(optimizer_.step_count() == completed, "checkpoint: optimizer step mismatch");
-  optimizer_.save_state(options_.out_dir + "/optimizer.safetensors");
+  RunDir& run = run_dir();
+  const std::string tmp = run.begin_checkpoint(completed);
+  model_.save(tmp);
+  kill_point_for_tests(completed, "model");
+  optimizer_.save_state(tmp + "/optimizer.safetensors");
+  run.commit_checkpoint(completed, options_.seed);
 }
 
 BertStepResult BertTrainer::run() {
-  namespace fs = std::filesystem;
-  fs::create_directories(options_.out_dir);
+  run_dir();
   const bool tty = isatty(fileno(stderr));
   std::ofstream log(options_.out_dir + "/log.csv", next_step_ == 0 ? std::ios::trunc : std::ios::app);
   if (next_step_ == 0)

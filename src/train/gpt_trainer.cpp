@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <vector>
 
@@ -88,26 +87,36 @@ GptTrainer::GptTrainer(GptModel& model, const TextCorpus& corpus, const TrainOpt
         "--dp: rank ", options.dp_rank, " of ", options.dp_size, " is out of range");
   check(options.batch % options.dp_size == 0, "--batch: ", options.batch, " must be a multiple of the ",
         options.dp_size, " data-parallel processes");
-  check(int64_t(corpus.tokens(Split::train).size()) > options.seq_len,
-        "data: the training split has fewer than ", options.seq_len + 1, " tokens");
+  const int64_t text = options.seq_len - model.config().registers;  // tokens of one window
+  check(int64_t(corpus.tokens(Split::train).size()) > text, "--data: the training split has ",
+        corpus.tokens(Split::train).size(), " tokens, fewer than one window of ", text + 1);
+  check(int64_t(corpus.tokens(Split::validation).size()) > text, "--data: the validation split has ",
+        corpus.tokens(Split::validation).size(), " tokens, fewer than one evaluation window of ", text + 1,
+        " (documents are split by a 5 % draw per document, so one file often has none): give more documents");
   options_.schedule.total_steps = std::max(options_.schedule.total_steps, options_.schedule.warmup_steps);
 }
 
 int64_t GptTrainer::resume() {
-  namespace fs = std::filesystem;
-  const std::string opt = options_.out_dir + "/optimizer.safetensors";
-  if (!fs::exists(opt)) return next_step_ = 0;
-  if (options_.tp_load) {  // a whole-model checkpoint, split into this shard
-    options_.tp_load(optimizer_, options_.out_dir);
-    return next_step_ = optimizer_.step_count();
-  }
-  GptModel saved = GptModel::load(options_.out_dir);
-  check(saved.parameters().size() == model_.parameters().size(),
-        "resume: the checkpoint in ", options_.out_dir, " has a different model shape");
-  std::copy(saved.parameters().begin(), saved.parameters().end(), model_.parameters().begin());
-  optimizer_.load_state(opt);
+  // Tensor parallel: tp_load splits the whole-model checkpoint into this shard and checks the config.
+  const bool tp = bool(options_.tp_load);
+  run_.emplace(resume_run(options_.out_dir, "gpt", writer(),
+                          {.config_json = tp ? std::string() : gpt_config_to_json(model_.config()),
+                           .load = [&](const std::string& ckpt) {
+                             if (tp) {
+                               options_.tp_load(optimizer_, ckpt);
+                             } else {
+                               const GptModel saved = GptModel::load(ckpt);
+                               std::copy(saved.parameters().begin(), saved.parameters().end(),
+                                         model_.parameters().begin());
+                               optimizer_.load_state(ckpt + "/optimizer.safetensors");
+                             }
+                             return optimizer_.step_count();
+                           },
+                           .seed = options_.seed}));
   return next_step_ = optimizer_.step_count();
 }
+
+RunDir& GptTrainer::run_dir() { return open_run(run_, options_.out_dir, options_.start, "gpt", writer()); }
 
 TrainStepResult GptTrainer::step(int64_t s) {
   const double t0 = now_seconds();
@@ -167,15 +176,21 @@ double GptTrainer::evaluate(int64_t windows) {
 
 void GptTrainer::save_checkpoint(int64_t completed) {
   check(optimizer_.step_count() == completed, "checkpoint: optimizer step mismatch");
-  if (options_.tp_save) return options_.tp_save(optimizer_, options_.out_dir);
-  model_.save(options_.out_dir);
-  optimizer_.save_state(options_.out_dir + "/optimizer.safetensors");
+  RunDir& run = run_dir();
+  const std::string tmp = writer() ? run.begin_checkpoint(completed) : std::string();
+  if (options_.tp_save) {
+    options_.tp_save(optimizer_, tmp);  // collective; only rank 0 writes (into tmp)
+  } else {
+    model_.save(tmp);
+    kill_point_for_tests(completed, "model");
+    optimizer_.save_state(tmp + "/optimizer.safetensors");
+  }
+  if (writer()) run.commit_checkpoint(completed, options_.seed);
 }
 
 TrainStepResult GptTrainer::run() {
-  namespace fs = std::filesystem;
-  const bool writer = options_.dp_rank == 0 && options_.tp_rank == 0;  // one process writes
-  if (writer) fs::create_directories(options_.out_dir);
+  const bool writer = this->writer();  // one process writes
+  run_dir();
   const bool tty = isatty(fileno(stderr));
   std::ofstream log;
   if (writer) log.open(options_.out_dir + "/log.csv", next_step_ == 0 ? std::ios::trunc : std::ios::app);

@@ -40,11 +40,11 @@ NoDecayPredicate no_decay_for(const ImageClassifier& model) {
 
 void check_dataset(const ImageClassifier& model, const ImageDataset& ds, const char* which) {
   const ImageShape s = model.input_shape();
-  check(ds.count > 0, "ImageTrainer: the ", which, " set is empty");
-  check(s.channels == 1 && ds.rows == s.height && ds.cols == s.width, "ImageTrainer: the ", which,
+  check(ds.count > 0, "--data-dir: the ", which, " set is empty");
+  check(s.channels == 1 && ds.rows == s.height && ds.cols == s.width, "--data-dir: the ", which,
         " images are ", ds.rows, "x", ds.cols, " grey-scale, the model expects ", s.channels, "x",
         s.height, "x", s.width);
-  check(ds.classes <= model.num_classes(), "ImageTrainer: the ", which, " set has ", ds.classes,
+  check(ds.classes <= model.num_classes(), "--data-dir: the ", which, " set has ", ds.classes,
         " classes, the model ", model.num_classes());
 }
 
@@ -150,20 +150,28 @@ ImageTrainer::ImageTrainer(ImageClassifier& model, const ImageDataset& train, co
       test_(test),
       options_(options),
       optimizer_(image_named_parameters(model), options.adamw, no_decay_for(model)) {
-  check(options_.epochs >= 1, "ImageTrainer: epochs must be >= 1, got ", options_.epochs);
-  check(options_.batch >= 1, "ImageTrainer: batch must be >= 1, got ", options_.batch);
-  check(options_.max_lr > 0 && options_.min_lr >= 0 && options_.min_lr <= options_.max_lr,
-        "ImageTrainer: need 0 <= min_lr <= max_lr and max_lr > 0");
-  check(options_.warmup_epochs >= 0, "ImageTrainer: warmup_epochs must be >= 0");
-  check(options_.pad >= 0 && options_.pad < 8, "ImageTrainer: pad must be in [0, 8)");
-  check(options_.max_minutes >= 0, "ImageTrainer: max_minutes must be >= 0");
-  check(options_.clip >= 0, "ImageTrainer: clip must be >= 0");
-  check(!options_.out_dir.empty(), "ImageTrainer: an output directory is required");
+  check(options_.epochs >= 1, "--epochs: must be >= 1, got ", options_.epochs);
+  check(options_.batch >= 1, "--batch: must be >= 1, got ", options_.batch);
+  check(std::isfinite(options_.max_lr) && options_.max_lr > 0, "--lr: must be a finite number > 0, got ",
+        options_.max_lr);
+  check(std::isfinite(options_.min_lr) && options_.min_lr >= 0 && options_.min_lr <= options_.max_lr,
+        "--min-lr: must be in [0, --lr = ", options_.max_lr, "], got ", options_.min_lr);
+  check(std::isfinite(options_.warmup_epochs) && options_.warmup_epochs >= 0 &&
+            options_.warmup_epochs <= double(options_.epochs),
+        "--warmup-epochs: must be in [0, --epochs = ", options_.epochs, "], got ", options_.warmup_epochs);
+  check(options_.pad >= 0 && options_.pad < 8, "--pad: must be in [0, 8), got ", options_.pad);
+  check(std::isfinite(options_.max_minutes) && options_.max_minutes >= 0, "--max-minutes: must be >= 0, got ",
+        options_.max_minutes);
+  check(std::isfinite(options_.clip) && options_.clip >= 0, "--clip: must be a finite number >= 0, got ",
+        options_.clip);
+  check(options_.train_limit >= 0, "--train-limit: must be >= 0, got ", options_.train_limit);
+  check(options_.eval_limit >= 0, "--eval-limit: must be >= 0, got ", options_.eval_limit);
+  check(!options_.out_dir.empty(), "--out: a directory is required");
   check_dataset(model, train, "training");
   check_dataset(model, test, "test");
   train_count_ = options_.train_limit > 0 ? std::min(options_.train_limit, train.count) : train.count;
-  check(train_count_ >= options_.batch, "ImageTrainer: ", train_count_,
-        " training images are fewer than one batch of ", options_.batch);
+  check(train_count_ >= options_.batch, "--batch: ", options_.batch, " exceeds the ", train_count_,
+        " training images (--data-dir, --train-limit)");
   steps_per_epoch_ = train_count_ / options_.batch;
   const auto [mean, std] = pixel_mean_std(train);
   norm_ = {mean, std > 0 ? std : 1.0};
@@ -186,13 +194,18 @@ std::vector<int64_t> ImageTrainer::epoch_order(int64_t epoch) const {
 }
 
 int64_t ImageTrainer::resume() {
-  namespace fs = std::filesystem;
-  const std::string opt = options_.out_dir + "/optimizer.safetensors";
-  if (!fs::exists(opt)) return next_step_ = 0;
-  model_.load_weights(options_.out_dir);
-  optimizer_.load_state(opt);
+  run_.emplace(resume_run(options_.out_dir, "image", true,
+                          {.config_json = model_.config_json(),
+                           .load = [&](const std::string& ckpt) {
+                             model_.load_weights(ckpt);
+                             optimizer_.load_state(ckpt + "/optimizer.safetensors");
+                             return optimizer_.step_count();
+                           },
+                           .seed = options_.seed}));
   return next_step_ = optimizer_.step_count();
 }
+
+RunDir& ImageTrainer::run_dir() { return open_run(run_, options_.out_dir, options_.start, "image"); }
 
 double ImageTrainer::step(int64_t s, int64_t* correct) {
   const int64_t epoch = s / steps_per_epoch_, b = s % steps_per_epoch_;
@@ -237,14 +250,17 @@ double ImageTrainer::learning_rate(int64_t s) const {
 }
 
 void ImageTrainer::save_checkpoint() {
-  model_.save(options_.out_dir);
-  save_image_normalization(options_.out_dir, norm_, model_.input_shape());
-  optimizer_.save_state(options_.out_dir + "/optimizer.safetensors");
+  RunDir& run = run_dir();
+  const std::string tmp = run.begin_checkpoint(next_step_);
+  model_.save(tmp);
+  kill_point_for_tests(next_step_, "model");
+  save_image_normalization(tmp, norm_, model_.input_shape());
+  optimizer_.save_state(tmp + "/optimizer.safetensors");
+  run.commit_checkpoint(next_step_, options_.seed);
 }
 
 std::vector<ImageEpochResult> ImageTrainer::run() {
-  namespace fs = std::filesystem;
-  fs::create_directories(options_.out_dir);
+  run_dir();
   const bool tty = isatty(fileno(stderr));
   std::ofstream log(options_.out_dir + "/log.csv", next_step_ == 0 ? std::ios::trunc : std::ios::app);
   if (next_step_ == 0)
@@ -289,11 +305,11 @@ std::vector<ImageEpochResult> ImageTrainer::run() {
     r.seconds = epoch_seconds;
     r.images_per_second = epoch_seconds > 0 ? double(seen) / epoch_seconds : 0;
     r.test = evaluate_images(model_, test_, norm_, options_.eval_limit);
-    save_checkpoint();
     log << r.epoch << ',' << r.step << ',' << r.train_loss << ',' << r.train_accuracy << ','
         << r.test.loss << ',' << r.test.accuracy << ',' << r.seconds << ',' << r.images_per_second
         << '\n';
-    log.flush();
+    log.flush();  // before the commit: the checkpoint records the log's length
+    save_checkpoint();
     if (options_.progress)
       std::fprintf(stderr, "epoch %lld%s: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.0f s, %.0f img/s\n",
                    (long long)r.epoch, out_of_time ? " (time budget reached)" : "", r.train_loss,

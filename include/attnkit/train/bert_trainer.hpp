@@ -1,11 +1,12 @@
 #pragma once
 // BERT training: masked-LM (optionally + NSP) pretraining on documents, or fine-tuning on a task's
 // prepared examples (sequence classes, token classes, spans; bert_tasks.hpp), with the batches laid out by padding, length buckets or packing (bert_batching.hpp),
-// AdamW, warmup + cosine schedule, global-norm clipping, periodic evaluation, a CSV log and atomic
-// checkpoints (weights, optimizer moments, step). Example i of a run is a pure function of
+// AdamW, warmup + cosine schedule, global-norm clipping, periodic evaluation, a CSV log and
+// checkpoints committed as a whole into the run directory (run_dir.hpp). Example i of a run is a pure function of
 // (seed, i) and step s uses examples [s·B, (s+1)·B) (bucketing regroups them within pools of
 // `bucket_pool` steps), so --resume reproduces the uninterrupted losses bit for bit.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "attnkit/train/bert_batching.hpp"
 #include "attnkit/train/bert_data.hpp"
 #include "attnkit/train/bert_tasks.hpp"
+#include "attnkit/train/run_dir.hpp"
 #include "attnkit/train/schedule.hpp"
 
 namespace attnkit {
@@ -37,7 +39,8 @@ struct BertTrainOptions {
   int64_t eval_examples = 256; // validation examples per evaluation
   int64_t checkpoint_every = 100;  // steps between checkpoints; 0 = only at the end
   uint64_t seed = 1;           // keys examples, masking and dropout
-  std::string out_dir{};       // checkpoints and log.csv go here
+  std::string out_dir{};       // the run directory (run_dir.hpp): checkpoints, model, log.csv
+  RunStart start = RunStart::kNew;  // how run() treats out_dir unless resume() was called
   bool progress = true;
 };
 
@@ -64,7 +67,9 @@ class BertTrainer {
   // Fine-tuning (objective classify, tokens or span) on a task's examples; training example i is
   // a Philox-uniform draw from task.train keyed by (seed, i).
   BertTrainer(BertModel& model, BertTaskData task, const BertTrainOptions& options);
-  // Continues from out_dir's checkpoint if there is one; returns the step to start at.
+  // Continues from out_dir's committed checkpoint (weights, optimizer state, step); returns the
+  // step to start at. Throws attnkit::Error, changing nothing on disk, if out_dir holds no
+  // complete checkpoint of this model's config and seed (RunDir's refusal rules).
   int64_t resume();
   // Trains from the current step to options.steps; returns the last step's result. A NaN loss
   // or gradient throws attnkit::Error and leaves the last good checkpoint in place.
@@ -75,7 +80,8 @@ class BertTrainer {
   std::vector<BertExample> step_examples(int64_t step) const;
   // Validation loss (and accuracy) over up to max_examples deterministic examples, in eval mode.
   BertEvalResult evaluate(int64_t max_examples);
-  // Writes weights (model.safetensors, config.json) and optimizer.safetensors atomically.
+  // Commits a checkpoint of `completed_steps` steps (weights, config, optimizer state) to the
+  // run directory as a whole (RunDir::commit_checkpoint).
   void save_checkpoint(int64_t completed_steps);
 
  private:
@@ -88,7 +94,10 @@ class BertTrainer {
   BertTaskData task_;
   BertTrainOptions options_;
   AdamW optimizer_;
+  std::optional<RunDir> run_;  // opened by resume() or the first run()
   int64_t next_step_ = 0;
+
+  RunDir& run_dir();
 };
 
 // The model's tensors as AdamW parameters.

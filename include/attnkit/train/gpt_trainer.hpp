@@ -1,11 +1,13 @@
 #pragma once
 // Causal-LM training of a GptModel on a TextCorpus: random windows keyed by (seed, step) (after
 // the model's register tokens, if it has any: seq_len counts them), AdamW,
-// warmup + cosine schedule, global-norm clipping, periodic evaluation, a CSV log, and atomic
-// checkpoints (weights, optimizer moments, step) from which a resumed run reproduces the
-// uninterrupted losses bit for bit (the data position is the step: no hidden sampler state).
+// warmup + cosine schedule, global-norm clipping, periodic evaluation, a CSV log, and checkpoints
+// committed as a whole into the run directory (run_dir.hpp: weights, optimizer moments, step,
+// seed) from which a resumed run reproduces the uninterrupted run bit for bit (the data position
+// is the step: no hidden sampler state).
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "attnkit/io/text_corpus.hpp"
 #include "attnkit/models/gpt.hpp"
 #include "attnkit/train/adamw.hpp"
+#include "attnkit/train/run_dir.hpp"
 #include "attnkit/train/schedule.hpp"
 
 namespace attnkit {
@@ -28,7 +31,8 @@ struct TrainOptions {
   int64_t eval_windows = 16;     // validation windows per evaluation
   int64_t checkpoint_every = 200;  // steps between checkpoints; 0 = only at the end
   uint64_t seed = 1;             // keys the training windows
-  std::string out_dir;           // checkpoints and log.csv go here
+  std::string out_dir;           // the run directory (run_dir.hpp): checkpoints, model, log.csv
+  RunStart start = RunStart::kNew;  // how run() treats out_dir unless resume() was called
   bool progress = true;          // progress bar (or plain lines when stderr is not a TTY)
   // Data parallelism (the CLI's --dp under mpirun): this process computes windows
   // [dp_rank·B/P, (dp_rank+1)·B/P) of each step's batch (B % P == 0), dp_average averages a
@@ -59,7 +63,9 @@ struct TrainStepResult {
 class GptTrainer {
  public:
   GptTrainer(GptModel& model, const TextCorpus& corpus, const TrainOptions& options);
-  // Continues from out_dir's checkpoint if there is one; returns the step to start at.
+  // Continues from out_dir's committed checkpoint (weights, optimizer state, step); returns the
+  // step to start at. Throws attnkit::Error, changing nothing on disk, if out_dir holds no
+  // complete checkpoint of this model's config and seed (RunDir's refusal rules).
   int64_t resume();
   // Trains from the current step to options.steps; returns the last step's result. A NaN or
   // infinite loss throws attnkit::Error and leaves the last good checkpoint in place.
@@ -68,7 +74,8 @@ class GptTrainer {
   TrainStepResult step(int64_t step);
   // Mean loss over `windows` consecutive validation windows (deterministic).
   double evaluate(int64_t windows);
-  // Writes weights (model.safetensors, config.json) and optimizer.safetensors atomically.
+  // Commits a checkpoint of `completed_steps` steps (weights, config, optimizer state) to the
+  // run directory as a whole (RunDir::commit_checkpoint).
   void save_checkpoint(int64_t completed_steps);
 
  private:
@@ -76,7 +83,11 @@ class GptTrainer {
   const TextCorpus& corpus_;
   TrainOptions options_;
   AdamW optimizer_;
+  std::optional<RunDir> run_;  // opened by resume() or the first run()
   int64_t next_step_ = 0;
+
+  bool writer() const { return options_.dp_rank == 0 && options_.tp_rank == 0; }
+  RunDir& run_dir();
 };
 
 // The model's tensors as AdamW parameters (names, value and gradient slices of the flat buffers).

@@ -2,12 +2,14 @@
 // Image classification training for any ImageClassifier (CNN, ViT, deformable encoder):
 // epochs over a shuffled training set, seeded crop/flip augmentation, softmax cross-entropy,
 // AdamW with warmup + cosine decay (per step), optional global-norm clipping, a test-set
-// evaluation after every epoch, a CSV log and checkpoints (weights, optimizer moments, step).
+// evaluation after every epoch, a CSV log and checkpoints committed as a whole into the run
+// directory after every epoch (run_dir.hpp: weights, optimizer moments, step, seed).
 // Step s of a run reads images [b·B, (b+1)·B) of epoch e = s / steps_per_epoch's permutation
 // (b = s mod steps_per_epoch), a pure function of (seed, e); augmentation is keyed by (seed, e,
 // image), so --resume continues the exact uninterrupted run. A wall-clock budget stops training
 // early (after the step that crosses it), then evaluates and checkpoints.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "attnkit/models/image_classifier.hpp"
 #include "attnkit/train/adamw.hpp"
 #include "attnkit/train/image_batch.hpp"
+#include "attnkit/train/run_dir.hpp"
 #include "attnkit/train/schedule.hpp"
 
 namespace attnkit {
@@ -37,7 +40,8 @@ struct ImageTrainOptions {
   int64_t train_limit = 0;           // use only the first n training images; 0 = all
   int64_t eval_limit = 0;            // evaluate on the first n test images; 0 = all
   uint64_t seed = 1;                 // shuffling, augmentation, dropout
-  std::string out_dir{};             // checkpoints, log.csv, preprocessor_config.json
+  std::string out_dir{};             // the run directory (run_dir.hpp): checkpoints, model, log.csv
+  RunStart start = RunStart::kNew;   // how run() treats out_dir unless resume() was called
   bool progress = true;              // progress lines on stderr
 };
 
@@ -78,8 +82,9 @@ class ImageTrainer {
   // Validates the options and that the data sets match the model's input shape and classes.
   ImageTrainer(ImageClassifier& model, const ImageDataset& train, const ImageDataset& test,
                const ImageTrainOptions& options);
-  // Continues from out_dir's checkpoint if there is one (weights, moments, step); returns the
-  // step to start at.
+  // Continues from out_dir's committed checkpoint (weights, moments, step); returns the step to
+  // start at. Throws attnkit::Error, changing nothing on disk, if out_dir holds no complete
+  // checkpoint of this model's config and seed (RunDir's refusal rules).
   int64_t resume();
   // Trains from the current step to the end (epochs) or the time budget; evaluates after every
   // epoch; writes log.csv and checkpoints. A NaN loss throws attnkit::Error, leaving the last
@@ -93,7 +98,8 @@ class ImageTrainer {
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   int64_t total_steps() const { return steps_per_epoch_ * options_.epochs; }
   const ImageNormalization& normalization() const { return norm_; }
-  // Writes the model, optimizer.safetensors and preprocessor_config.json to out_dir.
+  // Commits a checkpoint of the steps done so far (model, preprocessor_config.json, optimizer
+  // state) to the run directory as a whole (RunDir::commit_checkpoint).
   void save_checkpoint();
 
  private:
@@ -111,6 +117,9 @@ class ImageTrainer {
   double warmup_end_seconds_ = 0;   // trained_seconds_ when the warmup ended (0 if before start)
   std::vector<int64_t> order_;      // permutation of the current epoch
   int64_t order_epoch_ = -1;
+  std::optional<RunDir> run_;       // opened by resume() or the first run()
+
+  RunDir& run_dir();
 };
 
 // The model's tensors as AdamW parameters (weight decay on matrices and conv kernels only).
