@@ -12,6 +12,7 @@
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/io/text_corpus.hpp"
 #include "attnkit/io/tokenizer.hpp"
+#include "attnkit/models/model_registry.hpp"
 #include "attnkit/train/bert_trainer.hpp"
 #include "cli_data.hpp"
 #include "commands.hpp"
@@ -158,6 +159,7 @@ void run_pretrain(const BertCli& cli) {
 void run_finetune(const BertCli& cli) {
   ThreadCountScope threads(cli.threads);
   check(!cli.init.empty(), "--init: a pretrained BERT directory is required");
+  require_model_kind(cli.init, ModelKind::kBert, "finetune bert --init");
   const BertModel pre = BertModel::load(cli.init);
   BertTrainOptions o = train_options(cli);
   Task task = make_task(cli.task, cli.classes, o.max_len);
@@ -185,14 +187,6 @@ void run_finetune(const BertCli& cli) {
 }
 
 }  // namespace
-
-bool is_bert_dir(const std::string& dir) {
-  std::ifstream in(dir + "/config.json");
-  if (!in) return false;
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str().find("\"model_type\": \"bert\"") != std::string::npos;
-}
 
 void run_bert_eval(const std::string& dir, const std::vector<std::string>& data, int64_t examples) {
   BertModel model = BertModel::load(dir);

@@ -2,13 +2,10 @@
 // The encoder is in bert_encoder.cpp, the heads in bert_heads.cpp.
 #include "attnkit/models/bert.hpp"
 
-#include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "attnkit/core/error.hpp"
-#include "attnkit/io/safetensors.hpp"
+#include "attnkit/models/model_dir.hpp"
 #include "bert_activations.hpp"
 #include "../nn/nn_common.hpp"  // parallel_fill
 
@@ -181,40 +178,13 @@ int64_t BertModel::copy_matching(const BertModel& other) {
 }
 
 void BertModel::save(const std::string& dir) const {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  check(!ec, "BertModel.save: cannot create directory ", dir, ": ", ec.message());
-  std::vector<TensorToWrite> tensors;
-  for (const auto& p : info_)
-    tensors.push_back({p.name, DType::f32, p.shape,
-                       std::as_bytes(std::span<const float>(params_.data() + p.offset, size_t(p.numel)))});
-  save_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-  const std::string tmp = dir + "/config.json.tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << bert_config_to_json(config_);
-    out.flush();
-    check(bool(out), "BertModel.save: cannot write ", tmp);
-  }
-  fs::rename(tmp, dir + "/config.json", ec);
-  check(!ec, "BertModel.save: cannot rename ", tmp, ": ", ec.message());
+  const TensorGroup groups[] = {{&info_, params_}};
+  save_model_dir(dir, bert_config_to_json(config_), groups, "BertModel.save");
 }
 
 BertModel BertModel::load(const std::string& dir) {
-  std::ifstream in(dir + "/config.json");
-  check(bool(in), "BertModel.load: cannot read ", dir, "/config.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  BertModel model(parse_bert_config(text.str()));
-  const SafetensorsFile file(dir + "/model.safetensors");
-  for (const auto& p : model.info_) {
-    const TensorInfo* t = file.find(p.name);
-    check(t != nullptr, "BertModel.load: ", dir, "/model.safetensors has no tensor '", p.name, "'");
-    check(t->shape == p.shape, "BertModel.load: tensor '", p.name, "' has the wrong shape for this config");
-    const std::vector<float> values = file.read_f32(p.name);
-    std::copy(values.begin(), values.end(), model.params_.begin() + p.offset);
-  }
+  BertModel model(parse_bert_config(read_model_config(dir, "BertModel.load"), dir + "/config.json"));
+  load_model_tensors(dir, model.info_, model.params_, "BertModel.load");
   return model;
 }
 

@@ -93,8 +93,9 @@ class CnnActivations {
   bool training = false;
 };
 
-std::unique_ptr<ImageClassifier> make_cnn_classifier(const std::string& config_json) {
-  return std::make_unique<CnnModel>(parse_cnn_config(config_json));
+std::unique_ptr<ImageClassifier> make_cnn_classifier(const std::string& config_json,
+                                                  const std::string& source) {
+  return std::make_unique<CnnModel>(parse_cnn_config(config_json, source));
 }
 
 CnnModel::CnnModel(const CnnConfig& config) : config_(config) {

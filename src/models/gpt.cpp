@@ -4,13 +4,10 @@
 #include "attnkit/models/gpt.hpp"
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "attnkit/core/error.hpp"
-#include "attnkit/io/safetensors.hpp"
+#include "attnkit/models/model_dir.hpp"
 #include "attnkit/nn/activation.hpp"
 #include "attnkit/nn/cross_entropy.hpp"
 #include "attnkit/nn/embedding.hpp"
@@ -348,41 +345,13 @@ void GptModel::backward(float d_loss) {
 }
 
 void GptModel::save(const std::string& dir) const {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  check(!ec, "GptModel.save: cannot create directory ", dir, ": ", ec.message());
-  std::vector<TensorToWrite> tensors;
-  for (const auto& p : info_)
-    tensors.push_back({p.name, DType::f32, p.shape,
-                       std::as_bytes(std::span<const float>(params_.data() + p.offset, size_t(p.numel)))});
-  save_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-  // config.json: temporary file + rename, like the weights.
-  const std::string tmp = dir + "/config.json.tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << gpt_config_to_json(config_);
-    out.flush();
-    check(bool(out), "GptModel.save: cannot write ", tmp);
-  }
-  fs::rename(tmp, dir + "/config.json", ec);
-  check(!ec, "GptModel.save: cannot rename ", tmp, ": ", ec.message());
+  const TensorGroup groups[] = {{&info_, params_}};
+  save_model_dir(dir, gpt_config_to_json(config_), groups, "GptModel.save");
 }
 
 GptModel GptModel::load(const std::string& dir) {
-  std::ifstream in(dir + "/config.json");
-  check(bool(in), "GptModel.load: cannot read ", dir, "/config.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  GptModel model(parse_gpt_config(text.str()));
-  const SafetensorsFile file(dir + "/model.safetensors");
-  for (const auto& p : model.info_) {
-    const TensorInfo* t = file.find(p.name);
-    check(t != nullptr, "GptModel.load: ", dir, "/model.safetensors has no tensor '", p.name, "'");
-    check(t->shape == p.shape, "GptModel.load: tensor '", p.name, "' has the wrong shape for this config");
-    const std::vector<float> values = file.read_f32(p.name);
-    std::copy(values.begin(), values.end(), model.params_.begin() + p.offset);
-  }
+  GptModel model(parse_gpt_config(read_model_config(dir, "GptModel.load"), dir + "/config.json"));
+  load_model_tensors(dir, model.info_, model.params_, "GptModel.load");
   return model;
 }
 

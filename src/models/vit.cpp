@@ -180,8 +180,9 @@ void VitModel::init_random(uint64_t seed) {
   }
 }
 
-std::unique_ptr<ImageClassifier> make_vit_classifier(const std::string& config_json) {
-  return std::make_unique<VitModel>(parse_vit_config(config_json));
+std::unique_ptr<ImageClassifier> make_vit_classifier(const std::string& config_json,
+                                                  const std::string& source) {
+  return std::make_unique<VitModel>(parse_vit_config(config_json, source));
 }
 
 int64_t vit_parameter_count(const VitConfig& config) {

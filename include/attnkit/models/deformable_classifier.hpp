@@ -59,7 +59,7 @@ struct DeformableConfig {
 
 // Parses config.json text ("model_type": "deformable"); unknown keys, wrong types and values out
 // of range throw attnkit::Error naming the key. "levels", if present, must equal len(widths) - 1.
-DeformableConfig parse_deformable_config(const std::string& json_text);
+DeformableConfig parse_deformable_config(const std::string& json_text, const std::string& source = "config.json");
 // Serialises to config.json text (parse_deformable_config reads it back).
 std::string deformable_config_to_json(const DeformableConfig& config);
 // Checks ranges; throws attnkit::Error naming the key.
@@ -69,7 +69,8 @@ std::vector<int64_t> deformable_map_sizes(const DeformableConfig& config);
 
 // A DeformableClassifier with zero weights for config.json text (make_image_classifier's
 // "deformable" entry).
-std::unique_ptr<ImageClassifier> make_deformable_classifier(const std::string& config_json);
+std::unique_ptr<ImageClassifier> make_deformable_classifier(const std::string& config_json,
+                                                  const std::string& source = "config.json");
 
 class DeformableActivations;  // deformable_activations.hpp: saved activations for one batch size
 

@@ -73,8 +73,10 @@ class ImageClassifier {
 };
 
 // A model of the architecture config.json text describes, with zero weights ("model_type"
-// picks the class; unknown types and invalid keys throw attnkit::Error naming the key).
-std::unique_ptr<ImageClassifier> make_image_classifier(const std::string& config_json);
+// picks the class in models/model_registry.hpp; unknown types and invalid keys throw
+// attnkit::Error naming the key and `source`, the file).
+std::unique_ptr<ImageClassifier> make_image_classifier(const std::string& config_json,
+                                                       const std::string& source = "config.json");
 // make_image_classifier(dir/config.json) with the weights of dir/model.safetensors.
 std::unique_ptr<ImageClassifier> load_image_classifier(const std::string& dir);
 
