@@ -6,8 +6,8 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/models/model_dir.hpp"
+#include "attnkit/nn/parallel_blocks.hpp"
 #include "bert_activations.hpp"
-#include "../nn/nn_common.hpp"  // parallel_fill
 
 namespace attnkit {
 

@@ -13,9 +13,9 @@
 #include "attnkit/nn/conv2d.hpp"
 #include "attnkit/nn/global_pool.hpp"
 #include "attnkit/nn/linear.hpp"
+#include "attnkit/nn/parallel_blocks.hpp"  // element-wise passes in fixed blocks
 #include "attnkit/nn/pool2d.hpp"
 #include "attnkit/nn/se_block.hpp"
-#include "../nn/nn_common.hpp"  // parallel_rows: element-wise passes in fixed blocks
 
 namespace attnkit {
 

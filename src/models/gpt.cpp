@@ -13,7 +13,7 @@
 #include "attnkit/nn/embedding.hpp"
 #include "attnkit/nn/linear.hpp"
 #include "attnkit/nn/norm.hpp"
-#include "../nn/nn_common.hpp"  // parallel_rows
+#include "attnkit/nn/parallel_blocks.hpp"
 
 namespace attnkit {
 
