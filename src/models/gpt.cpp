@@ -135,38 +135,8 @@ std::vector<ParameterInfo> gpt_parameter_layout(const GptConfig& c) {
 }
 
 void GptModel::build_layout() {
-  info_ = gpt_parameter_layout(config_);
-  const int64_t n = info_.empty() ? 0 : info_.back().offset + info_.back().numel;
-  params_.assign(static_cast<size_t>(n), 0.0f);
-  grads_.assign(static_cast<size_t>(n), 0.0f);
-}
-
-const ParameterInfo& GptModel::info(const std::string& name) const {
-  for (const auto& p : info_)
-    if (p.name == name) return p;
-  fail("GptModel: no parameter named '", name, "'");
-}
-
-std::span<float> GptModel::parameter(const std::string& name) {
-  const auto& p = info(name);
-  return {params_.data() + p.offset, size_t(p.numel)};
-}
-
-ConstView2 GptModel::matrix(const std::string& name) const {
-  const auto& p = info(name);
-  return ConstView2::contiguous(params_.data() + p.offset, {p.shape[0], p.shape[1]});
-}
-View2 GptModel::grad_matrix(const std::string& name) {
-  const auto& p = info(name);
-  return View2::contiguous(grads_.data() + p.offset, {p.shape[0], p.shape[1]});
-}
-std::span<const float> GptModel::vec(const std::string& name) const {
-  const auto& p = info(name);
-  return {params_.data() + p.offset, size_t(p.numel)};
-}
-std::span<float> GptModel::grad_vec(const std::string& name) {
-  const auto& p = info(name);
-  return {grads_.data() + p.offset, size_t(p.numel)};
+  for (ParameterInfo& p : gpt_parameter_layout(config_)) store_.add(std::move(p.name), std::move(p.shape));
+  store_.allocate();
 }
 
 AttentionBlockOptions GptModel::block_options() const {
@@ -193,9 +163,9 @@ AttentionBlockParams GptModel::block_params(int64_t l) const {
   const auto& q = info(layer_name(l, "self_attn.q_proj.weight"));
   const int64_t rows = (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim;
   AttentionBlockParams p;
-  p.qkv_proj_weight = ConstView2::contiguous(params_.data() + q.offset, {rows, c.hidden_size});
+  p.qkv_proj_weight = ConstView2::contiguous(store_.parameters().data() + q.offset, {rows, c.hidden_size});
   if (c.attention_bias)
-    p.qkv_proj_bias = {params_.data() + info(layer_name(l, "self_attn.q_proj.bias")).offset, size_t(rows)};
+    p.qkv_proj_bias = {store_.parameters().data() + info(layer_name(l, "self_attn.q_proj.bias")).offset, size_t(rows)};
   p.o_proj_weight = matrix(layer_name(l, "self_attn.o_proj.weight"));
   if (c.sink == SinkMode::kLearned) p.sinks = vec(layer_name(l, "self_attn.sinks"));
   if (c.gate != GateMode::kNone) {
@@ -210,9 +180,9 @@ AttentionBlockGrads GptModel::block_grads(int64_t l) {
   const auto& q = info(layer_name(l, "self_attn.q_proj.weight"));
   const int64_t rows = (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim;
   AttentionBlockGrads g;
-  g.qkv_proj_weight = View2::contiguous(grads_.data() + q.offset, {rows, c.hidden_size});
+  g.qkv_proj_weight = View2::contiguous(store_.gradients().data() + q.offset, {rows, c.hidden_size});
   if (c.attention_bias)
-    g.qkv_proj_bias = {grads_.data() + info(layer_name(l, "self_attn.q_proj.bias")).offset, size_t(rows)};
+    g.qkv_proj_bias = {store_.gradients().data() + info(layer_name(l, "self_attn.q_proj.bias")).offset, size_t(rows)};
   g.o_proj_weight = grad_matrix(layer_name(l, "self_attn.o_proj.weight"));
   if (c.sink == SinkMode::kLearned) g.sinks = grad_vec(layer_name(l, "self_attn.sinks"));
   if (c.gate != GateMode::kNone) {
@@ -226,8 +196,8 @@ void GptModel::init_random(uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   const float resid_scale = 1.0f / std::sqrt(2.0f * float(config_.num_hidden_layers));
-  for (const auto& p : info_) {
-    float* x = params_.data() + p.offset;
+  for (const auto& p : store_.info()) {
+    float* x = store_.parameters().data() + p.offset;
     const bool norm = p.name.find("layernorm") != std::string::npos || p.name == "model.norm.weight";
     const bool zero = p.shape.size() == 1 && !norm;  // biases and sinks
     const bool resid = p.name.find("o_proj") != std::string::npos || p.name.find("down_proj") != std::string::npos;
@@ -243,7 +213,7 @@ AttentionBlockCache GptModel::attention_cache(int64_t layer) {
   return acts_->block[size_t(layer)].cache();
 }
 
-void GptModel::zero_grad() { nn::parallel_fill(grads_, 0.0f); }
+void GptModel::zero_grad() { store_.zero_grad(); }
 
 void GptModel::run_layers(const GptBatch& batch) {
   const auto& c = config_;
@@ -345,13 +315,12 @@ void GptModel::backward(float d_loss) {
 }
 
 void GptModel::save(const std::string& dir) const {
-  const TensorGroup groups[] = {{&info_, params_}};
-  save_model_dir(dir, gpt_config_to_json(config_), groups, "GptModel.save");
+  store_.save(dir, gpt_config_to_json(config_));
 }
 
 GptModel GptModel::load(const std::string& dir) {
   GptModel model(parse_gpt_config(read_model_config(dir, "GptModel.load"), dir + "/config.json"));
-  load_model_tensors(dir, model.info_, model.params_, "GptModel.load");
+  model.store_.load(dir);
   return model;
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "attnkit/models/image_classifier.hpp"
+#include "attnkit/models/parameter_store.hpp"
 
 namespace attnkit {
 
@@ -65,13 +66,13 @@ class CnnModel final : public ImageClassifier {
   ImageShape input_shape() const override;
   int64_t num_classes() const override { return config_.num_labels; }
   std::string config_json() const override { return cnn_config_to_json(config_); }
-  const std::vector<ParameterInfo>& parameter_info() const override { return info_; }
-  std::span<float> parameters() override { return params_; }
-  std::span<const float> parameters() const override { return params_; }
-  std::span<float> gradients() override { return grads_; }
-  const std::vector<ParameterInfo>& buffer_info() const override { return buffer_info_; }
-  std::span<float> buffers() override { return buffers_; }
-  std::span<const float> buffers() const override { return buffers_; }
+  const std::vector<ParameterInfo>& parameter_info() const override { return store_.info(); }
+  std::span<float> parameters() override { return store_.parameters(); }
+  std::span<const float> parameters() const override { return store_.parameters(); }
+  std::span<float> gradients() override { return store_.gradients(); }
+  const std::vector<ParameterInfo>& buffer_info() const override { return store_.buffer_info(); }
+  std::span<float> buffers() override { return store_.buffers(); }
+  std::span<const float> buffers() const override { return store_.buffers(); }
 
   // Kaiming-normal convolutions (fan_out, ReLU gain, as torchvision's ResNet), BN weight 1 and
   // bias 0, PyTorch's default uniform(±1/sqrt(fan_in)) for the linear layers and the CBAM
@@ -83,13 +84,12 @@ class CnnModel final : public ImageClassifier {
 
  private:
   void build_layout();
-  std::span<float> param(const std::string& name);
-  std::span<float> grad(const std::string& name);
-  std::span<float> buffer(const std::string& name);
+  std::span<float> param(const std::string& name) { return store_.parameter(name); }
+  std::span<float> grad(const std::string& name) { return store_.gradient(name); }
+  std::span<float> buffer(const std::string& name) { return store_.buffer(name); }
 
   CnnConfig config_;
-  std::vector<ParameterInfo> info_, buffer_info_;
-  std::vector<float> params_, grads_, buffers_;
+  ParameterStore store_{"CnnModel"};
   bool training_ = false;
   std::unique_ptr<CnnActivations> acts_;
 };
