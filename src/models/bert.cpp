@@ -29,14 +29,8 @@ void BertModel::build_layout() {
   auto add = [&](std::string name, std::vector<int64_t> shape) {
     store_.add(std::move(name), std::move(shape));
   };
-  auto dense = [&](const std::string& p, int64_t out, int64_t in) {
-    add(p + ".weight", {out, in});
-    add(p + ".bias", {out});
-  };
-  auto norm = [&](const std::string& p) {
-    add(p + ".weight", {C});
-    add(p + ".bias", {C});
-  };
+  auto dense = [&](const std::string& p, int64_t out, int64_t in) { store_.add_linear(p, out, in); };
+  auto norm = [&](const std::string& p) { store_.add_norm(p, C); };
   add("bert.embeddings.word_embeddings.weight", {V, C});
   add("bert.embeddings.position_embeddings.weight", {c.max_position_embeddings, C});
   add("bert.embeddings.token_type_embeddings.weight", {c.type_vocab_size, C});

@@ -111,8 +111,7 @@ ImageShape CnnModel::input_shape() const {
 void CnnModel::build_layout() {
   auto add = [&](const std::string& name, std::vector<int64_t> shape) { store_.add(name, std::move(shape)); };
   auto add_bn = [&](const std::string& prefix, int64_t c) {
-    add(prefix + ".weight", {c});
-    add(prefix + ".bias", {c});
+    store_.add_norm(prefix, c);  // batch-norm affine weight and bias
     store_.add_buffer(prefix + ".running_mean", {c});
     store_.add_buffer(prefix + ".running_var", {c});
   };

@@ -180,8 +180,8 @@ void ConfigReader::finish() const {
     if (std::find_if(std::begin(kIgnoredConfigKeys), std::end(kIgnoredConfigKeys),
                      [&](const char* k) { return key == k; }) != std::end(kIgnoredConfigKeys))
       continue;
-    fail(source_, ": unknown key '", key, "' (a misspelt key would silently get its default; "
-         "see docs/architecture-models.md for the keys each model reads)");
+    fail(source_, ": unknown key '", key, "' (keys attnkit does not read are refused, so a misspelt "
+         "key cannot silently take its default)");
   }
 }
 

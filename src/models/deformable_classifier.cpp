@@ -62,15 +62,11 @@ ImageShape DeformableClassifier::input_shape() const {
 void DeformableClassifier::build_layout() {
   const auto& c = config_;
   auto add = [&](const std::string& name, std::vector<int64_t> shape) { store_.add(name, std::move(shape)); };
-  auto dense = [&](const std::string& p, int64_t out, int64_t in) {
-    add(p + ".weight", {out, in});
-    add(p + ".bias", {out});
-  };
+  auto dense = [&](const std::string& p, int64_t out, int64_t in) { store_.add_linear(p, out, in); };
   for (size_t i = 0; i < c.widths.size(); ++i) {
     const std::string p = "backbone." + std::to_string(i) + ".";
     add(p + "conv.weight", {c.widths[i], i == 0 ? c.num_channels : c.widths[i - 1], 3, 3});
-    add(p + "bn.weight", {c.widths[i]});
-    add(p + "bn.bias", {c.widths[i]});
+    store_.add_norm(p + "bn", c.widths[i]);
     for (const char* stat : {"bn.running_mean", "bn.running_var"}) store_.add_buffer(p + stat, {c.widths[i]});
   }
   const int64_t C = c.d_model, Lv = c.levels();
@@ -83,12 +79,10 @@ void DeformableClassifier::build_layout() {
     dense(p + "self_attn.sampling_offsets", bo.offsets_width(), C);
     dense(p + "self_attn.attention_weights", bo.weights_width(), C);
     dense(p + "self_attn.output_proj", C, C);
-    add(p + "norm1.weight", {C});
-    add(p + "norm1.bias", {C});
+    store_.add_norm(p + "norm1", C);
     dense(p + "linear1", c.ffn_dim, C);
     dense(p + "linear2", C, c.ffn_dim);
-    add(p + "norm2.weight", {C});
-    add(p + "norm2.bias", {C});
+    store_.add_norm(p + "norm2", C);
   }
   dense("classifier", c.num_labels, C);
   store_.allocate();

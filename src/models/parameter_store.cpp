@@ -31,6 +31,16 @@ void ParameterStore::add_buffer(std::string name, std::vector<int64_t> shape) {
   buffer_numel_ += n;
 }
 
+void ParameterStore::add_linear(const std::string& prefix, int64_t out, int64_t in) {
+  add(prefix + ".weight", {out, in});
+  add(prefix + ".bias", {out});
+}
+
+void ParameterStore::add_norm(const std::string& prefix, int64_t c) {
+  add(prefix + ".weight", {c});
+  add(prefix + ".bias", {c});
+}
+
 void ParameterStore::allocate() {
   params_.assign(size_t(numel_), 0.0f);
   grads_.assign(size_t(numel_), 0.0f);

@@ -34,14 +34,8 @@ void VitModel::build_layout() {
   auto add = [&](std::string name, std::vector<int64_t> shape) {
     store_.add(std::move(name), std::move(shape));
   };
-  auto dense = [&](const std::string& p, int64_t out, int64_t in) {
-    add(p + ".weight", {out, in});
-    add(p + ".bias", {out});
-  };
-  auto norm = [&](const std::string& p) {
-    add(p + ".weight", {C});
-    add(p + ".bias", {C});
-  };
+  auto dense = [&](const std::string& p, int64_t out, int64_t in) { store_.add_linear(p, out, in); };
+  auto norm = [&](const std::string& p) { store_.add_norm(p, C); };
   add("vit.embeddings.cls_token", {1, 1, C});
   add("vit.embeddings.position_embeddings", {1, c.seq_len(), C});
   add("vit.embeddings.patch_embeddings.projection.weight", {C, c.num_channels, P, P});

@@ -25,6 +25,10 @@ class ParameterStore {
   // last one. Names must be unique within their group.
   void add(std::string name, std::vector<int64_t> shape);
   void add_buffer(std::string name, std::vector<int64_t> shape);
+  // prefix.weight [out, in] and prefix.bias [out] (a Linear layer, Hugging Face naming).
+  void add_linear(const std::string& prefix, int64_t out, int64_t in);
+  // prefix.weight [c] and prefix.bias [c] (a LayerNorm).
+  void add_norm(const std::string& prefix, int64_t c);
   // Sizes the three buffers to the layout, all zeros.
   void allocate();
 
