@@ -135,7 +135,7 @@ void print_result(const BertStepResult& last, const BertEvalResult& val, const B
 
 void run_pretrain(const BertCli& cli) {
   ThreadCountScope threads(cli.threads);
-  BertConfig cfg = cli.config_file.empty() ? bert_preset(cli.preset) : parse_bert_config(read_text(cli.config_file));
+  BertConfig cfg = cli.config_file.empty() ? bert_preset(cli.preset) : parse_bert_config(read_text(cli.config_file), cli.config_file);
   check(cfg.vocab_size >= ByteTokenizer::vocab_size(), "config: vocab_size must be >= ",
         ByteTokenizer::vocab_size(), " for the byte tokenizer");
   BertTrainOptions o = train_options(cli);

@@ -62,7 +62,7 @@ struct TrainCli {
 // --init DIR: the model (architecture and weights) to continue from, with a fresh optimizer.
 GptModel initial_model(const TrainCli& cli, uint64_t seed) {
   if (cli.init.empty()) {
-    GptModel model(cli.config_file.empty() ? gpt_preset(cli.preset) : parse_gpt_config(read_file(cli.config_file)));
+    GptModel model(cli.config_file.empty() ? gpt_preset(cli.preset) : parse_gpt_config(read_file(cli.config_file), cli.config_file));
     model.init_random(seed);
     return model;
   }
