@@ -98,7 +98,7 @@ std::unique_ptr<ImageClassifier> make_cnn_classifier(const std::string& config_j
   return std::make_unique<CnnModel>(parse_cnn_config(config_json, source));
 }
 
-CnnModel::CnnModel(const CnnConfig& config) : config_(config) {
+CnnModel::CnnModel(const CnnConfig& config) : ImageClassifier("CnnModel"), config_(config) {
   validate(config_);
   build_layout();
 }

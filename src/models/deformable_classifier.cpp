@@ -21,7 +21,7 @@ std::unique_ptr<ImageClassifier> make_deformable_classifier(const std::string& c
   return std::make_unique<DeformableClassifier>(parse_deformable_config(config_json, source));
 }
 
-DeformableClassifier::DeformableClassifier(const DeformableConfig& config) : config_(config) {
+DeformableClassifier::DeformableClassifier(const DeformableConfig& config) : ImageClassifier("DeformableClassifier"), config_(config) {
   validate(config_);
   build_layout();
   // Levels: backbone maps 1..Lv, pixels row-major, concatenated.

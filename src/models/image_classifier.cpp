@@ -2,33 +2,17 @@
 // (models/model_registry.hpp).
 #include "attnkit/models/image_classifier.hpp"
 
-#include <algorithm>
-
 #include "attnkit/core/error.hpp"
 #include "attnkit/models/model_dir.hpp"
 #include "attnkit/models/model_registry.hpp"
 
 namespace attnkit {
 
-const std::vector<ParameterInfo>& ImageClassifier::buffer_info() const {
-  static const std::vector<ParameterInfo> none;
-  return none;
-}
+void ImageClassifier::zero_grad() { store_.zero_grad(); }
 
-void ImageClassifier::zero_grad() {
-  const std::span<float> g = gradients();
-  std::fill(g.begin(), g.end(), 0.0f);
-}
+void ImageClassifier::save(const std::string& dir) const { store_.save(dir, config_json()); }
 
-void ImageClassifier::save(const std::string& dir) const {
-  const TensorGroup groups[] = {{&parameter_info(), parameters()}, {&buffer_info(), buffers()}};
-  save_model_dir(dir, config_json(), groups, "ImageClassifier.save");
-}
-
-void ImageClassifier::load_weights(const std::string& dir) {
-  load_model_tensors(dir, parameter_info(), parameters(), "ImageClassifier.load");
-  load_model_tensors(dir, buffer_info(), buffers(), "ImageClassifier.load");
-}
+void ImageClassifier::load_weights(const std::string& dir) { store_.load(dir); }
 
 std::unique_ptr<ImageClassifier> make_image_classifier(const std::string& config_json,
                                                        const std::string& source) {

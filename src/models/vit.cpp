@@ -10,7 +10,7 @@
 
 namespace attnkit {
 
-VitModel::VitModel(const VitConfig& config) : config_(config) {
+VitModel::VitModel(const VitConfig& config) : ImageClassifier("VitModel"), config_(config) {
   validate(config_);
   build_layout();
 }

@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "attnkit/models/image_classifier.hpp"
-#include "attnkit/models/parameter_store.hpp"
 
 namespace attnkit {
 
@@ -66,13 +65,6 @@ class CnnModel final : public ImageClassifier {
   ImageShape input_shape() const override;
   int64_t num_classes() const override { return config_.num_labels; }
   std::string config_json() const override { return cnn_config_to_json(config_); }
-  const std::vector<ParameterInfo>& parameter_info() const override { return store_.info(); }
-  std::span<float> parameters() override { return store_.parameters(); }
-  std::span<const float> parameters() const override { return store_.parameters(); }
-  std::span<float> gradients() override { return store_.gradients(); }
-  const std::vector<ParameterInfo>& buffer_info() const override { return store_.buffer_info(); }
-  std::span<float> buffers() override { return store_.buffers(); }
-  std::span<const float> buffers() const override { return store_.buffers(); }
 
   // Kaiming-normal convolutions (fan_out, ReLU gain, as torchvision's ResNet), BN weight 1 and
   // bias 0, PyTorch's default uniform(±1/sqrt(fan_in)) for the linear layers and the CBAM
@@ -89,7 +81,6 @@ class CnnModel final : public ImageClassifier {
   std::span<float> buffer(const std::string& name) { return store_.buffer(name); }
 
   CnnConfig config_;
-  ParameterStore store_{"CnnModel"};
   bool training_ = false;
   std::unique_ptr<CnnActivations> acts_;
 };

@@ -35,7 +35,6 @@
 #include <vector>
 
 #include "attnkit/models/image_classifier.hpp"
-#include "attnkit/models/parameter_store.hpp"
 #include "attnkit/nn/ms_deform_attn_block.hpp"
 
 namespace attnkit {
@@ -85,13 +84,6 @@ class DeformableClassifier final : public ImageClassifier {
   ImageShape input_shape() const override;
   int64_t num_classes() const override { return config_.num_labels; }
   std::string config_json() const override { return deformable_config_to_json(config_); }
-  const std::vector<ParameterInfo>& parameter_info() const override { return store_.info(); }
-  std::span<float> parameters() override { return store_.parameters(); }
-  std::span<const float> parameters() const override { return store_.parameters(); }
-  std::span<float> gradients() override { return store_.gradients(); }
-  const std::vector<ParameterInfo>& buffer_info() const override { return store_.buffer_info(); }
-  std::span<float> buffers() override { return store_.buffers(); }
-  std::span<const float> buffers() const override { return store_.buffers(); }
 
   // Kaiming-normal convolutions (fan_out, ReLU gain), BN and LN weight 1 / bias 0, running mean 0
   // and variance 1; MSDeformAttn by ms_deform_attn_block_init (Deformable DETR's); level_embed
@@ -129,7 +121,6 @@ class DeformableClassifier final : public ImageClassifier {
   std::span<float> buffer(const std::string& name) { return store_.buffer(name); }
 
   DeformableConfig config_;
-  ParameterStore store_{"DeformableClassifier"};
   std::vector<int64_t> spatial_shapes_, level_start_;  // [Lv, 2] (H_l, W_l); [Lv]
   std::vector<float> sine_;                            // [T, C] fixed position embedding
   bool training_ = false, reference_ = false;

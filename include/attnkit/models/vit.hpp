@@ -32,7 +32,6 @@
 #include <vector>
 
 #include "attnkit/models/image_classifier.hpp"
-#include "attnkit/models/parameter_store.hpp"
 #include "attnkit/models/vit_config.hpp"
 #include "attnkit/nn/attention_block.hpp"
 
@@ -60,12 +59,7 @@ class VitModel final : public ImageClassifier {
   // vit_config_to_json(config()).
   std::string config_json() const override;
 
-  // Trainable tensors (Hugging Face names; see the file comment), and their flat buffers.
-  const std::vector<ParameterInfo>& parameter_info() const override { return store_.info(); }
-  std::span<float> parameters() override { return store_.parameters(); }
-  std::span<const float> parameters() const override { return store_.parameters(); }
-  std::span<float> gradients() override { return store_.gradients(); }
-  // The named tensor's parameter slice; throws attnkit::Error if unknown.
+  // The named tensor's (Hugging Face names; see the file comment) parameter slice; throws attnkit::Error if unknown.
   std::span<float> parameter(const std::string& name) { return store_.parameter(name); }
   // The named tensor's entry of parameter_info(); throws attnkit::Error if unknown.
   const ParameterInfo& info(const std::string& name) const { return store_.info(name); }
@@ -107,7 +101,6 @@ class VitModel final : public ImageClassifier {
   float dropout_p() const;
 
   VitConfig config_;
-  ParameterStore store_{"VitModel"};
   bool training_ = false;
   uint64_t seed_ = 0;
   std::unique_ptr<VitActivations> acts_;
