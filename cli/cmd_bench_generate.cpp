@@ -10,6 +10,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/models/gpt_generate.hpp"
+#include "attnkit/models/model_registry.hpp"
 #include "attnkit/tools/roofline.hpp"
 #include "commands.hpp"
 
@@ -27,6 +28,7 @@ void run_bench_generate(const BenchGenerateCli& cli) {
   ThreadCountScope scope(cli.threads);
   check(cli.context >= 0, "--context: must be >= 0");
   check(cli.tokens >= 1, "--tokens: must be >= 1");
+  require_model_kind(cli.model, ModelKind::kGpt, "bench generate");
   const GptModel model = GptModel::load(cli.model);
   GptGenerator gen(model, {.capacity = cli.context + cli.tokens,
                            .cache_dtype = parse_kv_storage_dtype(cli.dtype, "--dtype"), .temperature = 0});

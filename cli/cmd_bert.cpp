@@ -13,6 +13,7 @@
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/io/text_corpus.hpp"
 #include "attnkit/io/tokenizer.hpp"
+#include "attnkit/models/model_registry.hpp"
 #include "attnkit/train/bert_trainer.hpp"
 #include "attnkit/train/run_dir.hpp"
 #include "attnkit/train/train_checks.hpp"
@@ -168,7 +169,7 @@ void print_result(const BertStepResult& last, const BertEvalResult& val, const B
 void run_pretrain(const BertCli& cli) {
   const RunDir run(cli.out, run_start(cli), "bert");  // refusals before any work
   BertTrainOptions o = train_options(cli);
-  BertConfig cfg = cli.config_file.empty() ? bert_preset(cli.preset) : parse_bert_config(read_text(cli.config_file));
+  BertConfig cfg = cli.config_file.empty() ? bert_preset(cli.preset) : parse_bert_config(read_text(cli.config_file), cli.config_file);
   o.objective = parse_bert_objective(cli.objective);
   cfg.architecture = o.objective == BertObjective::kMlmNsp ? BertArchitecture::kPreTraining : BertArchitecture::kMaskedLM;
   if (cli.config_file.empty()) cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = cli.dropout;
@@ -200,6 +201,7 @@ void run_finetune(const BertCli& cli) {
   BertTrainOptions o = train_options(cli);
   ThreadCountScope threads(cli.threads);
   check(!cli.init.empty(), "--init: a pretrained BERT directory is required");
+  require_model_kind(cli.init, ModelKind::kBert, "finetune bert --init");
   const BertModel pre = BertModel::load(cli.init);
   Task task = make_task(cli.task, cli.classes, o.max_len);
   o.objective = task.objective;
@@ -232,14 +234,6 @@ void run_finetune(const BertCli& cli) {
 }
 
 }  // namespace
-
-bool is_bert_dir(const std::string& dir) {
-  std::ifstream in(dir + "/config.json");
-  if (!in) return false;
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str().find("\"model_type\": \"bert\"") != std::string::npos;
-}
 
 void run_bert_eval(const std::string& dir, const std::vector<std::string>& data, int64_t examples) {
   BertModel model = BertModel::load(dir);

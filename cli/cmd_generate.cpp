@@ -10,6 +10,7 @@
 #include "attnkit/io/tokenizer.hpp"
 #include "attnkit/kv/kv_plan.hpp"
 #include "attnkit/models/gpt_generate.hpp"
+#include "attnkit/models/model_registry.hpp"
 #include "attnkit/tools/roofline.hpp"
 #include "commands.hpp"
 #if ATTNKIT_HAVE_MPI
@@ -70,6 +71,7 @@ std::pair<int64_t, double> generate_text(Generator& gen, const GenerateCli& cli,
 
 void run_generate(const GenerateCli& cli) {
   ThreadCountScope threads(cli.threads);
+  require_model_kind(cli.model, ModelKind::kGpt, "generate");
   const GptModel model = GptModel::load(cli.model);
   const GenerateOptions o = resolve_options(cli);
   GptGenerator gen(model, o);
@@ -100,6 +102,7 @@ void run_generate_tp_ranks(const GenerateCli& cli, const dist::MpiWorld& world) 
   check(world.size() == cli.tp, "--tp: ", cli.tp, " processes requested but MPI started ", world.size(),
         " (launch with mpirun -np ", cli.tp, ")");
   ThreadCountScope threads(cli.threads);
+  require_model_kind(cli.model, ModelKind::kGpt, "generate");
   const GptModel model = GptModel::load(cli.model);
   const GenerateOptions o = resolve_options(cli);
   dist::TpGenerator gen(model, o, world.rank(), world.size());

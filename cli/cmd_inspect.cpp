@@ -4,12 +4,14 @@
 // which main() reports as one line and exit code 2.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "attnkit/io/safetensors.hpp"
+#include "attnkit/models/model_registry.hpp"
 #include "commands.hpp"
 
 namespace attnkit::cli {
@@ -104,7 +106,7 @@ void print_table(const SafetensorsFile& f) {
             << t.bytes << " bytes (" << human_bytes(t.bytes) << ")\n";
 }
 
-void print_json(const SafetensorsFile& f) {
+void print_json(const SafetensorsFile& f, const ModelType* type) {
   nlohmann::json tensors = nlohmann::json::array();
   for (const TensorInfo& info : f.tensors())
     tensors.push_back({{"name", info.name},
@@ -113,13 +115,14 @@ void print_json(const SafetensorsFile& f) {
                        {"bytes", info.nbytes()},
                        {"data_offsets", {info.begin, info.end}}});
   const Totals t = totals_of(f);
-  const nlohmann::json out = {
+  nlohmann::json out = {
       {"file", f.source()},
       {"header_bytes", f.header_size()},
       {"tensors", tensors},
       {"metadata", f.metadata()},
       {"totals", {{"tensors", f.tensors().size()}, {"parameters", t.parameters}, {"bytes", t.bytes}}},
   };
+  if (type) out["model"] = {{"model_type", type->model_type}, {"kind", model_kind_name(type->kind)}};
   // The path is not validated as UTF-8, so replace rather than throw on odd bytes.
   std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
@@ -129,13 +132,20 @@ void print_json(const SafetensorsFile& f) {
 void add_inspect_command(CLI::App& app) {
   auto opts = std::make_shared<InspectOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "inspect", "Validate a safetensors file and list its tensors, metadata and totals");
-  cmd->add_option("file", opts->path, "safetensors file")->required();
+      "inspect", "Validate a safetensors file (or a model directory's) and list its tensors, metadata and totals");
+  cmd->add_option("file", opts->path, "safetensors file, or a model directory (config.json + model.safetensors)")
+      ->required();
   cmd->add_flag("--json", opts->json, "print one JSON object instead of a table");
   cmd->callback([opts] {
-    const SafetensorsFile f(opts->path);
-    if (opts->json) print_json(f);
-    else print_table(f);
+    const bool dir = std::filesystem::is_directory(opts->path);
+    const ModelType* type = dir ? &model_type_of_dir(opts->path) : nullptr;
+    const SafetensorsFile f(dir ? opts->path + "/model.safetensors" : opts->path);
+    if (opts->json) {
+      print_json(f, type);
+    } else {
+      if (type) std::cout << "model_type " << type->model_type << " (" << model_kind_name(type->kind) << " model)\n";
+      print_table(f);
+    }
     std::cout.flush();
   });
 }

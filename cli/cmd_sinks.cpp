@@ -12,6 +12,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
+#include "attnkit/models/model_registry.hpp"
 #include "attnkit/tools/sink_profile.hpp"
 #include "attnkit/tools/stream_eval.hpp"
 #include "cli_data.hpp"
@@ -82,6 +83,7 @@ void print_row(const char* label, const SinkBuckets& b, bool sink, double gate) 
 
 void run_profile(const ProfileCli& cli) {
   ThreadCountScope threads(cli.threads);
+  require_model_kind(cli.model, ModelKind::kGpt, "sink-profile");
   GptModel model = GptModel::load(cli.model);
   const std::vector<int32_t> tokens = load_split_tokens(cli.data, cli.split);
   const SinkProfile p = sink_profile(model, tokens, cli.opts);
@@ -139,6 +141,7 @@ struct StreamCli {
 void run_stream(const StreamCli& cli) {
   ThreadCountScope threads(cli.threads);
   check(cli.chunk >= 1, "--chunk: must be >= 1");
+  require_model_kind(cli.model, ModelKind::kGpt, "eval-stream");
   GptModel model = GptModel::load(cli.model);
   StreamEvalOptions o = cli.opts;
   o.policy = parse_stream_policy(cli.policy);

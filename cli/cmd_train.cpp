@@ -12,6 +12,7 @@
 #include "attnkit/io/idx.hpp"
 #include "attnkit/io/text_corpus.hpp"
 #include "attnkit/io/tokenizer.hpp"
+#include "attnkit/models/model_registry.hpp"
 #include "attnkit/train/gpt_trainer.hpp"
 #include "attnkit/train/run_dir.hpp"
 #include "attnkit/train/train_checks.hpp"
@@ -68,7 +69,7 @@ RunStart run_start(const TrainCli& cli) { return cli::run_start(cli.resume, cli.
 // a --preset/--config that differs is an error); with --init DIR that model (architecture and
 // weights) with a fresh optimizer; otherwise --config or --preset, initialised from `seed`.
 GptModel initial_model(const TrainCli& cli, uint64_t seed, const RunDir& run) {
-  auto given = [&] { return cli.config_file.empty() ? gpt_preset(cli.preset) : parse_gpt_config(read_file(cli.config_file)); };
+  auto given = [&] { return cli.config_file.empty() ? gpt_preset(cli.preset) : parse_gpt_config(read_file(cli.config_file), cli.config_file); };
   if (run.start() == RunStart::kResume) {
     check(cli.init.empty(), "--init: not with --resume (a resumed run continues from its own checkpoint)");
     GptModel model(parse_gpt_config(run.checkpoint_config()));
@@ -83,6 +84,7 @@ GptModel initial_model(const TrainCli& cli, uint64_t seed, const RunDir& run) {
   namespace fs = std::filesystem;
   check(!fs::exists(cli.out) || !fs::equivalent(cli.init, cli.out),
         "--out: must differ from --init (the initial checkpoint is never overwritten)");
+  require_model_kind(cli.init, ModelKind::kGpt, "train gpt --init");
   return GptModel::load(cli.init);
 }
 
@@ -331,8 +333,9 @@ void add_train_command(CLI::App& app) {
   auto windows_set = std::make_shared<bool>(false);
   ev->callback([model, data, windows, split, data_dir, windows_set, ev] {
     *windows_set = ev->count("--windows") > 0;
-    if (is_bert_dir(*model)) return run_bert_eval(*model, *data, *windows);  // masked LM / task
-    if (is_image_model_dir(*model)) return run_image_eval(*model, *data_dir, *windows_set ? *windows : 0);
+    const ModelKind kind = model_type_of_dir(*model).kind;  // models/model_registry.hpp
+    if (kind == ModelKind::kBert) return run_bert_eval(*model, *data, *windows);  // masked LM / task
+    if (kind == ModelKind::kImage) return run_image_eval(*model, *data_dir, *windows_set ? *windows : 0);
     GptModel m = GptModel::load(*model);
     const std::vector<int32_t> tokens = load_split_tokens(*data, *split);
     const int64_t seq = m.config().max_position_embeddings;

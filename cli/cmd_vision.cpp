@@ -15,6 +15,7 @@
 #include "attnkit/io/image_file.hpp"
 #include "attnkit/models/cnn.hpp"
 #include "attnkit/models/model_dir.hpp"
+#include "attnkit/models/model_registry.hpp"
 #include "attnkit/train/image_batch.hpp"
 #include "commands.hpp"
 #include "image_training.hpp"
@@ -57,6 +58,7 @@ std::string label_name(const ImageClassifier& m, int64_t k) {
 }
 
 void run_classify(const ClassifyFlags& f) {
+  require_model_kind(f.model, ModelKind::kImage, "classify");
   std::unique_ptr<ImageClassifier> model = load_image_classifier(f.model);
   const ImageNormalization norm = load_image_normalization(f.model);
   const ImageShape shape = model->input_shape();
@@ -129,20 +131,6 @@ void run_classify(const ClassifyFlags& f) {
 }
 
 }  // namespace
-
-bool is_image_model_dir(const std::string& dir) {
-  std::ifstream in(dir + "/config.json");
-  if (!in) return false;
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    const nlohmann::json j = nlohmann::json::parse(text.str());
-    const std::string t = j.value("model_type", "");
-    return t == "cnn" || t == "vit" || t == "deformable";
-  } catch (const nlohmann::json::exception&) {
-    return false;
-  }
-}
 
 void run_image_eval(const std::string& dir, const std::string& data_dir, int64_t limit) {
   std::unique_ptr<ImageClassifier> model = load_image_classifier(dir);

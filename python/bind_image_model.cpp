@@ -6,6 +6,7 @@
 #include "array_views.hpp"
 #include "attnkit/core/error.hpp"
 #include "attnkit/models/image_classifier.hpp"
+#include "attnkit/models/model_registry.hpp"
 #include "bindings.hpp"
 
 namespace attnkit::python {
@@ -44,7 +45,13 @@ void bind_image_model(py::module_& m) {
                               "images in, logits out, explicit forward/backward.")
       .def(py::init([](const std::string& config_json) { return make_image_classifier(config_json); }),
            "config_json"_a, "A model with zero weights for config.json text (call init_random).")
-      .def_static("load", &load_image_classifier, "dir"_a,
+      .def_static(
+          "load",
+          [](const std::string& dir) {
+            require_model_kind(dir, ModelKind::kImage, "attnkit.ImageModel.load");
+            return load_image_classifier(dir);
+          },
+          "dir"_a,
                   "Loads config.json + model.safetensors from a model directory.")
       .def("save", &ImageClassifier::save, "dir"_a, "Writes config.json + model.safetensors atomically.")
       .def("init_random", &ImageClassifier::init_random, "seed"_a)

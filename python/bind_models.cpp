@@ -1,8 +1,10 @@
-// Python bindings for models (GPT): load/save, logits, loss and gradients by parameter name.
+// Python bindings for models (GPT): load/save, logits, loss and gradients by parameter name; the
+// model-type registry (models/model_registry.hpp) the Python loaders dispatch through.
 #include <pybind11/stl.h>
 
 #include "array_views.hpp"
 #include "attnkit/models/gpt.hpp"
+#include "attnkit/models/model_registry.hpp"
 #include "attnkit/tools/convert_gqa.hpp"
 #include "attnkit/train/gpt_trainer.hpp"
 #include "bindings.hpp"
@@ -29,6 +31,20 @@ void bind_models(py::module_& m) {
       },
       "in_dir"_a, "out_dir"_a, "kv_heads"_a, "method"_a = "mean", "seed"_a = 0,
       "Writes out_dir with kv_heads KV heads, pooling each group's K/V projections (mean, first, random).");
+  m.def(
+      "_model_type",
+      [](const std::string& dir) {
+        const ModelType& t = model_type_of_dir(dir);
+        return py::make_tuple(t.model_type, model_kind_name(t.kind));
+      },
+      "dir"_a, "(model_type, kind) of a model directory; kind is \"GPT\", \"BERT\" or \"image\".");
+  m.def(
+      "_require_model_kind",
+      [](const std::string& dir, const std::string& kind, const std::string& who) {
+        const ModelKind k = kind == "GPT" ? ModelKind::kGpt : kind == "BERT" ? ModelKind::kBert : ModelKind::kImage;
+        require_model_kind(dir, k, who.c_str());
+      },
+      "dir"_a, "kind"_a, "who"_a, "Raises ValueError unless dir holds a model of that kind.");
   py::class_<GptModel>(m, "_GptModel")
       .def(py::init([](const std::string& config_json) {
              return std::make_unique<GptModel>(parse_gpt_config(config_json));

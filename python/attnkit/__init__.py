@@ -17,7 +17,7 @@ __all__ = [
     "load_fashion_mnist",
     "attention_reference", "attention_reference_backward",
     "flash_attention", "flash_attention_backward",
-    "KVCache", "decode_attention", "Model", "load_model", "convert_gqa",
+    "KVCache", "decode_attention", "Model", "load_model", "load", "model_type", "convert_gqa",
     "ms_deform_attn", "ms_deform_attn_backward", "BertModel", "load_bert",
 ]
 
@@ -232,8 +232,26 @@ def convert_gqa(in_dir, out_dir, kv_heads, method="mean", seed=0):
     _attnkit.convert_gqa(str(in_dir), str(out_dir), int(kv_heads), method, int(seed))
 
 
+def model_type(directory):
+    """(model_type, kind) of a model directory's config.json: kind is "GPT", "BERT" or "image"."""
+    return _attnkit._model_type(str(directory))
+
+
+def load(directory):
+    """Loads any model directory, picking the class by config.json's model_type: a Model (GPT),
+    a BertModel or an ImageModel."""
+    kind = model_type(directory)[1]
+    if kind == "GPT":
+        return load_model(directory)
+    if kind == "BERT":
+        return load_bert(directory)
+    return ImageModel.load(str(directory))
+
+
 def load_model(directory):
-    """Loads a model directory (config.json + model.safetensors, Hugging Face Llama names)."""
+    """Loads a GPT model directory (config.json + model.safetensors, Hugging Face Llama names);
+    ValueError for a directory holding another kind of model."""
+    _attnkit._require_model_kind(str(directory), "GPT", "attnkit.load_model")
     return Model(_attnkit._GptModel.load(str(directory)))
 
 
@@ -267,7 +285,9 @@ class BertModel:
 
 
 def load_bert(directory):
-    """Loads a BERT directory (config.json + model.safetensors, Hugging Face BERT names)."""
+    """Loads a BERT directory (config.json + model.safetensors, Hugging Face BERT names);
+    ValueError for a directory holding another kind of model."""
+    _attnkit._require_model_kind(str(directory), "BERT", "attnkit.load_bert")
     return BertModel(_attnkit._BertModel.load(str(directory)))
 
 

@@ -21,7 +21,7 @@
 #include "attnkit/core/workspace.hpp"
 #include "attnkit/ops/rope.hpp"
 #include "attnkit/ops/vec_math.hpp"
-#include "../kv/kv_loaders.hpp"
+#include "kv/kv_loaders.hpp"
 #include "flash_common.hpp"
 #include "hwy/highway.h"
 #if HWY_TARGET <= HWY_AVX2

@@ -2,15 +2,12 @@
 // The encoder is in bert_encoder.cpp, the heads in bert_heads.cpp.
 #include "attnkit/models/bert.hpp"
 
-#include <filesystem>
-#include <fstream>
+#include <algorithm>
 #include <random>
-#include <sstream>
 
 #include "attnkit/core/error.hpp"
-#include "attnkit/io/safetensors.hpp"
+#include "attnkit/models/model_dir.hpp"
 #include "bert_activations.hpp"
-#include "../nn/nn_common.hpp"  // parallel_fill
 
 namespace attnkit {
 
@@ -29,21 +26,11 @@ std::string BertModel::lname(int64_t l, const char* rest) const {
 void BertModel::build_layout() {
   const auto& c = config_;
   const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
-  int64_t offset = 0;
   auto add = [&](std::string name, std::vector<int64_t> shape) {
-    int64_t n = 1;
-    for (auto s : shape) n *= s;
-    info_.push_back({std::move(name), std::move(shape), offset, n});
-    offset += n;
+    store_.add(std::move(name), std::move(shape));
   };
-  auto dense = [&](const std::string& p, int64_t out, int64_t in) {
-    add(p + ".weight", {out, in});
-    add(p + ".bias", {out});
-  };
-  auto norm = [&](const std::string& p) {
-    add(p + ".weight", {C});
-    add(p + ".bias", {C});
-  };
+  auto dense = [&](const std::string& p, int64_t out, int64_t in) { store_.add_linear(p, out, in); };
+  auto norm = [&](const std::string& p) { store_.add_norm(p, C); };
   add("bert.embeddings.word_embeddings.weight", {V, C});
   add("bert.embeddings.position_embeddings.weight", {c.max_position_embeddings, C});
   add("bert.embeddings.token_type_embeddings.weight", {c.type_vocab_size, C});
@@ -74,41 +61,7 @@ void BertModel::build_layout() {
     case BertArchitecture::kQuestionAnswering: dense("qa_outputs", 2, C); break;
     case BertArchitecture::kMaskedLM: break;
   }
-  params_.assign(size_t(offset), 0.0f);
-  grads_.assign(size_t(offset), 0.0f);
-}
-
-bool BertModel::has(const std::string& name) const {
-  for (const auto& p : info_)
-    if (p.name == name) return true;
-  return false;
-}
-
-const ParameterInfo& BertModel::info(const std::string& name) const {
-  for (const auto& p : info_)
-    if (p.name == name) return p;
-  fail("BertModel: no parameter named '", name, "'");
-}
-
-std::span<float> BertModel::parameter(const std::string& name) {
-  const auto& p = info(name);
-  return {params_.data() + p.offset, size_t(p.numel)};
-}
-ConstView2 BertModel::matrix(const std::string& name) const {
-  const auto& p = info(name);
-  return ConstView2::contiguous(params_.data() + p.offset, {p.shape[0], p.shape[1]});
-}
-std::span<const float> BertModel::vec(const std::string& name) const {
-  const auto& p = info(name);
-  return {params_.data() + p.offset, size_t(p.numel)};
-}
-View2 BertModel::grad_matrix(const std::string& name) {
-  const auto& p = info(name);
-  return View2::contiguous(grads_.data() + p.offset, {p.shape[0], p.shape[1]});
-}
-std::span<float> BertModel::grad_vec(const std::string& name) {
-  const auto& p = info(name);
-  return {grads_.data() + p.offset, size_t(p.numel)};
+  store_.allocate();
 }
 
 AttentionBlockOptions BertModel::block_options(int64_t l) const {
@@ -131,8 +84,8 @@ AttentionBlockParams BertModel::block_params(int64_t l) const {
   const int64_t C = config_.hidden_size;
   AttentionBlockParams p;
   p.qkv_proj_weight = ConstView2::contiguous(
-      params_.data() + info(lname(l, "attention.self.query.weight")).offset, {3 * C, C});
-  p.qkv_proj_bias = {params_.data() + info(lname(l, "attention.self.query.bias")).offset, size_t(3 * C)};
+      store_.parameters().data() + info(lname(l, "attention.self.query.weight")).offset, {3 * C, C});
+  p.qkv_proj_bias = {store_.parameters().data() + info(lname(l, "attention.self.query.bias")).offset, size_t(3 * C)};
   p.o_proj_weight = matrix(lname(l, "attention.output.dense.weight"));
   p.o_proj_bias = vec(lname(l, "attention.output.dense.bias"));
   return p;
@@ -142,8 +95,8 @@ AttentionBlockGrads BertModel::block_grads(int64_t l) {
   const int64_t C = config_.hidden_size;
   AttentionBlockGrads g;
   g.qkv_proj_weight = View2::contiguous(
-      grads_.data() + info(lname(l, "attention.self.query.weight")).offset, {3 * C, C});
-  g.qkv_proj_bias = {grads_.data() + info(lname(l, "attention.self.query.bias")).offset, size_t(3 * C)};
+      store_.gradients().data() + info(lname(l, "attention.self.query.weight")).offset, {3 * C, C});
+  g.qkv_proj_bias = {store_.gradients().data() + info(lname(l, "attention.self.query.bias")).offset, size_t(3 * C)};
   g.o_proj_weight = grad_matrix(lname(l, "attention.output.dense.weight"));
   g.o_proj_bias = grad_vec(lname(l, "attention.output.dense.bias"));
   return g;
@@ -159,62 +112,34 @@ void BertModel::set_training(bool training, uint64_t seed) {
 void BertModel::init_random(uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 0.02f);
-  for (const auto& p : info_) {
-    float* x = params_.data() + p.offset;
+  for (const auto& p : store_.info()) {
+    float* x = store_.parameters().data() + p.offset;
     const bool norm = p.name.find("LayerNorm.weight") != std::string::npos;
     const bool vector = p.shape.size() == 1;
     for (int64_t i = 0; i < p.numel; ++i) x[i] = norm ? 1.0f : vector ? 0.0f : normal(rng);
   }
 }
 
-void BertModel::zero_grad() { nn::parallel_fill(grads_, 0.0f); }
+void BertModel::zero_grad() { store_.zero_grad(); }
 
 int64_t BertModel::copy_matching(const BertModel& other) {
   int64_t n = 0;
-  for (const auto& p : info_)
-    for (const auto& q : other.info_)
-      if (p.name == q.name && p.shape == q.shape) {
-        std::copy_n(other.params_.data() + q.offset, q.numel, params_.data() + p.offset);
+  for (const auto& p : store_.info())
+    if (other.store_.has(p.name))
+      if (const ParameterInfo& q = other.store_.info(p.name); p.shape == q.shape) {
+        std::copy_n(other.store_.parameters().data() + q.offset, q.numel, store_.parameters().data() + p.offset);
         ++n;
       }
   return n;
 }
 
 void BertModel::save(const std::string& dir) const {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  check(!ec, "BertModel.save: cannot create directory ", dir, ": ", ec.message());
-  std::vector<TensorToWrite> tensors;
-  for (const auto& p : info_)
-    tensors.push_back({p.name, DType::f32, p.shape,
-                       std::as_bytes(std::span<const float>(params_.data() + p.offset, size_t(p.numel)))});
-  save_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-  const std::string tmp = dir + "/config.json.tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << bert_config_to_json(config_);
-    out.flush();
-    check(bool(out), "BertModel.save: cannot write ", tmp);
-  }
-  fs::rename(tmp, dir + "/config.json", ec);
-  check(!ec, "BertModel.save: cannot rename ", tmp, ": ", ec.message());
+  store_.save(dir, bert_config_to_json(config_));
 }
 
 BertModel BertModel::load(const std::string& dir) {
-  std::ifstream in(dir + "/config.json");
-  check(bool(in), "BertModel.load: cannot read ", dir, "/config.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  BertModel model(parse_bert_config(text.str()));
-  const SafetensorsFile file(dir + "/model.safetensors");
-  for (const auto& p : model.info_) {
-    const TensorInfo* t = file.find(p.name);
-    check(t != nullptr, "BertModel.load: ", dir, "/model.safetensors has no tensor '", p.name, "'");
-    check(t->shape == p.shape, "BertModel.load: tensor '", p.name, "' has the wrong shape for this config");
-    const std::vector<float> values = file.read_f32(p.name);
-    std::copy(values.begin(), values.end(), model.params_.begin() + p.offset);
-  }
+  BertModel model(parse_bert_config(read_model_config(dir, "BertModel.load"), dir + "/config.json"));
+  model.store_.load(dir);
   return model;
 }
 

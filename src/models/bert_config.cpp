@@ -1,14 +1,11 @@
 // BERT config.json ↔ BertConfig (Hugging Face BertConfig keys).
 #include "attnkit/models/bert_config.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include "attnkit/core/error.hpp"
+#include "attnkit/models/config_reader.hpp"
 
 namespace attnkit {
 namespace {
-
-using nlohmann::json;
 
 constexpr std::pair<const char*, BertArchitecture> kArchitectures[] = {
     {"BertForPreTraining", BertArchitecture::kPreTraining},
@@ -17,20 +14,9 @@ constexpr std::pair<const char*, BertArchitecture> kArchitectures[] = {
     {"BertForTokenClassification", BertArchitecture::kTokenClassification},
     {"BertForQuestionAnswering", BertArchitecture::kQuestionAnswering}};
 
-int64_t get_int(const json& j, const char* key, int64_t fallback, bool required) {
-  if (!j.contains(key) || j[key].is_null()) {
-    check(!required, "config: missing required key '", key, "'");
-    return fallback;
-  }
-  check(j[key].is_number_integer(), "config: '", key, "' must be an integer");
-  return j[key].get<int64_t>();
-}
-
-double get_number(const json& j, const char* key, double fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  check(j[key].is_number(), "config: '", key, "' must be a number");
-  return j[key].get<double>();
-}
+constexpr std::pair<const char*, GeluApproximation> kActivations[] = {
+    {"gelu", GeluApproximation::kNone}, {"gelu_new", GeluApproximation::kTanh},
+    {"gelu_pytorch_tanh", GeluApproximation::kTanh}};
 
 }  // namespace
 
@@ -68,98 +54,67 @@ void validate(const BertConfig& c) {
         "config: id2label must have num_labels = ", c.num_labels, " entries, got ", c.labels.size());
 }
 
-BertConfig parse_bert_config(const std::string& text) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    fail("config: not valid JSON (", e.what(), ")");
-  }
-  check(j.is_object(), "config: top level must be a JSON object");
+BertConfig parse_bert_config(const std::string& text, const std::string& source) {
+  ConfigReader r(text, source);
+  r.model_type({"bert"}, false);
   BertConfig c;
-  if (j.contains("architectures")) {
-    check(j["architectures"].is_array() && !j["architectures"].empty() &&
-              j["architectures"][0].is_string(),
-          "config: 'architectures' must be a non-empty list of strings");
-    const std::string a = j["architectures"][0].get<std::string>();
+  const std::vector<std::string> archs = r.strings("architectures");
+  if (r.has("architectures")) {
+    if (archs.empty()) r.fail_key("architectures", "must be a non-empty list of strings");
     bool found = false;
     for (const auto& [name, v] : kArchitectures)
-      if (a == name) c.architecture = v, found = true;
-    check(found, "config: architectures[0] must be a BERT class (BertForPreTraining, BertForMaskedLM, "
-          "BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering); got '",
-          a, "'");
+      if (archs[0] == name) c.architecture = v, found = true;
+    if (!found)
+      r.fail_key("architectures", "[0] must be a BERT class (BertForPreTraining, BertForMaskedLM, "
+                 "BertForSequenceClassification, BertForTokenClassification, "
+                 "BertForQuestionAnswering); got '", archs[0], "'");
   }
-  if (j.contains("hidden_act")) {
-    check(j["hidden_act"].is_string(), "config: 'hidden_act' must be a string");
-    const std::string act = j["hidden_act"].get<std::string>();
-    if (act == "gelu")
-      c.hidden_act = GeluApproximation::kNone;
-    else if (act == "gelu_new" || act == "gelu_pytorch_tanh")
-      c.hidden_act = GeluApproximation::kTanh;
-    else
-      fail("config: hidden_act must be \"gelu\", \"gelu_new\" or \"gelu_pytorch_tanh\", got \"", act, "\"");
-  }
-  c.vocab_size = get_int(j, "vocab_size", 0, true);
-  c.hidden_size = get_int(j, "hidden_size", 0, true);
-  c.num_hidden_layers = get_int(j, "num_hidden_layers", 0, true);
-  c.num_attention_heads = get_int(j, "num_attention_heads", 0, true);
-  c.intermediate_size = get_int(j, "intermediate_size", 0, true);
-  c.max_position_embeddings = get_int(j, "max_position_embeddings", 512, false);
-  c.type_vocab_size = get_int(j, "type_vocab_size", 2, false);
-  c.layer_norm_eps = get_number(j, "layer_norm_eps", 1e-12);
-  c.hidden_dropout_prob = get_number(j, "hidden_dropout_prob", 0.1);
-  c.attention_probs_dropout_prob = get_number(j, "attention_probs_dropout_prob", 0.1);
-  c.pad_token_id = get_int(j, "pad_token_id", 0, false);
-  if (j.contains("id2label")) {
-    check(j["id2label"].is_object(), "config: 'id2label' must be an object");
-    const int64_t n = int64_t(j["id2label"].size());
-    c.labels.assign(size_t(n), "");
-    for (const auto& [k, v] : j["id2label"].items()) {
-      int64_t id = -1;
-      try {
-        id = std::stoll(k);
-      } catch (const std::exception&) {
-      }
-      check(id >= 0 && id < n && v.is_string(), "config: id2label must map \"0\"..\"", n - 1,
-            "\" to strings; bad entry \"", k, "\"");
-      c.labels[size_t(id)] = v.get<std::string>();
-    }
-    c.num_labels = n;
-  }
-  c.num_labels = get_int(j, "num_labels", c.num_labels, false);
-  if (int64_t(c.labels.size()) != c.num_labels) c.labels.clear();
-  validate(c);
+  c.hidden_act = r.choice("hidden_act", GeluApproximation::kNone, kActivations);
+  r.require_value("position_embedding_type", "\"absolute\"");
+  r.require_value("is_decoder", "false");
+  r.require_value("add_cross_attention", "false");
+  r.require_value("classifier_dropout", "null");
+  r.number("initializer_range", 0.02);  // init_random uses HF's 0.02 whatever it says
+  c.vocab_size = r.size("vocab_size", kMaxConfigVocab);
+  c.hidden_size = r.size("hidden_size", kMaxConfigWidth);
+  c.num_hidden_layers = r.size("num_hidden_layers", kMaxConfigLayers);
+  c.num_attention_heads = r.size("num_attention_heads", kMaxConfigHeads);
+  c.intermediate_size = r.size("intermediate_size", kMaxConfigFfnWidth);
+  c.max_position_embeddings = r.size("max_position_embeddings", 512, kMaxConfigPositions);
+  c.type_vocab_size = r.size("type_vocab_size", 2, kMaxConfigVocab);
+  c.layer_norm_eps = r.number("layer_norm_eps", 1e-12);
+  c.hidden_dropout_prob = r.number("hidden_dropout_prob", 0.1);
+  c.attention_probs_dropout_prob = r.number("attention_probs_dropout_prob", 0.1);
+  c.pad_token_id = r.integer("pad_token_id", 0);
+  const ConfigLabels labels = r.labels(c.num_labels);
+  c.num_labels = labels.num_labels;
+  c.labels = labels.names;
+  r.finish();
+  r.validate_with([&] { validate(c); });
   return c;
 }
 
 std::string bert_config_to_json(const BertConfig& c) {
-  json j = {{"architectures", {bert_architecture_name(c.architecture)}},
-            {"model_type", "bert"},
-            {"vocab_size", c.vocab_size},
-            {"hidden_size", c.hidden_size},
-            {"num_hidden_layers", c.num_hidden_layers},
-            {"num_attention_heads", c.num_attention_heads},
-            {"intermediate_size", c.intermediate_size},
-            {"hidden_act", c.hidden_act == GeluApproximation::kNone ? "gelu" : "gelu_new"},
-            {"hidden_dropout_prob", c.hidden_dropout_prob},
-            {"attention_probs_dropout_prob", c.attention_probs_dropout_prob},
-            {"max_position_embeddings", c.max_position_embeddings},
-            {"type_vocab_size", c.type_vocab_size},
-            {"layer_norm_eps", c.layer_norm_eps},
-            {"pad_token_id", c.pad_token_id},
-            {"position_embedding_type", "absolute"},
-            {"torch_dtype", "float32"},
-            {"num_labels", c.num_labels}};
-  if (!c.labels.empty()) {
-    json id2label = json::object(), label2id = json::object();
-    for (size_t i = 0; i < c.labels.size(); ++i) {
-      id2label[std::to_string(i)] = c.labels[i];
-      label2id[c.labels[i]] = i;
-    }
-    j["id2label"] = id2label;
-    j["label2id"] = label2id;
-  }
-  return j.dump(2) + "\n";
+  const std::string architectures[] = {bert_architecture_name(c.architecture)};
+  ConfigWriter w;
+  w.set("architectures", std::span<const std::string>(architectures))
+      .set("model_type", "bert")
+      .set("vocab_size", c.vocab_size)
+      .set("hidden_size", c.hidden_size)
+      .set("num_hidden_layers", c.num_hidden_layers)
+      .set("num_attention_heads", c.num_attention_heads)
+      .set("intermediate_size", c.intermediate_size)
+      .set("hidden_act", c.hidden_act == GeluApproximation::kNone ? "gelu" : "gelu_new")
+      .set("hidden_dropout_prob", c.hidden_dropout_prob)
+      .set("attention_probs_dropout_prob", c.attention_probs_dropout_prob)
+      .set("max_position_embeddings", c.max_position_embeddings)
+      .set("type_vocab_size", c.type_vocab_size)
+      .set("layer_norm_eps", c.layer_norm_eps)
+      .set("pad_token_id", c.pad_token_id)
+      .set("position_embedding_type", "absolute")
+      .set("torch_dtype", "float32")
+      .labels(c.num_labels, c.labels);
+  return w.text();
 }
 
 }  // namespace attnkit

@@ -13,9 +13,9 @@
 #include "attnkit/nn/conv2d.hpp"
 #include "attnkit/nn/global_pool.hpp"
 #include "attnkit/nn/linear.hpp"
+#include "attnkit/nn/parallel_blocks.hpp"  // element-wise passes in fixed blocks
 #include "attnkit/nn/pool2d.hpp"
 #include "attnkit/nn/se_block.hpp"
-#include "../nn/nn_common.hpp"  // parallel_rows: element-wise passes in fixed blocks
 
 namespace attnkit {
 
@@ -93,11 +93,12 @@ class CnnActivations {
   bool training = false;
 };
 
-std::unique_ptr<ImageClassifier> make_cnn_classifier(const std::string& config_json) {
-  return std::make_unique<CnnModel>(parse_cnn_config(config_json));
+std::unique_ptr<ImageClassifier> make_cnn_classifier(const std::string& config_json,
+                                                  const std::string& source) {
+  return std::make_unique<CnnModel>(parse_cnn_config(config_json, source));
 }
 
-CnnModel::CnnModel(const CnnConfig& config) : config_(config) {
+CnnModel::CnnModel(const CnnConfig& config) : ImageClassifier("CnnModel"), config_(config) {
   validate(config_);
   build_layout();
 }
@@ -108,20 +109,11 @@ ImageShape CnnModel::input_shape() const {
 }
 
 void CnnModel::build_layout() {
-  int64_t np = 0, nb = 0;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    info_.push_back({name, shape, np, n});
-    np += n;
-  };
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) { store_.add(name, std::move(shape)); };
   auto add_bn = [&](const std::string& prefix, int64_t c) {
-    add(prefix + ".weight", {c});
-    add(prefix + ".bias", {c});
-    buffer_info_.push_back({prefix + ".running_mean", {c}, nb, c});
-    nb += c;
-    buffer_info_.push_back({prefix + ".running_var", {c}, nb, c});
-    nb += c;
+    store_.add_norm(prefix, c);  // batch-norm affine weight and bias
+    store_.add_buffer(prefix + ".running_mean", {c});
+    store_.add_buffer(prefix + ".running_var", {c});
   };
   const auto& w = config_.widths;
   add("stem.conv.weight", {w[0], config_.num_channels, 3, 3});
@@ -151,38 +143,15 @@ void CnnModel::build_layout() {
   }
   add("fc.weight", {config_.num_labels, w.back()});
   add("fc.bias", {config_.num_labels});
-  params_.assign(size_t(np), 0.0f);
-  grads_.assign(size_t(np), 0.0f);
-  buffers_.assign(size_t(nb), 0.0f);
-  for (const auto& b : buffer_info_)
-    if (b.name.ends_with("running_var")) std::fill_n(buffers_.begin() + b.offset, b.numel, 1.0f);
-}
-
-namespace {
-const ParameterInfo& find_info(const std::vector<ParameterInfo>& info, const std::string& name) {
-  for (const auto& p : info)
-    if (p.name == name) return p;
-  fail("CnnModel: no tensor '", name, "'");
-}
-}  // namespace
-
-std::span<float> CnnModel::param(const std::string& name) {
-  const ParameterInfo& p = find_info(info_, name);
-  return std::span<float>(params_).subspan(size_t(p.offset), size_t(p.numel));
-}
-std::span<float> CnnModel::grad(const std::string& name) {
-  const ParameterInfo& p = find_info(info_, name);
-  return std::span<float>(grads_).subspan(size_t(p.offset), size_t(p.numel));
-}
-std::span<float> CnnModel::buffer(const std::string& name) {
-  const ParameterInfo& p = find_info(buffer_info_, name);
-  return std::span<float>(buffers_).subspan(size_t(p.offset), size_t(p.numel));
+  store_.allocate();
+  for (const auto& b : store_.buffer_info())
+    if (b.name.ends_with("running_var")) std::fill_n(store_.buffers().begin() + b.offset, b.numel, 1.0f);
 }
 
 void CnnModel::init_random(uint64_t seed) {
   std::mt19937_64 rng(seed);
-  for (const auto& p : info_) {
-    float* x = params_.data() + p.offset;
+  for (const auto& p : store_.info()) {
+    float* x = store_.parameters().data() + p.offset;
     const bool conv = p.shape.size() == 4 && !p.name.ends_with("spatial.weight");
     const bool bn = p.name.find(".bn") != std::string::npos || p.name.find("bn.") != std::string::npos;
     if (bn) {
@@ -193,7 +162,7 @@ void CnnModel::init_random(uint64_t seed) {
       for (int64_t i = 0; i < p.numel; ++i) x[i] = normal(rng);
     } else {  // torch.nn.Linear / Conv2d default: U(±1/sqrt(fan_in)) for weight and bias
       const ParameterInfo& wi = p.name.ends_with(".bias")
-                                    ? find_info(info_, p.name.substr(0, p.name.size() - 4) + "weight")
+                                    ? store_.info(p.name.substr(0, p.name.size() - 4) + "weight")
                                     : p;
       int64_t fan_in = 1;
       for (size_t d = 1; d < wi.shape.size(); ++d) fan_in *= wi.shape[d];
@@ -202,8 +171,8 @@ void CnnModel::init_random(uint64_t seed) {
       for (int64_t i = 0; i < p.numel; ++i) x[i] = uni(rng);
     }
   }
-  for (const auto& b : buffer_info_)
-    std::fill_n(buffers_.begin() + b.offset, b.numel, b.name.ends_with("running_var") ? 1.0f : 0.0f);
+  for (const auto& b : store_.buffer_info())
+    std::fill_n(store_.buffers().begin() + b.offset, b.numel, b.name.ends_with("running_var") ? 1.0f : 0.0f);
 }
 
 ConstView2 CnnModel::forward(ConstView4 x) {

@@ -1,9 +1,9 @@
 // CnnConfig: config.json parsing, serialisation and validation.
 #include <algorithm>
-#include <nlohmann/json.hpp>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/models/cnn.hpp"
+#include "attnkit/models/config_reader.hpp"
 
 namespace attnkit {
 
@@ -23,74 +23,43 @@ const char* channel_attention_name(ChannelAttention a) {
 }
 
 namespace {
-template <class T>
-T get_or(const nlohmann::json& j, const char* key, T fallback) {
-  if (!j.contains(key)) return fallback;
-  try {
-    return j.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    fail("cnn config: key '", key, "' has the wrong type");
-  }
-}
+constexpr std::pair<const char*, ChannelAttention> kAttentions[] = {
+    {"none", ChannelAttention::kNone}, {"se", ChannelAttention::kSe}, {"cbam", ChannelAttention::kCbam}};
 }  // namespace
 
-CnnConfig parse_cnn_config(const std::string& json_text) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::exception& e) {
-    fail("cnn config: invalid JSON: ", e.what());
-  }
-  check(j.is_object(), "cnn config: expected a JSON object");
-  check(get_or<std::string>(j, "model_type", "") == "cnn", "cnn config: 'model_type' must be \"cnn\"");
+CnnConfig parse_cnn_config(const std::string& json_text, const std::string& source) {
+  ConfigReader r(json_text, source);
+  r.model_type({"cnn"}, true);
   CnnConfig c;
-  c.num_channels = get_or<int64_t>(j, "num_channels", c.num_channels);
-  c.image_size = get_or<int64_t>(j, "image_size", c.image_size);
-  c.num_labels = get_or<int64_t>(j, "num_labels", c.num_labels);
-  c.widths = get_or<std::vector<int64_t>>(j, "widths", c.widths);
-  c.attention = parse_channel_attention(get_or<std::string>(j, "attention", "none"),
-                                        "cnn config: 'attention'");
-  c.reduction = get_or<int64_t>(j, "reduction", c.reduction);
-  c.spatial_kernel = get_or<int64_t>(j, "spatial_kernel", c.spatial_kernel);
-  c.batch_norm_eps = get_or<double>(j, "batch_norm_eps", c.batch_norm_eps);
-  c.batch_norm_momentum = get_or<double>(j, "batch_norm_momentum", c.batch_norm_momentum);
-  if (j.contains("id2label")) {
-    const nlohmann::json& m = j["id2label"];
-    check(m.is_object(), "cnn config: 'id2label' must be an object");
-    c.labels.assign(size_t(std::max<int64_t>(c.num_labels, 0)), "");
-    for (auto it = m.begin(); it != m.end(); ++it) {
-      int64_t id = -1;
-      try {
-        id = std::stoll(it.key());
-      } catch (const std::exception&) {
-      }
-      check(id >= 0 && id < c.num_labels && it.value().is_string(),
-            "cnn config: 'id2label' has an invalid entry '", it.key(), "'");
-      c.labels[size_t(id)] = it.value().get<std::string>();
-    }
-  }
-  validate(c);
+  c.num_channels = r.size("num_channels", c.num_channels, kMaxConfigWidth);
+  c.image_size = r.size("image_size", c.image_size, kMaxConfigImageSide);
+  const ConfigLabels labels = r.labels(c.num_labels);
+  c.num_labels = labels.num_labels;
+  c.labels = labels.names;
+  c.widths = r.integers("widths", c.widths);
+  c.attention = r.choice("attention", ChannelAttention::kNone, kAttentions);
+  c.reduction = r.integer("reduction", c.reduction);
+  c.spatial_kernel = r.integer("spatial_kernel", c.spatial_kernel);
+  c.batch_norm_eps = r.number("batch_norm_eps", c.batch_norm_eps);
+  c.batch_norm_momentum = r.number("batch_norm_momentum", c.batch_norm_momentum);
+  r.finish();
+  r.validate_with([&] { validate(c); });
   return c;
 }
 
 std::string cnn_config_to_json(const CnnConfig& c) {
-  nlohmann::ordered_json j;
-  j["model_type"] = "cnn";
-  j["num_channels"] = c.num_channels;
-  j["image_size"] = c.image_size;
-  j["num_labels"] = c.num_labels;
-  j["widths"] = c.widths;
-  j["attention"] = channel_attention_name(c.attention);
-  j["reduction"] = c.reduction;
-  j["spatial_kernel"] = c.spatial_kernel;
-  j["batch_norm_eps"] = c.batch_norm_eps;
-  j["batch_norm_momentum"] = c.batch_norm_momentum;
-  if (!c.labels.empty()) {
-    nlohmann::ordered_json m;
-    for (size_t i = 0; i < c.labels.size(); ++i) m[std::to_string(i)] = c.labels[i];
-    j["id2label"] = m;
-  }
-  return j.dump(2) + "\n";
+  ConfigWriter w;
+  w.set("model_type", "cnn")
+      .set("num_channels", c.num_channels)
+      .set("image_size", c.image_size)
+      .labels(c.num_labels, c.labels)
+      .set("widths", std::span<const int64_t>(c.widths))
+      .set("attention", channel_attention_name(c.attention))
+      .set("reduction", c.reduction)
+      .set("spatial_kernel", c.spatial_kernel)
+      .set("batch_norm_eps", c.batch_norm_eps)
+      .set("batch_norm_momentum", c.batch_norm_momentum);
+  return w.text();
 }
 
 void validate(const CnnConfig& c) {

@@ -16,11 +16,12 @@ namespace attnkit {
 
 using deformable_detail::T4;
 
-std::unique_ptr<ImageClassifier> make_deformable_classifier(const std::string& config_json) {
-  return std::make_unique<DeformableClassifier>(parse_deformable_config(config_json));
+std::unique_ptr<ImageClassifier> make_deformable_classifier(const std::string& config_json,
+                                                  const std::string& source) {
+  return std::make_unique<DeformableClassifier>(parse_deformable_config(config_json, source));
 }
 
-DeformableClassifier::DeformableClassifier(const DeformableConfig& config) : config_(config) {
+DeformableClassifier::DeformableClassifier(const DeformableConfig& config) : ImageClassifier("DeformableClassifier"), config_(config) {
   validate(config_);
   build_layout();
   // Levels: backbone maps 1..Lv, pixels row-major, concatenated.
@@ -60,26 +61,13 @@ ImageShape DeformableClassifier::input_shape() const {
 
 void DeformableClassifier::build_layout() {
   const auto& c = config_;
-  int64_t np = 0, nb = 0;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    info_.push_back({name, std::move(shape), np, n});
-    np += n;
-  };
-  auto dense = [&](const std::string& p, int64_t out, int64_t in) {
-    add(p + ".weight", {out, in});
-    add(p + ".bias", {out});
-  };
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) { store_.add(name, std::move(shape)); };
+  auto dense = [&](const std::string& p, int64_t out, int64_t in) { store_.add_linear(p, out, in); };
   for (size_t i = 0; i < c.widths.size(); ++i) {
     const std::string p = "backbone." + std::to_string(i) + ".";
     add(p + "conv.weight", {c.widths[i], i == 0 ? c.num_channels : c.widths[i - 1], 3, 3});
-    add(p + "bn.weight", {c.widths[i]});
-    add(p + "bn.bias", {c.widths[i]});
-    for (const char* stat : {"bn.running_mean", "bn.running_var"}) {
-      buffer_info_.push_back({p + stat, {c.widths[i]}, nb, c.widths[i]});
-      nb += c.widths[i];
-    }
+    store_.add_norm(p + "bn", c.widths[i]);
+    for (const char* stat : {"bn.running_mean", "bn.running_var"}) store_.add_buffer(p + stat, {c.widths[i]});
   }
   const int64_t C = c.d_model, Lv = c.levels();
   for (int64_t l = 0; l < Lv; ++l) dense("input_proj." + std::to_string(l), C, c.widths[size_t(l + 1)]);
@@ -91,54 +79,22 @@ void DeformableClassifier::build_layout() {
     dense(p + "self_attn.sampling_offsets", bo.offsets_width(), C);
     dense(p + "self_attn.attention_weights", bo.weights_width(), C);
     dense(p + "self_attn.output_proj", C, C);
-    add(p + "norm1.weight", {C});
-    add(p + "norm1.bias", {C});
+    store_.add_norm(p + "norm1", C);
     dense(p + "linear1", c.ffn_dim, C);
     dense(p + "linear2", C, c.ffn_dim);
-    add(p + "norm2.weight", {C});
-    add(p + "norm2.bias", {C});
+    store_.add_norm(p + "norm2", C);
   }
   dense("classifier", c.num_labels, C);
-  params_.assign(size_t(np), 0.0f);
-  grads_.assign(size_t(np), 0.0f);
-  buffers_.assign(size_t(nb), 0.0f);
-  for (const auto& b : buffer_info_)
-    if (b.name.ends_with("running_var")) std::fill_n(buffers_.begin() + b.offset, b.numel, 1.0f);
-}
-
-namespace {
-const ParameterInfo& find_info(const std::vector<ParameterInfo>& info, const std::string& name) {
-  for (const auto& p : info)
-    if (p.name == name) return p;
-  fail("DeformableClassifier: no tensor '", name, "'");
-}
-}  // namespace
-
-const ParameterInfo& DeformableClassifier::param_info(const std::string& name) const {
-  return find_info(info_, name);
-}
-std::span<float> DeformableClassifier::param(const std::string& name) {
-  const ParameterInfo& p = find_info(info_, name);
-  return std::span<float>(params_).subspan(size_t(p.offset), size_t(p.numel));
-}
-std::span<const float> DeformableClassifier::param(const std::string& name) const {
-  const ParameterInfo& p = find_info(info_, name);
-  return std::span<const float>(params_).subspan(size_t(p.offset), size_t(p.numel));
-}
-std::span<float> DeformableClassifier::grad(const std::string& name) {
-  const ParameterInfo& p = find_info(info_, name);
-  return std::span<float>(grads_).subspan(size_t(p.offset), size_t(p.numel));
-}
-std::span<float> DeformableClassifier::buffer(const std::string& name) {
-  const ParameterInfo& p = find_info(buffer_info_, name);
-  return std::span<float>(buffers_).subspan(size_t(p.offset), size_t(p.numel));
+  store_.allocate();
+  for (const auto& b : store_.buffer_info())
+    if (b.name.ends_with("running_var")) std::fill_n(store_.buffers().begin() + b.offset, b.numel, 1.0f);
 }
 
 void DeformableClassifier::init_random(uint64_t seed) {
   std::mt19937_64 rng(seed);
   const MsDeformAttnBlockOptions bo = block_options();
-  for (const auto& p : info_) {
-    float* x = params_.data() + p.offset;
+  for (const auto& p : store_.info()) {
+    float* x = store_.parameters().data() + p.offset;
     const bool vector = p.shape.size() == 1;
     if (p.name.find(".self_attn.") != std::string::npos) {
       continue;  // below, one block at a time
@@ -175,8 +131,8 @@ void DeformableClassifier::init_random(uint64_t seed) {
     put("attention_weights.bias", w.attention_weights_bias);
     put("output_proj.weight", w.output_proj_weight), put("output_proj.bias", w.output_proj_bias);
   }
-  for (const auto& b : buffer_info_)
-    std::fill_n(buffers_.begin() + b.offset, b.numel, b.name.ends_with("running_var") ? 1.0f : 0.0f);
+  for (const auto& b : store_.buffer_info())
+    std::fill_n(store_.buffers().begin() + b.offset, b.numel, b.name.ends_with("running_var") ? 1.0f : 0.0f);
 }
 
 ConstView2 DeformableClassifier::forward(ConstView4 x) {

@@ -1,35 +1,11 @@
-// DeformableConfig: config.json parsing (strict: unknown keys are errors, so a misspelt key is
-// not silently replaced by its default), serialisation and validation.
+// DeformableConfig: config.json parsing (models/config_reader.hpp), serialisation, validation.
 #include <algorithm>
-#include <nlohmann/json.hpp>
 
 #include "attnkit/core/error.hpp"
+#include "attnkit/models/config_reader.hpp"
 #include "attnkit/models/deformable_classifier.hpp"
 
 namespace attnkit {
-namespace {
-
-using nlohmann::json;
-
-constexpr const char* kKeys[] = {"model_type", "num_channels", "image_size", "num_labels",
-                                 "widths", "levels", "d_model", "heads", "points", "layers",
-                                 "ffn_dim", "layer_norm_eps", "batch_norm_eps",
-                                 "batch_norm_momentum", "id2label"};
-
-int64_t get_int(const json& j, const char* key, int64_t fallback) {
-  if (!j.contains(key)) return fallback;
-  check(j[key].is_number_integer(), "deformable config: '", key, "' must be an integer, got ",
-        j[key].dump());
-  return j[key].get<int64_t>();
-}
-
-double get_number(const json& j, const char* key, double fallback) {
-  if (!j.contains(key)) return fallback;
-  check(j[key].is_number(), "deformable config: '", key, "' must be a number, got ", j[key].dump());
-  return j[key].get<double>();
-}
-
-}  // namespace
 
 std::vector<int64_t> deformable_map_sizes(const DeformableConfig& c) {
   std::vector<int64_t> s{c.image_size};
@@ -37,86 +13,50 @@ std::vector<int64_t> deformable_map_sizes(const DeformableConfig& c) {
   return s;
 }
 
-DeformableConfig parse_deformable_config(const std::string& json_text) {
-  json j;
-  try {
-    j = json::parse(json_text);
-  } catch (const json::exception& e) {
-    fail("deformable config: invalid JSON: ", e.what());
-  }
-  check(j.is_object(), "deformable config: expected a JSON object");
-  for (auto it = j.begin(); it != j.end(); ++it)
-    check(std::find_if(std::begin(kKeys), std::end(kKeys),
-                       [&](const char* k) { return it.key() == k; }) != std::end(kKeys),
-          "deformable config: unknown key '", it.key(), "'");
-  check(j.contains("model_type") && j["model_type"] == "deformable",
-        "deformable config: 'model_type' must be \"deformable\"");
+DeformableConfig parse_deformable_config(const std::string& json_text, const std::string& source) {
+  ConfigReader r(json_text, source);
+  r.model_type({"deformable"}, true);
   DeformableConfig c;
-  c.num_channels = get_int(j, "num_channels", c.num_channels);
-  c.image_size = get_int(j, "image_size", c.image_size);
-  c.num_labels = get_int(j, "num_labels", c.num_labels);
-  if (j.contains("widths")) {
-    const json& w = j["widths"];
-    check(w.is_array(), "deformable config: 'widths' must be an array of integers");
-    c.widths.clear();
-    for (const json& v : w) {
-      check(v.is_number_integer(), "deformable config: 'widths' must be an array of integers");
-      c.widths.push_back(v.get<int64_t>());
-    }
-  }
-  if (j.contains("levels"))
-    check(get_int(j, "levels", 0) == c.levels(), "deformable config: 'levels' (",
-          j["levels"].dump(), ") must equal len(widths) - 1 = ", c.levels(),
-          " (one level per stride-2 backbone stage)");
-  c.d_model = get_int(j, "d_model", c.d_model);
-  c.heads = get_int(j, "heads", c.heads);
-  c.points = get_int(j, "points", c.points);
-  c.layers = get_int(j, "layers", c.layers);
-  c.ffn_dim = get_int(j, "ffn_dim", c.ffn_dim);
-  c.layer_norm_eps = get_number(j, "layer_norm_eps", c.layer_norm_eps);
-  c.batch_norm_eps = get_number(j, "batch_norm_eps", c.batch_norm_eps);
-  c.batch_norm_momentum = get_number(j, "batch_norm_momentum", c.batch_norm_momentum);
-  if (j.contains("id2label")) {
-    const json& m = j["id2label"];
-    check(m.is_object(), "deformable config: 'id2label' must be an object");
-    c.labels.assign(size_t(std::clamp<int64_t>(c.num_labels, 0, 100000)), "");
-    for (auto it = m.begin(); it != m.end(); ++it) {
-      int64_t id = -1;
-      try {
-        id = std::stoll(it.key());
-      } catch (const std::exception&) {
-      }
-      check(id >= 0 && id < c.num_labels && it.value().is_string(),
-            "deformable config: 'id2label' has an invalid entry '", it.key(), "'");
-      c.labels[size_t(id)] = it.value().get<std::string>();
-    }
-  }
-  validate(c);
+  c.num_channels = r.size("num_channels", c.num_channels, kMaxConfigWidth);
+  c.image_size = r.size("image_size", c.image_size, kMaxConfigImageSide);
+  const ConfigLabels labels = r.labels(c.num_labels);
+  c.num_labels = labels.num_labels;
+  c.labels = labels.names;
+  c.widths = r.integers("widths", c.widths);
+  if (r.has("levels") && r.integer("levels", 0) != c.levels())
+    r.fail_key("levels", "(", r.integer("levels", 0), ") must equal len(widths) - 1 = ", c.levels(),
+               " (one level per stride-2 backbone stage)");
+  r.integer("levels", 0);
+  c.d_model = r.integer("d_model", c.d_model);
+  c.heads = r.integer("heads", c.heads);
+  c.points = r.integer("points", c.points);
+  c.layers = r.integer("layers", c.layers);
+  c.ffn_dim = r.integer("ffn_dim", c.ffn_dim);
+  c.layer_norm_eps = r.number("layer_norm_eps", c.layer_norm_eps);
+  c.batch_norm_eps = r.number("batch_norm_eps", c.batch_norm_eps);
+  c.batch_norm_momentum = r.number("batch_norm_momentum", c.batch_norm_momentum);
+  r.finish();
+  r.validate_with([&] { validate(c); });
   return c;
 }
 
 std::string deformable_config_to_json(const DeformableConfig& c) {
-  nlohmann::ordered_json j;
-  j["model_type"] = "deformable";
-  j["num_channels"] = c.num_channels;
-  j["image_size"] = c.image_size;
-  j["num_labels"] = c.num_labels;
-  j["widths"] = c.widths;
-  j["levels"] = c.levels();
-  j["d_model"] = c.d_model;
-  j["heads"] = c.heads;
-  j["points"] = c.points;
-  j["layers"] = c.layers;
-  j["ffn_dim"] = c.ffn_dim;
-  j["layer_norm_eps"] = c.layer_norm_eps;
-  j["batch_norm_eps"] = c.batch_norm_eps;
-  j["batch_norm_momentum"] = c.batch_norm_momentum;
-  if (!c.labels.empty()) {
-    nlohmann::ordered_json m;
-    for (size_t i = 0; i < c.labels.size(); ++i) m[std::to_string(i)] = c.labels[i];
-    j["id2label"] = m;
-  }
-  return j.dump(2) + "\n";
+  ConfigWriter w;
+  w.set("model_type", "deformable")
+      .set("num_channels", c.num_channels)
+      .set("image_size", c.image_size)
+      .labels(c.num_labels, c.labels)
+      .set("widths", std::span<const int64_t>(c.widths))
+      .set("levels", c.levels())
+      .set("d_model", c.d_model)
+      .set("heads", c.heads)
+      .set("points", c.points)
+      .set("layers", c.layers)
+      .set("ffn_dim", c.ffn_dim)
+      .set("layer_norm_eps", c.layer_norm_eps)
+      .set("batch_norm_eps", c.batch_norm_eps)
+      .set("batch_norm_momentum", c.batch_norm_momentum);
+  return w.text();
 }
 
 void validate(const DeformableConfig& c) {

@@ -62,10 +62,7 @@ MsDeformAttnBlockOptions DeformableClassifier::block_options() const {
 
 MsDeformAttnBlockParams DeformableClassifier::block_params(int64_t k) const {
   const std::string p = "encoder.layers." + std::to_string(k) + ".self_attn.";
-  auto m = [&](const char* name) {
-    const ParameterInfo& i = param_info(p + name);
-    return ConstView2::contiguous(params_.data() + i.offset, {i.shape[0], i.shape[1]});
-  };
+  auto m = [&](const char* name) { return matrix(p + name); };
   auto v = [&](const char* name) { return param(p + name); };
   return {m("value_proj.weight"),        v("value_proj.bias"),
           m("sampling_offsets.weight"),  v("sampling_offsets.bias"),
@@ -75,10 +72,7 @@ MsDeformAttnBlockParams DeformableClassifier::block_params(int64_t k) const {
 
 MsDeformAttnBlockGrads DeformableClassifier::block_grads(int64_t k) {
   const std::string p = "encoder.layers." + std::to_string(k) + ".self_attn.";
-  auto m = [&](const char* name) {
-    const ParameterInfo& i = param_info(p + name);
-    return View2::contiguous(grads_.data() + i.offset, {i.shape[0], i.shape[1]});
-  };
+  auto m = [&](const char* name) { return grad_matrix(p + name); };
   auto v = [&](const char* name) { return grad(p + name); };
   return {m("value_proj.weight"),        v("value_proj.bias"),
           m("sampling_offsets.weight"),  v("sampling_offsets.bias"),
@@ -86,14 +80,6 @@ MsDeformAttnBlockGrads DeformableClassifier::block_grads(int64_t k) {
           m("output_proj.weight"),       v("output_proj.bias")};
 }
 
-ConstView2 DeformableClassifier::matrix(const std::string& name) const {
-  const ParameterInfo& i = param_info(name);
-  return ConstView2::contiguous(params_.data() + i.offset, {i.shape[0], i.shape[1]});
-}
-View2 DeformableClassifier::grad_matrix(const std::string& name) {
-  const ParameterInfo& i = param_info(name);
-  return View2::contiguous(grads_.data() + i.offset, {i.shape[0], i.shape[1]});
-}
 
 MsDeformAttnBlockInputs DeformableClassifier::block_inputs(int64_t k) const {
   const DeformableActivations& a = *acts_;

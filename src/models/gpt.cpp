@@ -4,19 +4,16 @@
 #include "attnkit/models/gpt.hpp"
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "attnkit/core/error.hpp"
-#include "attnkit/io/safetensors.hpp"
+#include "attnkit/models/model_dir.hpp"
 #include "attnkit/nn/activation.hpp"
 #include "attnkit/nn/cross_entropy.hpp"
 #include "attnkit/nn/embedding.hpp"
 #include "attnkit/nn/linear.hpp"
 #include "attnkit/nn/norm.hpp"
-#include "../nn/nn_common.hpp"  // parallel_rows
+#include "attnkit/nn/parallel_blocks.hpp"
 
 namespace attnkit {
 
@@ -138,38 +135,8 @@ std::vector<ParameterInfo> gpt_parameter_layout(const GptConfig& c) {
 }
 
 void GptModel::build_layout() {
-  info_ = gpt_parameter_layout(config_);
-  const int64_t n = info_.empty() ? 0 : info_.back().offset + info_.back().numel;
-  params_.assign(static_cast<size_t>(n), 0.0f);
-  grads_.assign(static_cast<size_t>(n), 0.0f);
-}
-
-const ParameterInfo& GptModel::info(const std::string& name) const {
-  for (const auto& p : info_)
-    if (p.name == name) return p;
-  fail("GptModel: no parameter named '", name, "'");
-}
-
-std::span<float> GptModel::parameter(const std::string& name) {
-  const auto& p = info(name);
-  return {params_.data() + p.offset, size_t(p.numel)};
-}
-
-ConstView2 GptModel::matrix(const std::string& name) const {
-  const auto& p = info(name);
-  return ConstView2::contiguous(params_.data() + p.offset, {p.shape[0], p.shape[1]});
-}
-View2 GptModel::grad_matrix(const std::string& name) {
-  const auto& p = info(name);
-  return View2::contiguous(grads_.data() + p.offset, {p.shape[0], p.shape[1]});
-}
-std::span<const float> GptModel::vec(const std::string& name) const {
-  const auto& p = info(name);
-  return {params_.data() + p.offset, size_t(p.numel)};
-}
-std::span<float> GptModel::grad_vec(const std::string& name) {
-  const auto& p = info(name);
-  return {grads_.data() + p.offset, size_t(p.numel)};
+  for (ParameterInfo& p : gpt_parameter_layout(config_)) store_.add(std::move(p.name), std::move(p.shape));
+  store_.allocate();
 }
 
 AttentionBlockOptions GptModel::block_options() const {
@@ -196,9 +163,9 @@ AttentionBlockParams GptModel::block_params(int64_t l) const {
   const auto& q = info(layer_name(l, "self_attn.q_proj.weight"));
   const int64_t rows = (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim;
   AttentionBlockParams p;
-  p.qkv_proj_weight = ConstView2::contiguous(params_.data() + q.offset, {rows, c.hidden_size});
+  p.qkv_proj_weight = ConstView2::contiguous(store_.parameters().data() + q.offset, {rows, c.hidden_size});
   if (c.attention_bias)
-    p.qkv_proj_bias = {params_.data() + info(layer_name(l, "self_attn.q_proj.bias")).offset, size_t(rows)};
+    p.qkv_proj_bias = {store_.parameters().data() + info(layer_name(l, "self_attn.q_proj.bias")).offset, size_t(rows)};
   p.o_proj_weight = matrix(layer_name(l, "self_attn.o_proj.weight"));
   if (c.sink == SinkMode::kLearned) p.sinks = vec(layer_name(l, "self_attn.sinks"));
   if (c.gate != GateMode::kNone) {
@@ -213,9 +180,9 @@ AttentionBlockGrads GptModel::block_grads(int64_t l) {
   const auto& q = info(layer_name(l, "self_attn.q_proj.weight"));
   const int64_t rows = (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim;
   AttentionBlockGrads g;
-  g.qkv_proj_weight = View2::contiguous(grads_.data() + q.offset, {rows, c.hidden_size});
+  g.qkv_proj_weight = View2::contiguous(store_.gradients().data() + q.offset, {rows, c.hidden_size});
   if (c.attention_bias)
-    g.qkv_proj_bias = {grads_.data() + info(layer_name(l, "self_attn.q_proj.bias")).offset, size_t(rows)};
+    g.qkv_proj_bias = {store_.gradients().data() + info(layer_name(l, "self_attn.q_proj.bias")).offset, size_t(rows)};
   g.o_proj_weight = grad_matrix(layer_name(l, "self_attn.o_proj.weight"));
   if (c.sink == SinkMode::kLearned) g.sinks = grad_vec(layer_name(l, "self_attn.sinks"));
   if (c.gate != GateMode::kNone) {
@@ -229,8 +196,8 @@ void GptModel::init_random(uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   const float resid_scale = 1.0f / std::sqrt(2.0f * float(config_.num_hidden_layers));
-  for (const auto& p : info_) {
-    float* x = params_.data() + p.offset;
+  for (const auto& p : store_.info()) {
+    float* x = store_.parameters().data() + p.offset;
     const bool norm = p.name.find("layernorm") != std::string::npos || p.name == "model.norm.weight";
     const bool zero = p.shape.size() == 1 && !norm;  // biases and sinks
     const bool resid = p.name.find("o_proj") != std::string::npos || p.name.find("down_proj") != std::string::npos;
@@ -246,7 +213,7 @@ AttentionBlockCache GptModel::attention_cache(int64_t layer) {
   return acts_->block[size_t(layer)].cache();
 }
 
-void GptModel::zero_grad() { nn::parallel_fill(grads_, 0.0f); }
+void GptModel::zero_grad() { store_.zero_grad(); }
 
 void GptModel::run_layers(const GptBatch& batch) {
   const auto& c = config_;
@@ -348,41 +315,12 @@ void GptModel::backward(float d_loss) {
 }
 
 void GptModel::save(const std::string& dir) const {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  check(!ec, "GptModel.save: cannot create directory ", dir, ": ", ec.message());
-  std::vector<TensorToWrite> tensors;
-  for (const auto& p : info_)
-    tensors.push_back({p.name, DType::f32, p.shape,
-                       std::as_bytes(std::span<const float>(params_.data() + p.offset, size_t(p.numel)))});
-  save_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-  // config.json: temporary file + rename, like the weights.
-  const std::string tmp = dir + "/config.json.tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << gpt_config_to_json(config_);
-    out.flush();
-    check(bool(out), "GptModel.save: cannot write ", tmp);
-  }
-  fs::rename(tmp, dir + "/config.json", ec);
-  check(!ec, "GptModel.save: cannot rename ", tmp, ": ", ec.message());
+  store_.save(dir, gpt_config_to_json(config_));
 }
 
 GptModel GptModel::load(const std::string& dir) {
-  std::ifstream in(dir + "/config.json");
-  check(bool(in), "GptModel.load: cannot read ", dir, "/config.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  GptModel model(parse_gpt_config(text.str()));
-  const SafetensorsFile file(dir + "/model.safetensors");
-  for (const auto& p : model.info_) {
-    const TensorInfo* t = file.find(p.name);
-    check(t != nullptr, "GptModel.load: ", dir, "/model.safetensors has no tensor '", p.name, "'");
-    check(t->shape == p.shape, "GptModel.load: tensor '", p.name, "' has the wrong shape for this config");
-    const std::vector<float> values = file.read_f32(p.name);
-    std::copy(values.begin(), values.end(), model.params_.begin() + p.offset);
-  }
+  GptModel model(parse_gpt_config(read_model_config(dir, "GptModel.load"), dir + "/config.json"));
+  model.store_.load(dir);
   return model;
 }
 

@@ -1,47 +1,11 @@
 // GPT config.json ↔ GptConfig (Hugging Face LlamaConfig keys + attnkit keys).
 #include "attnkit/models/gpt_config.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include "attnkit/core/error.hpp"
+#include "attnkit/models/config_reader.hpp"
 
 namespace attnkit {
 namespace {
-
-using nlohmann::json;
-
-int64_t get_int(const json& j, const char* key, int64_t fallback, bool required) {
-  if (!j.contains(key) || j[key].is_null()) {
-    check(!required, "config: missing required key '", key, "'");
-    return fallback;
-  }
-  check(j[key].is_number_integer(), "config: '", key, "' must be an integer");
-  return j[key].get<int64_t>();
-}
-
-double get_number(const json& j, const char* key, double fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  check(j[key].is_number(), "config: '", key, "' must be a number");
-  return j[key].get<double>();
-}
-
-bool get_bool(const json& j, const char* key, bool fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  check(j[key].is_boolean(), "config: '", key, "' must be true or false");
-  return j[key].get<bool>();
-}
-
-template <class E, size_t N>
-E get_enum(const json& j, const char* key, E fallback, const std::pair<const char*, E> (&names)[N]) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  check(j[key].is_string(), "config: '", key, "' must be a string");
-  const std::string v = j[key].get<std::string>();
-  for (const auto& [name, e] : names)
-    if (v == name) return e;
-  std::string allowed;
-  for (const auto& [name, e] : names) allowed += std::string(allowed.empty() ? "" : ", ") + name;
-  fail("config: '", key, "' must be one of ", allowed, "; got '", v, "'");
-}
 
 constexpr std::pair<const char*, GateMode> kGates[] = {
     {"none", GateMode::kNone}, {"headwise", GateMode::kHeadwise}, {"elementwise", GateMode::kElementwise}};
@@ -85,67 +49,68 @@ std::vector<int32_t> gpt_register_ids(const GptConfig& c) {
   return ids;
 }
 
-GptConfig parse_gpt_config(const std::string& text) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    fail("config: not valid JSON (", e.what(), ")");
-  }
-  check(j.is_object(), "config: top level must be a JSON object");
-  if (j.contains("hidden_act"))
-    check(j["hidden_act"] == "silu", "config: hidden_act must be \"silu\" (Llama's SwiGLU MLP), got ",
-          j["hidden_act"].dump());
+GptConfig parse_gpt_config(const std::string& text, const std::string& source) {
+  ConfigReader r(text, source);
+  r.model_type({"llama"}, false);
+  r.strings("architectures");
+  if (r.string("hidden_act", "silu") != "silu")
+    r.fail_key("hidden_act", "must be \"silu\" (Llama's SwiGLU MLP), got \"", r.string("hidden_act", ""), "\"");
+  r.require_value("rope_scaling", "null");
+  r.require_value("mlp_bias", "false");
+  r.require_value("attention_dropout", "0.0");
+  r.number("initializer_range", 0.02);  // init_random uses GPT-2's 0.02 whatever it says
+  r.integer("pad_token_id", 0);
   GptConfig c;
-  c.vocab_size = get_int(j, "vocab_size", 0, true);
-  c.hidden_size = get_int(j, "hidden_size", 0, true);
-  c.intermediate_size = get_int(j, "intermediate_size", 0, true);
-  c.num_hidden_layers = get_int(j, "num_hidden_layers", 0, true);
-  c.num_attention_heads = get_int(j, "num_attention_heads", 0, true);
-  c.num_key_value_heads = get_int(j, "num_key_value_heads", c.num_attention_heads, false);
-  check(c.num_attention_heads > 0, "config: num_attention_heads must be >= 1");
-  c.head_dim = get_int(j, "head_dim", c.hidden_size / c.num_attention_heads, false);
-  if (!j.contains("head_dim"))
-    check(c.hidden_size % c.num_attention_heads == 0, "config: hidden_size (", c.hidden_size,
-          ") must be a multiple of num_attention_heads (", c.num_attention_heads,
-          ") when head_dim is not given");
-  c.max_position_embeddings = get_int(j, "max_position_embeddings", 2048, false);
-  c.rms_norm_eps = get_number(j, "rms_norm_eps", 1e-6);
-  c.rope_theta = get_number(j, "rope_theta", 10000.0);
-  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", false);
-  c.attention_bias = get_bool(j, "attention_bias", false);
-  c.gate = get_enum(j, "attnkit_gate", GateMode::kNone, kGates);
-  c.gate_source = get_enum(j, "attnkit_gate_source", GateSource::kInput, kSources);
-  c.sink = get_enum(j, "attnkit_sink", SinkMode::kNone, kSinks);
-  c.window = get_int(j, "attnkit_window", -1, false);
-  c.registers = get_int(j, "attnkit_registers", 0, false);
-  validate(c);
+  c.vocab_size = r.size("vocab_size", kMaxConfigVocab);
+  c.hidden_size = r.size("hidden_size", kMaxConfigWidth);
+  c.intermediate_size = r.size("intermediate_size", kMaxConfigFfnWidth);
+  c.num_hidden_layers = r.size("num_hidden_layers", kMaxConfigLayers);
+  c.num_attention_heads = r.size("num_attention_heads", kMaxConfigHeads);
+  c.num_key_value_heads = r.size("num_key_value_heads", c.num_attention_heads, kMaxConfigHeads);
+  if (!r.has("head_dim") && c.hidden_size % c.num_attention_heads != 0)
+    r.fail_key("hidden_size", "(", c.hidden_size, ") must be a multiple of num_attention_heads (",
+               c.num_attention_heads, ") when head_dim is not given");
+  c.head_dim = r.size("head_dim", c.hidden_size / c.num_attention_heads, kMaxConfigHeadDim);
+  c.max_position_embeddings = r.size("max_position_embeddings", 2048, kMaxConfigPositions);
+  c.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
+  c.rope_theta = r.number("rope_theta", 10000.0);
+  c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
+  c.attention_bias = r.boolean("attention_bias", false);
+  c.gate = r.choice("attnkit_gate", GateMode::kNone, kGates);
+  c.gate_source = r.choice("attnkit_gate_source", GateSource::kInput, kSources);
+  c.sink = r.choice("attnkit_sink", SinkMode::kNone, kSinks);
+  c.window = r.integer("attnkit_window", -1);
+  c.registers = r.integer("attnkit_registers", 0);
+  r.finish();
+  r.validate_with([&] { validate(c); });
   return c;
 }
 
 std::string gpt_config_to_json(const GptConfig& c) {
-  const json j = {{"architectures", {"LlamaForCausalLM"}},
-                  {"model_type", "llama"},
-                  {"vocab_size", c.vocab_size},
-                  {"hidden_size", c.hidden_size},
-                  {"intermediate_size", c.intermediate_size},
-                  {"num_hidden_layers", c.num_hidden_layers},
-                  {"num_attention_heads", c.num_attention_heads},
-                  {"num_key_value_heads", c.num_key_value_heads},
-                  {"head_dim", c.head_dim},
-                  {"max_position_embeddings", c.max_position_embeddings},
-                  {"rms_norm_eps", c.rms_norm_eps},
-                  {"rope_theta", c.rope_theta},
-                  {"tie_word_embeddings", c.tie_word_embeddings},
-                  {"attention_bias", c.attention_bias},
-                  {"hidden_act", "silu"},
-                  {"torch_dtype", "float32"},
-                  {"attnkit_gate", name_of(c.gate, kGates)},
-                  {"attnkit_gate_source", name_of(c.gate_source, kSources)},
-                  {"attnkit_sink", name_of(c.sink, kSinks)},
-                  {"attnkit_window", c.window},
-                  {"attnkit_registers", c.registers}};
-  return j.dump(2) + "\n";
+  const std::string architectures[] = {"LlamaForCausalLM"};
+  ConfigWriter w;
+  w.set("architectures", std::span<const std::string>(architectures))
+      .set("model_type", "llama")
+      .set("vocab_size", c.vocab_size)
+      .set("hidden_size", c.hidden_size)
+      .set("intermediate_size", c.intermediate_size)
+      .set("num_hidden_layers", c.num_hidden_layers)
+      .set("num_attention_heads", c.num_attention_heads)
+      .set("num_key_value_heads", c.num_key_value_heads)
+      .set("head_dim", c.head_dim)
+      .set("max_position_embeddings", c.max_position_embeddings)
+      .set("rms_norm_eps", c.rms_norm_eps)
+      .set("rope_theta", c.rope_theta)
+      .set("tie_word_embeddings", c.tie_word_embeddings)
+      .set("attention_bias", c.attention_bias)
+      .set("hidden_act", "silu")
+      .set("torch_dtype", "float32")
+      .set("attnkit_gate", name_of(c.gate, kGates))
+      .set("attnkit_gate_source", name_of(c.gate_source, kSources))
+      .set("attnkit_sink", name_of(c.sink, kSinks))
+      .set("attnkit_window", c.window)
+      .set("attnkit_registers", c.registers);
+  return w.text();
 }
 
 int64_t gpt_parameter_count(const GptConfig& c) {

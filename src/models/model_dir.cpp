@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "attnkit/core/error.hpp"
+#include "attnkit/core/file_io.hpp"
 #include "attnkit/io/safetensors.hpp"
 
 namespace attnkit {
@@ -38,11 +38,11 @@ void save_model_dir(const std::string& dir, const std::string& config_json,
 }
 
 std::string read_model_config(const std::string& dir, const char* who) {
-  std::ifstream in(dir + "/config.json");
-  check(bool(in), who, ": cannot read ", dir, "/config.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  try {
+    return read_file_text(dir + "/config.json");
+  } catch (const Error& e) {
+    fail(who, ": ", e.what());
+  }
 }
 
 void load_model_tensors(const std::string& dir, const std::vector<ParameterInfo>& info,

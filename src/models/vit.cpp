@@ -10,7 +10,7 @@
 
 namespace attnkit {
 
-VitModel::VitModel(const VitConfig& config) : config_(config) {
+VitModel::VitModel(const VitConfig& config) : ImageClassifier("VitModel"), config_(config) {
   validate(config_);
   build_layout();
 }
@@ -31,21 +31,11 @@ std::string VitModel::lname(int64_t l, const char* rest) const {
 void VitModel::build_layout() {
   const VitConfig& c = config_;
   const int64_t C = c.hidden_size, F = c.intermediate_size, P = c.patch_size;
-  int64_t offset = 0;
   auto add = [&](std::string name, std::vector<int64_t> shape) {
-    int64_t n = 1;
-    for (auto s : shape) n *= s;
-    info_.push_back({std::move(name), std::move(shape), offset, n});
-    offset += n;
+    store_.add(std::move(name), std::move(shape));
   };
-  auto dense = [&](const std::string& p, int64_t out, int64_t in) {
-    add(p + ".weight", {out, in});
-    add(p + ".bias", {out});
-  };
-  auto norm = [&](const std::string& p) {
-    add(p + ".weight", {C});
-    add(p + ".bias", {C});
-  };
+  auto dense = [&](const std::string& p, int64_t out, int64_t in) { store_.add_linear(p, out, in); };
+  auto norm = [&](const std::string& p) { store_.add_norm(p, C); };
   add("vit.embeddings.cls_token", {1, 1, C});
   add("vit.embeddings.position_embeddings", {1, c.seq_len(), C});
   add("vit.embeddings.patch_embeddings.projection.weight", {C, c.num_channels, P, P});
@@ -67,35 +57,7 @@ void VitModel::build_layout() {
   }
   norm("vit.layernorm");
   dense("classifier", c.num_labels, C);
-  params_.assign(size_t(offset), 0.0f);
-  grads_.assign(size_t(offset), 0.0f);
-}
-
-const ParameterInfo& VitModel::info(const std::string& name) const {
-  for (const auto& p : info_)
-    if (p.name == name) return p;
-  fail("VitModel: no parameter named '", name, "'");
-}
-
-std::span<float> VitModel::parameter(const std::string& name) {
-  const auto& p = info(name);
-  return {params_.data() + p.offset, size_t(p.numel)};
-}
-ConstView2 VitModel::matrix(const std::string& name) const {
-  const auto& p = info(name);
-  return ConstView2::contiguous(params_.data() + p.offset, {p.shape[0], p.numel / p.shape[0]});
-}
-std::span<const float> VitModel::vec(const std::string& name) const {
-  const auto& p = info(name);
-  return {params_.data() + p.offset, size_t(p.numel)};
-}
-View2 VitModel::grad_matrix(const std::string& name) {
-  const auto& p = info(name);
-  return View2::contiguous(grads_.data() + p.offset, {p.shape[0], p.numel / p.shape[0]});
-}
-std::span<float> VitModel::grad_vec(const std::string& name) {
-  const auto& p = info(name);
-  return {grads_.data() + p.offset, size_t(p.numel)};
+  store_.allocate();
 }
 
 AttentionBlockOptions VitModel::block_options(int64_t l) const {
@@ -117,9 +79,9 @@ AttentionBlockParams VitModel::block_params(int64_t l) const {
   const int64_t C = config_.hidden_size;
   AttentionBlockParams p;
   p.qkv_proj_weight = ConstView2::contiguous(
-      params_.data() + info(lname(l, "attention.attention.query.weight")).offset, {3 * C, C});
+      store_.parameters().data() + info(lname(l, "attention.attention.query.weight")).offset, {3 * C, C});
   if (config_.qkv_bias)
-    p.qkv_proj_bias = {params_.data() + info(lname(l, "attention.attention.query.bias")).offset,
+    p.qkv_proj_bias = {store_.parameters().data() + info(lname(l, "attention.attention.query.bias")).offset,
                        size_t(3 * C)};
   p.o_proj_weight = matrix(lname(l, "attention.output.dense.weight"));
   p.o_proj_bias = vec(lname(l, "attention.output.dense.bias"));
@@ -130,9 +92,9 @@ AttentionBlockGrads VitModel::block_grads(int64_t l) {
   const int64_t C = config_.hidden_size;
   AttentionBlockGrads g;
   g.qkv_proj_weight = View2::contiguous(
-      grads_.data() + info(lname(l, "attention.attention.query.weight")).offset, {3 * C, C});
+      store_.gradients().data() + info(lname(l, "attention.attention.query.weight")).offset, {3 * C, C});
   if (config_.qkv_bias)
-    g.qkv_proj_bias = {grads_.data() + info(lname(l, "attention.attention.query.bias")).offset,
+    g.qkv_proj_bias = {store_.gradients().data() + info(lname(l, "attention.attention.query.bias")).offset,
                        size_t(3 * C)};
   g.o_proj_weight = grad_matrix(lname(l, "attention.output.dense.weight"));
   g.o_proj_bias = grad_vec(lname(l, "attention.output.dense.bias"));
@@ -159,8 +121,8 @@ void VitModel::init_random(uint64_t seed) {
     }
   };
   const bool fan_in = config_.initializer == VitInitializer::kFanIn;
-  for (const auto& p : info_) {
-    float* x = params_.data() + p.offset;
+  for (const auto& p : store_.info()) {
+    float* x = store_.parameters().data() + p.offset;
     const bool norm = p.name.find("layernorm") != std::string::npos;
     const bool weight = p.name.ends_with(".weight");
     const bool embedding = p.name.ends_with("cls_token") || p.name.ends_with("position_embeddings");
@@ -180,8 +142,9 @@ void VitModel::init_random(uint64_t seed) {
   }
 }
 
-std::unique_ptr<ImageClassifier> make_vit_classifier(const std::string& config_json) {
-  return std::make_unique<VitModel>(parse_vit_config(config_json));
+std::unique_ptr<ImageClassifier> make_vit_classifier(const std::string& config_json,
+                                                  const std::string& source) {
+  return std::make_unique<VitModel>(parse_vit_config(config_json, source));
 }
 
 int64_t vit_parameter_count(const VitConfig& config) {

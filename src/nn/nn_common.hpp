@@ -1,4 +1,5 @@
-// Private helpers shared by the nn layers: argument checks with messages that name the function,
+// Private helpers shared by the nn layers (the block-parallel loops the models and trainers use
+// too are public: attnkit/nn/parallel_blocks.hpp): argument checks with messages that name the function,
 // the argument and expected vs actual shapes; row-parallel loops; a deterministic parallel GEMM;
 // double-accumulating row reductions.
 #pragma once
@@ -12,6 +13,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/tensor.hpp"
+#include "attnkit/nn/parallel_blocks.hpp"  // parallel_rows, parallel_fill, first_non_finite
 
 namespace attnkit {
 struct DropoutOptions;
@@ -47,16 +49,6 @@ template <class T>
 bool present(const View<T, 2>& v) {
   return v.data != nullptr;
 }
-
-// Calls body(t0, t1) over [0, n) in blocks sized so each holds about kElems elements of width
-// `width`; blocks depend only on (n, width), never on the thread count.
-void parallel_rows(int64_t n, int64_t width, const std::function<void(int64_t, int64_t)>& body);
-
-// v[i] = value for every i, in parallel blocks (zeroing a model's gradients every step).
-void parallel_fill(std::span<float> v, float value);
-// Index of the first non-finite (inf or NaN) value of v, or -1: a branch-free pass over parallel
-// blocks, then a scan of the first block that has one.
-int64_t first_non_finite(std::span<const float> v);
 
 // Calls body(c0, c1) over column blocks [0, cols) of kColumnBlock channels: the layout used for
 // parameter-gradient reductions over tokens (each block sums its tokens in order).

@@ -2,7 +2,6 @@
 #include "attnkit/tools/roofline.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <vector>
 
 #include "attnkit/core/parallel.hpp"
@@ -11,10 +10,6 @@
 
 namespace attnkit {
 namespace hn = hwy::HWY_NAMESPACE;
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 namespace {
 

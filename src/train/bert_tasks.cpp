@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "attnkit/core/error.hpp"
+#include "attnkit/core/file_io.hpp"
 #include "attnkit/io/text_corpus.hpp"
 #include "attnkit/io/tokenizer.hpp"
 
@@ -15,14 +15,6 @@ namespace attnkit {
 namespace {
 
 bool blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(bool(in), "cannot read ", path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 }  // namespace
 
@@ -49,7 +41,7 @@ BertTaskData fortune_file_task(const std::vector<std::string>& classes, int64_t 
   for (size_t k = 0; k < classes.size(); ++k) {
     const std::string path = dir + "/" + classes[k];
     check(std::filesystem::is_regular_file(path), "--classes: no fortunes file ", path);
-    for (auto& e : split_fortune_entries(read_text(path))) {
+    for (auto& e : split_fortune_entries(read_file_text(path))) {
       docs.push_back(std::move(e));
       labels.push_back(int32_t(k));
     }

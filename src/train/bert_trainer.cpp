@@ -10,9 +10,9 @@
 #include <fstream>
 #include <map>
 
+#include "attnkit/core/clock.hpp"
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/rng.hpp"
-#include "attnkit/tools/roofline.hpp"
 #include "attnkit/train/grad_clip.hpp"
 
 namespace attnkit {

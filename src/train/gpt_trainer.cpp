@@ -9,10 +9,10 @@
 #include <fstream>
 #include <vector>
 
+#include "attnkit/core/clock.hpp"
 #include "attnkit/core/error.hpp"
-#include "attnkit/tools/roofline.hpp"
+#include "attnkit/nn/parallel_blocks.hpp"  // first_non_finite
 #include "attnkit/train/grad_clip.hpp"
-#include "../nn/nn_common.hpp"  // first_non_finite
 
 namespace attnkit {
 namespace {

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "attnkit/core/clock.hpp"
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/rng.hpp"
 #include "attnkit/nn/cross_entropy.hpp"
@@ -22,10 +22,6 @@
 namespace attnkit {
 
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Decay only matrices and kernels (rank >= 2) that are not embeddings (ViT's cls token and
 // position table), as timm's no_weight_decay does.

@@ -15,7 +15,8 @@ import torch_attention as ta
 from test_gpt import CONFIG, random_weights, torch_gpt
 
 CLI = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
-MHA = {**CONFIG, "num_key_value_heads": CONFIG["num_attention_heads"], "custom_key": [1, "x"]}
+MHA = {**CONFIG, "num_key_value_heads": CONFIG["num_attention_heads"], "transformers_version": "4.46.0",
+       "eos_token_id": [2, 3]}  # keys convert_gqa copies without reading them
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@
 #include "attnkit/core/tensor.hpp"
 #include "attnkit/models/bert_config.hpp"
 #include "attnkit/models/parameter_info.hpp"
+#include "attnkit/models/parameter_store.hpp"
 #include "attnkit/nn/attention_block.hpp"
 
 namespace attnkit {
@@ -70,15 +71,15 @@ class BertModel {
   BertModel& operator=(BertModel&&) noexcept;
 
   const BertConfig& config() const { return config_; }
-  const std::vector<ParameterInfo>& parameter_info() const { return info_; }
-  std::span<float> parameters() { return params_; }
-  std::span<const float> parameters() const { return params_; }
-  std::span<float> gradients() { return grads_; }
+  const std::vector<ParameterInfo>& parameter_info() const { return store_.info(); }
+  std::span<float> parameters() { return store_.parameters(); }
+  std::span<const float> parameters() const { return store_.parameters(); }
+  std::span<float> gradients() { return store_.gradients(); }
   // True if the model has a tensor of that name.
-  bool has(const std::string& name) const;
+  bool has(const std::string& name) const { return store_.has(name); }
   // The named tensor's parameter slice; throws attnkit::Error if unknown.
-  std::span<float> parameter(const std::string& name);
-  const ParameterInfo& info(const std::string& name) const;
+  std::span<float> parameter(const std::string& name) { return store_.parameter(name); }
+  const ParameterInfo& info(const std::string& name) const { return store_.info(name); }
 
   // N(0, 0.02) for matrices and embeddings, ones for LayerNorm weights, zeros for biases (HF's
   // _init_weights); deterministic in seed.
@@ -123,15 +124,14 @@ class BertModel {
   AttentionBlockParams block_params(int64_t layer) const;
   AttentionBlockGrads block_grads(int64_t layer);
   std::string lname(int64_t layer, const char* rest) const;
-  ConstView2 matrix(const std::string& name) const;
-  std::span<const float> vec(const std::string& name) const;
-  View2 grad_matrix(const std::string& name);
-  std::span<float> grad_vec(const std::string& name);
+  ConstView2 matrix(const std::string& name) const { return store_.matrix(name); }
+  std::span<const float> vec(const std::string& name) const { return store_.parameter(name); }
+  View2 grad_matrix(const std::string& name) { return store_.grad_matrix(name); }
+  std::span<float> grad_vec(const std::string& name) { return store_.gradient(name); }
   float dropout_p() const;
 
   BertConfig config_;
-  std::vector<ParameterInfo> info_;
-  std::vector<float> params_, grads_;
+  ParameterStore store_{"BertModel"};
   bool training_ = false;
   uint64_t seed_ = 0;
   std::unique_ptr<BertActivations> acts_;

@@ -7,7 +7,9 @@
 //            vocab_size, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
 //            hidden_act ("gelu" exact, "gelu_new" / "gelu_pytorch_tanh" tanh approximation),
 //            hidden_dropout_prob, attention_probs_dropout_prob, max_position_embeddings,
-//            type_vocab_size, layer_norm_eps, pad_token_id, num_labels / id2label.
+//            type_vocab_size, layer_norm_eps, pad_token_id, num_labels / id2label / label2id;
+//            accepted with one value only: position_embedding_type ("absolute"), is_decoder and
+//            add_cross_attention (false), classifier_dropout (null); initializer_range is unused.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -50,7 +52,9 @@ struct BertConfig {
 // Hugging Face class name of an architecture ("BertForPreTraining", ...).
 const char* bert_architecture_name(BertArchitecture a);
 // Parses config.json text; throws attnkit::Error naming the key for missing/invalid values.
-BertConfig parse_bert_config(const std::string& json_text);
+// Rules of models/config_reader.hpp (unknown keys refused, sizes bounded, labels); `source`
+// names the file in errors.
+BertConfig parse_bert_config(const std::string& json_text, const std::string& source = "config.json");
 // Serialises to config.json text (HF keys, model_type "bert").
 std::string bert_config_to_json(const BertConfig& config);
 // Checks ranges and divisibility; throws attnkit::Error naming the key.

@@ -43,14 +43,15 @@ struct CnnConfig {
 };
 
 // Parses config.json text ("model_type": "cnn"); throws attnkit::Error naming the key.
-CnnConfig parse_cnn_config(const std::string& json_text);
+CnnConfig parse_cnn_config(const std::string& json_text, const std::string& source = "config.json");
 // Serialises to config.json text.
 std::string cnn_config_to_json(const CnnConfig& config);
 // Checks ranges; throws attnkit::Error naming the key.
 void validate(const CnnConfig& config);
 
 // A CnnModel with zero weights for config.json text (the "cnn" entry of make_image_classifier).
-std::unique_ptr<ImageClassifier> make_cnn_classifier(const std::string& config_json);
+std::unique_ptr<ImageClassifier> make_cnn_classifier(const std::string& config_json,
+                                                  const std::string& source = "config.json");
 
 class CnnActivations;  // cnn.cpp: saved activations and backward scratch for one batch size
 
@@ -64,13 +65,6 @@ class CnnModel final : public ImageClassifier {
   ImageShape input_shape() const override;
   int64_t num_classes() const override { return config_.num_labels; }
   std::string config_json() const override { return cnn_config_to_json(config_); }
-  const std::vector<ParameterInfo>& parameter_info() const override { return info_; }
-  std::span<float> parameters() override { return params_; }
-  std::span<const float> parameters() const override { return params_; }
-  std::span<float> gradients() override { return grads_; }
-  const std::vector<ParameterInfo>& buffer_info() const override { return buffer_info_; }
-  std::span<float> buffers() override { return buffers_; }
-  std::span<const float> buffers() const override { return buffers_; }
 
   // Kaiming-normal convolutions (fan_out, ReLU gain, as torchvision's ResNet), BN weight 1 and
   // bias 0, PyTorch's default uniform(±1/sqrt(fan_in)) for the linear layers and the CBAM
@@ -82,13 +76,11 @@ class CnnModel final : public ImageClassifier {
 
  private:
   void build_layout();
-  std::span<float> param(const std::string& name);
-  std::span<float> grad(const std::string& name);
-  std::span<float> buffer(const std::string& name);
+  std::span<float> param(const std::string& name) { return store_.parameter(name); }
+  std::span<float> grad(const std::string& name) { return store_.gradient(name); }
+  std::span<float> buffer(const std::string& name) { return store_.buffer(name); }
 
   CnnConfig config_;
-  std::vector<ParameterInfo> info_, buffer_info_;
-  std::vector<float> params_, grads_, buffers_;
   bool training_ = false;
   std::unique_ptr<CnnActivations> acts_;
 };

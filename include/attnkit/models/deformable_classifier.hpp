@@ -59,7 +59,7 @@ struct DeformableConfig {
 
 // Parses config.json text ("model_type": "deformable"); unknown keys, wrong types and values out
 // of range throw attnkit::Error naming the key. "levels", if present, must equal len(widths) - 1.
-DeformableConfig parse_deformable_config(const std::string& json_text);
+DeformableConfig parse_deformable_config(const std::string& json_text, const std::string& source = "config.json");
 // Serialises to config.json text (parse_deformable_config reads it back).
 std::string deformable_config_to_json(const DeformableConfig& config);
 // Checks ranges; throws attnkit::Error naming the key.
@@ -69,7 +69,8 @@ std::vector<int64_t> deformable_map_sizes(const DeformableConfig& config);
 
 // A DeformableClassifier with zero weights for config.json text (make_image_classifier's
 // "deformable" entry).
-std::unique_ptr<ImageClassifier> make_deformable_classifier(const std::string& config_json);
+std::unique_ptr<ImageClassifier> make_deformable_classifier(const std::string& config_json,
+                                                  const std::string& source = "config.json");
 
 class DeformableActivations;  // deformable_activations.hpp: saved activations for one batch size
 
@@ -83,13 +84,6 @@ class DeformableClassifier final : public ImageClassifier {
   ImageShape input_shape() const override;
   int64_t num_classes() const override { return config_.num_labels; }
   std::string config_json() const override { return deformable_config_to_json(config_); }
-  const std::vector<ParameterInfo>& parameter_info() const override { return info_; }
-  std::span<float> parameters() override { return params_; }
-  std::span<const float> parameters() const override { return params_; }
-  std::span<float> gradients() override { return grads_; }
-  const std::vector<ParameterInfo>& buffer_info() const override { return buffer_info_; }
-  std::span<float> buffers() override { return buffers_; }
-  std::span<const float> buffers() const override { return buffers_; }
 
   // Kaiming-normal convolutions (fan_out, ReLU gain), BN and LN weight 1 / bias 0, running mean 0
   // and variance 1; MSDeformAttn by ms_deform_attn_block_init (Deformable DETR's); level_embed
@@ -115,20 +109,18 @@ class DeformableClassifier final : public ImageClassifier {
   void tokens_backward();
   void backbone_backward();
   MsDeformAttnBlockInputs block_inputs(int64_t layer) const;
-  ConstView2 matrix(const std::string& name) const;
-  View2 grad_matrix(const std::string& name);
+  ConstView2 matrix(const std::string& name) const { return store_.matrix(name); }
+  View2 grad_matrix(const std::string& name) { return store_.grad_matrix(name); }
   MsDeformAttnBlockOptions block_options() const;
   MsDeformAttnBlockParams block_params(int64_t layer) const;
   MsDeformAttnBlockGrads block_grads(int64_t layer);
-  const ParameterInfo& param_info(const std::string& name) const;
-  std::span<float> param(const std::string& name);
-  std::span<const float> param(const std::string& name) const;
-  std::span<float> grad(const std::string& name);
-  std::span<float> buffer(const std::string& name);
+  const ParameterInfo& param_info(const std::string& name) const { return store_.info(name); }
+  std::span<float> param(const std::string& name) { return store_.parameter(name); }
+  std::span<const float> param(const std::string& name) const { return store_.parameter(name); }
+  std::span<float> grad(const std::string& name) { return store_.gradient(name); }
+  std::span<float> buffer(const std::string& name) { return store_.buffer(name); }
 
   DeformableConfig config_;
-  std::vector<ParameterInfo> info_, buffer_info_;
-  std::vector<float> params_, grads_, buffers_;
   std::vector<int64_t> spatial_shapes_, level_start_;  // [Lv, 2] (H_l, W_l); [Lv]
   std::vector<float> sine_;                            // [T, C] fixed position embedding
   bool training_ = false, reference_ = false;

@@ -25,6 +25,7 @@
 #include "attnkit/core/tensor.hpp"
 #include "attnkit/models/gpt_config.hpp"
 #include "attnkit/models/parameter_info.hpp"
+#include "attnkit/models/parameter_store.hpp"
 #include "attnkit/nn/attention_block.hpp"
 
 namespace attnkit {
@@ -49,19 +50,19 @@ class GptModel {
   GptModel& operator=(GptModel&&) noexcept;
 
   const GptConfig& config() const { return config_; }
-  const std::vector<ParameterInfo>& parameter_info() const { return info_; }
-  std::span<float> parameters() { return params_; }
-  std::span<const float> parameters() const { return params_; }
-  std::span<float> gradients() { return grads_; }
+  const std::vector<ParameterInfo>& parameter_info() const { return store_.info(); }
+  std::span<float> parameters() { return store_.parameters(); }
+  std::span<const float> parameters() const { return store_.parameters(); }
+  std::span<float> gradients() { return store_.gradients(); }
   // The named tensor's slice of the parameter buffer; throws attnkit::Error if unknown.
-  std::span<float> parameter(const std::string& name);
-  const ParameterInfo& info(const std::string& name) const;
+  std::span<float> parameter(const std::string& name) { return store_.parameter(name); }
+  const ParameterInfo& info(const std::string& name) const { return store_.info(name); }
 
   // "model.layers.<layer>.<rest>": the Hugging Face name of a layer's tensor.
   static std::string layer_name(int64_t layer, const char* rest);
   // The named 2-D tensor / 1-D tensor as a view of the parameter buffer; throws if unknown.
-  ConstView2 matrix(const std::string& name) const;
-  std::span<const float> vec(const std::string& name) const;
+  ConstView2 matrix(const std::string& name) const { return store_.matrix(name); }
+  std::span<const float> vec(const std::string& name) const { return store_.parameter(name); }
   // The attention block's options and its weights in layer `layer` (q/k/v rows fused).
   AttentionBlockOptions block_options() const;
   AttentionBlockParams block_params(int64_t layer) const;
@@ -101,12 +102,11 @@ class GptModel {
   void build_layout();
   void run_layers(const GptBatch& batch);  // embedding → layers → final norm, into activations
   AttentionBlockGrads block_grads(int64_t layer);
-  View2 grad_matrix(const std::string& name);
-  std::span<float> grad_vec(const std::string& name);
+  View2 grad_matrix(const std::string& name) { return store_.grad_matrix(name); }
+  std::span<float> grad_vec(const std::string& name) { return store_.gradient(name); }
 
   GptConfig config_;
-  std::vector<ParameterInfo> info_;
-  std::vector<float> params_, grads_;
+  ParameterStore store_{"GptModel"};
   std::unique_ptr<GptActivations> acts_;  // rebuilt when the token count changes
   std::function<void(std::span<float>)> tp_sum_;  // empty: not a tensor-parallel shard
 };

@@ -2,7 +2,8 @@
 // GPT (decoder-only, Llama architecture) configuration: Hugging Face `LlamaConfig` keys, plus
 // attnkit's own keys for what Llama lacks (output gate, attention sinks, sliding window), so a
 // Hugging Face Llama directory's config.json loads as is and ours stays readable by HF tools
-// (they ignore unknown keys).
+// (they ignore unknown keys). Also accepted: rope_scaling (null only), mlp_bias (false only),
+// attention_dropout (0 only), initializer_range and pad_token_id (unused).
 //
 //   HF keys: vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
 //            num_key_value_heads (default: num_attention_heads), head_dim (default:
@@ -41,8 +42,9 @@ struct GptConfig {
   int64_t registers = 0;               // k register tokens (ids V-k..V-1) prepended to every input
 };
 
-// Parses config.json text; throws attnkit::Error naming the key for missing/invalid values.
-GptConfig parse_gpt_config(const std::string& json_text);
+// Parses config.json text (models/config_reader.hpp's rules: unknown keys refused, sizes
+// bounded); throws attnkit::Error naming the key and `source` (the file) for bad values.
+GptConfig parse_gpt_config(const std::string& json_text, const std::string& source = "config.json");
 // Serialises to config.json text (HF keys + attnkit keys, model_type "llama").
 std::string gpt_config_to_json(const GptConfig& config);
 // Checks divisibility and ranges; throws attnkit::Error naming the key.

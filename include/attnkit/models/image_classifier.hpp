@@ -19,6 +19,7 @@
 
 #include "attnkit/core/tensor.hpp"
 #include "attnkit/models/parameter_info.hpp"
+#include "attnkit/models/parameter_store.hpp"
 
 namespace attnkit {
 
@@ -40,14 +41,14 @@ class ImageClassifier {
   virtual std::string config_json() const = 0;
 
   // Trainable tensors: names, shapes and offsets into parameters() / gradients().
-  virtual const std::vector<ParameterInfo>& parameter_info() const = 0;
-  virtual std::span<float> parameters() = 0;
-  virtual std::span<const float> parameters() const = 0;
-  virtual std::span<float> gradients() = 0;
-  // Non-trainable saved state (e.g. "...running_mean"); empty by default.
-  virtual const std::vector<ParameterInfo>& buffer_info() const;
-  virtual std::span<float> buffers() { return {}; }
-  virtual std::span<const float> buffers() const { return {}; }
+  const std::vector<ParameterInfo>& parameter_info() const { return store_.info(); }
+  std::span<float> parameters() { return store_.parameters(); }
+  std::span<const float> parameters() const { return store_.parameters(); }
+  std::span<float> gradients() { return store_.gradients(); }
+  // Non-trainable saved state (e.g. "...running_mean"); empty for models without any.
+  const std::vector<ParameterInfo>& buffer_info() const { return store_.buffer_info(); }
+  std::span<float> buffers() { return store_.buffers(); }
+  std::span<const float> buffers() const { return store_.buffers(); }
 
   // Fresh weights (the architecture's usual initialisation), deterministic in seed; resets buffers.
   virtual void init_random(uint64_t seed) = 0;
@@ -70,11 +71,21 @@ class ImageClassifier {
   // Reads parameters and buffers from dir/model.safetensors (shapes must match this
   // architecture; config.json is not read).
   void load_weights(const std::string& dir);
+
+ protected:
+  // `owner` (the class name) prefixes the store's errors.
+  explicit ImageClassifier(const char* owner) : store_(owner) {}
+  ImageClassifier(ImageClassifier&&) = default;
+  ImageClassifier& operator=(ImageClassifier&&) = default;
+
+  ParameterStore store_;  // the subclass lays out its tensors in its constructor
 };
 
 // A model of the architecture config.json text describes, with zero weights ("model_type"
-// picks the class; unknown types and invalid keys throw attnkit::Error naming the key).
-std::unique_ptr<ImageClassifier> make_image_classifier(const std::string& config_json);
+// picks the class in models/model_registry.hpp; unknown types and invalid keys throw
+// attnkit::Error naming the key and `source`, the file).
+std::unique_ptr<ImageClassifier> make_image_classifier(const std::string& config_json,
+                                                       const std::string& source = "config.json");
 // make_image_classifier(dir/config.json) with the weights of dir/model.safetensors.
 std::unique_ptr<ImageClassifier> load_image_classifier(const std::string& dir);
 

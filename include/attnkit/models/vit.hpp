@@ -59,15 +59,10 @@ class VitModel final : public ImageClassifier {
   // vit_config_to_json(config()).
   std::string config_json() const override;
 
-  // Trainable tensors (Hugging Face names; see the file comment), and their flat buffers.
-  const std::vector<ParameterInfo>& parameter_info() const override { return info_; }
-  std::span<float> parameters() override { return params_; }
-  std::span<const float> parameters() const override { return params_; }
-  std::span<float> gradients() override { return grads_; }
-  // The named tensor's parameter slice; throws attnkit::Error if unknown.
-  std::span<float> parameter(const std::string& name);
+  // The named tensor's (Hugging Face names; see the file comment) parameter slice; throws attnkit::Error if unknown.
+  std::span<float> parameter(const std::string& name) { return store_.parameter(name); }
   // The named tensor's entry of parameter_info(); throws attnkit::Error if unknown.
-  const ParameterInfo& info(const std::string& name) const;
+  const ParameterInfo& info(const std::string& name) const { return store_.info(name); }
 
   // config().initializer kTruncNormal: Hugging Face ViT's _init_weights: truncated normal
   // (±2σ, σ = initializer_range) for every matrix, the patch projection, cls token and position
@@ -98,15 +93,14 @@ class VitModel final : public ImageClassifier {
   AttentionBlockParams block_params(int64_t layer) const;
   AttentionBlockGrads block_grads(int64_t layer);
   std::string lname(int64_t layer, const char* rest) const;
-  ConstView2 matrix(const std::string& name) const;  // rank-2 view (conv weight as [C, Cin·P·P])
-  std::span<const float> vec(const std::string& name) const;
-  View2 grad_matrix(const std::string& name);
-  std::span<float> grad_vec(const std::string& name);
+  // rank-2 views (the conv weight as [C, Cin·P·P]) and vectors of the parameters and gradients
+  ConstView2 matrix(const std::string& name) const { return store_.matrix(name); }
+  std::span<const float> vec(const std::string& name) const { return store_.parameter(name); }
+  View2 grad_matrix(const std::string& name) { return store_.grad_matrix(name); }
+  std::span<float> grad_vec(const std::string& name) { return store_.gradient(name); }
   float dropout_p() const;
 
   VitConfig config_;
-  std::vector<ParameterInfo> info_;
-  std::vector<float> params_, grads_;
   bool training_ = false;
   uint64_t seed_ = 0;
   std::unique_ptr<VitActivations> acts_;
@@ -114,7 +108,8 @@ class VitModel final : public ImageClassifier {
 
 // A VitModel (as an ImageClassifier) from config.json text (zero weights); throws
 // attnkit::Error naming the invalid key. make_image_classifier calls it for model_type "vit".
-std::unique_ptr<ImageClassifier> make_vit_classifier(const std::string& config_json);
+std::unique_ptr<ImageClassifier> make_vit_classifier(const std::string& config_json,
+                                                  const std::string& source = "config.json");
 
 // Number of trainable parameters of the model a config describes.
 int64_t vit_parameter_count(const VitConfig& config);

@@ -7,7 +7,8 @@
 //            image_size (int or [H, W]), patch_size (int), num_channels, qkv_bias, hidden_act
 //            ("gelu" exact, "gelu_new" / "gelu_pytorch_tanh" tanh approximation),
 //            hidden_dropout_prob, attention_probs_dropout_prob, layer_norm_eps,
-//            initializer_range, num_labels / id2label, architectures (ViTForImageClassification).
+//            initializer_range, num_labels / id2label / label2id, architectures
+//            (ViTForImageClassification), encoder_stride (unused).
 //   attnkit: "pooling": "cls" (HF: the classifier reads the [CLS] token) or "mean" (mean of the
 //            patch tokens after the final LayerNorm);
 //            "initializer": "trunc_normal" (HF's _init_weights, the default: every matrix and the
@@ -54,7 +55,9 @@ struct VitConfig {
 };
 
 // Parses config.json text; throws attnkit::Error naming the key for missing/invalid values.
-VitConfig parse_vit_config(const std::string& json_text);
+// Rules of models/config_reader.hpp (unknown keys refused, sizes bounded, labels); `source`
+// names the file in errors.
+VitConfig parse_vit_config(const std::string& json_text, const std::string& source = "config.json");
 // Serialises to config.json text (HF keys, model_type "vit", architectures
 // ViTForImageClassification, plus "pooling" and "initializer").
 std::string vit_config_to_json(const VitConfig& config);

@@ -4,6 +4,8 @@
 // same run (these machines are shared and noisy: never quote a stored figure).
 #include <cstdint>
 
+#include "attnkit/core/clock.hpp"  // now_seconds, which the benchmarks time with
+
 namespace attnkit {
 
 // Peak single-precision FMA rate in GFLOP/s (2 flops per lane per FMA) with `threads` threads,
@@ -15,8 +17,5 @@ double measure_read_gbps(int threads, int64_t bytes = int64_t(512) << 20);
 // OpenBLAS sgemm rate in GFLOP/s (2·n³ flops) for square n×n matrices with `threads` threads;
 // best of a few repeats.
 double measure_sgemm_gflops(int threads, int64_t n = 2048);
-
-// Wall-clock seconds from a monotonic clock.
-double now_seconds();
 
 }  // namespace attnkit
