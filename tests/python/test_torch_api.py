@@ -222,12 +222,15 @@ def test_kvcache_append_in_place(paged, causal):
         r32 = ref.reference(q[i:i + 1], k_cache[i:i + 1, :end], v_cache[i:i + 1, :end],
                             causal=causal)
         ref.ta.assert_within_bar(out[i:i + 1].numpy(), r64.numpy(), r32.numpy(), 2, f"out[{i}]")
-        qq = q[i].double()
-        kk = k_cache[i, :end].double().repeat_interleave(2, dim=1)
-        sc = torch.einsum("nhd,shd->hns", qq, kk) / 4.0
-        if causal:
-            sc = sc.masked_fill(torch.arange(end)[None, None, :] > (torch.arange(5) + end - 5)[None, :, None], -math.inf)
-        assert torch.allclose(lse[i].double(), torch.logsumexp(sc, -1), atol=1e-5)
+        lses = []
+        for dt in (torch.float64, torch.float32):
+            kk = k_cache[i, :end].to(dt).repeat_interleave(2, dim=1)
+            sc = torch.einsum("nhd,shd->hns", q[i].to(dt), kk) / 4.0
+            if causal:
+                hidden = torch.arange(end)[None, :] > (torch.arange(5) + end - 5)[:, None]
+                sc = sc.masked_fill(hidden[None], -math.inf)
+            lses.append(torch.logsumexp(sc, -1).numpy())
+        ref.ta.assert_within_bar(lse[i].numpy(), lses[0], lses[1], 2, f"lse[{i}]")
 
 
 def test_kvcache_batch_idx_leftpad_window_no_new():
