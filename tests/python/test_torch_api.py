@@ -371,6 +371,25 @@ def test_alibi_against_torch(per_batch):
         lambda q, k, v: ref.alibi_reference(q, k, v, slopes, causal=True), _alibi_inputs())
 
 
+@pytest.mark.skipif(not _torch_common.alibi_supported(),
+                    reason="attnkit.flash_attention has no alibi_slopes keyword in this build")
+def test_alibi_varlen_and_kvcache():
+    slopes = torch.rand(2, 4, generator=GEN.manual_seed(4)) * 0.5
+    cu = torch.tensor([0, 21, 42])
+    cu_k = torch.tensor([0, 29, 58])
+    ref.check_against_torch(
+        lambda q, k, v: fa.flash_attn_varlen_func(
+            q.reshape(42, 4, 16), k.reshape(58, 4, 16), v.reshape(58, 4, 16), cu, cu_k, 21, 29,
+            alibi_slopes=slopes).reshape(2, 21, 4, 16),
+        lambda q, k, v: ref.alibi_reference(q, k, v, slopes), _alibi_inputs())
+    x = _alibi_inputs()
+    out = fa.flash_attn_with_kvcache(x["q"][:, -1:], x["k"], x["v"], causal=True,
+                                     alibi_slopes=slopes[0])
+    r64, r32 = (ref.alibi_reference(x["q"][:, -1:].to(dt), x["k"].to(dt), x["v"].to(dt),
+                                    slopes[0], causal=True) for dt in (torch.float64, torch.float32))
+    ref.ta.assert_within_bar(out.numpy(), r64.numpy(), r32.numpy(), 2, "out")
+
+
 @pytest.mark.skipif(_torch_common.alibi_supported(), reason="this build has ALiBi")
 def test_alibi_refused_without_kernel_support():
     with pytest.raises(NotImplementedError, match="alibi_slopes"):
