@@ -14,7 +14,7 @@ computed in float32 and returned in their dtype. Extra keyword ``learnable_sink`
 FlashAttention 4's name) adds a per-head logit to each softmax denominator, with its gradient.
 Not computed (NotImplementedError naming the argument): return_attn_probs=True, block_table on
 flash_attn_varlen_func, alibi_slopes while the attention kernels lack ALiBi, rotary_cos together
-with cache_leftpad. ``deterministic`` is accepted: attnkit's backward is always deterministic
+with cache_leftpad, cache_leftpad together with block_table. ``deterministic`` is accepted: attnkit's backward is always deterministic
 (bitwise identical for any thread count). Importing this module imports torch; ``import attnkit``
 does not.
 """
