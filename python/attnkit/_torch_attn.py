@@ -106,3 +106,33 @@ def attend(packing, tensors, sink, kw):
     """Runs _FlashAttn on (a, b, d) tensor slots."""
     a, b, d = (tuple(tensors) + (None, None))[:3]
     return _FlashAttn.apply(packing, kw, a, b, d, sink)
+
+
+def gather_pages(k, v, block_table, cu_seqlens_k):
+    """Paged k, v [num_blocks, page_block_size, Hkv, D] with block_table [B, max_blocks] ->
+    packed [total_k, Hkv, D] in sequence order (differentiable: gradients flow back to the pages).
+    Sequence b's tokens are pages block_table[b, 0], block_table[b, 1], ... up to its length."""
+    for name, x in (("k", k), ("v", v)):
+        c.check_tensor(x, name, (4,))
+    if v.shape != k.shape:
+        raise ValueError(f"v: shape {tuple(v.shape)} != k shape {tuple(k.shape)}")
+    c.check_index_tensor(cu_seqlens_k, "cu_seqlens_k", (None,))
+    lengths = cu_seqlens_k.detach().numpy().astype("int64")
+    lengths = lengths[1:] - lengths[:-1]
+    c.check_index_tensor(block_table, "block_table", (lengths.size, None))
+    blocks, pbs = k.shape[:2]
+    table = block_table.detach().long()
+    if lengths.size and (lengths < 0).any():
+        raise ValueError("cu_seqlens_k: must be non-decreasing")
+    rows = []
+    for b, n in enumerate(lengths.tolist()):
+        used = table[b, :-(-n // pbs)]
+        if used.numel() * pbs < n:
+            raise ValueError(f"block_table: row {b} holds {used.numel() * pbs} tokens, sequence "
+                             f"needs {n}")
+        if used.numel() and (used.min() < 0 or used.max() >= blocks):
+            raise ValueError(f"block_table: row {b} names blocks outside [0, {blocks})")
+        rows.append(used)
+    return tuple(torch.cat([x[r].reshape(-1, *x.shape[2:])[:n] for r, n in
+                            zip(rows, lengths.tolist())]) if rows else x.reshape(0, *x.shape[2:])
+                 for x in (k, v))

@@ -12,11 +12,11 @@ causal and window_size are aligned bottom-right (query i sees key j iff
 i + Lk - Lq - left <= j <= i + Lk - Lq + right). float32 is computed as is; float16/bfloat16 are
 computed in float32 and returned in their dtype. Extra keyword ``learnable_sink`` ([nheads],
 FlashAttention 4's name) adds a per-head logit to each softmax denominator, with its gradient.
-Not computed (NotImplementedError naming the argument): return_attn_probs=True, block_table on
-flash_attn_varlen_func, alibi_slopes while the attention kernels lack ALiBi, rotary_cos together
-with cache_leftpad, cache_leftpad together with block_table. ``deterministic`` is accepted: attnkit's backward is always deterministic
-(bitwise identical for any thread count). Importing this module imports torch; ``import attnkit``
-does not.
+Not computed (NotImplementedError naming the argument): return_attn_probs=True, alibi_slopes
+while the attention kernels lack ALiBi, rotary_cos together with cache_leftpad, cache_leftpad
+together with block_table. ``deterministic`` is accepted: attnkit's backward is always
+deterministic (bitwise identical for any thread count). Importing this module imports torch;
+``import attnkit`` does not.
 """
 from . import _torch_attn as _a
 from . import _torch_common as _c
@@ -52,12 +52,13 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softcap=0.0, alibi_slopes=None, deterministic=False,
                            return_attn_probs=False, block_table=None, *, learnable_sink=None):
     """Packed sequences: q [total_q, H, D], k, v [total_k, Hkv, D], sequence b being tokens
-    cu_seqlens[b]:cu_seqlens[b+1] (empty sequences allowed) -> out [total_q, H, D]."""
+    cu_seqlens[b]:cu_seqlens[b+1] (empty sequences allowed) -> out [total_q, H, D]. With
+    block_table [B, max_blocks], k and v are pages [num_blocks, page_block_size, Hkv, D] and
+    cu_seqlens_k gives each sequence's length; the pages are gathered (one copy, differentiable)."""
+    if block_table is not None:
+        k, v = _a.gather_pages(k, v, block_table, cu_seqlens_k)
     h, _, _ = _a.check_qkv(q, k, v, 3)
     cu_q, cu_k = _a.check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    if block_table is not None:
-        raise NotImplementedError("block_table: paged K/V is supported by flash_attn_with_kvcache "
-                                  "only")
     _c.check_sink(learnable_sink, h)
     _c.refuse_attn_probs(return_attn_probs)
     alibi = _c.check_alibi(alibi_slopes, cu_q.size - 1, h)

@@ -78,6 +78,21 @@ def test_varlen_empty_sequences(causal, with_sink):
     ref.check_against_torch(ours, naive, inputs)
 
 
+def test_varlen_paged_kv_gradients_reach_pages():
+    pbs, cu_q, cu_k = 4, [0, 6, 6, 15], [0, 10, 13, 13]
+    table = torch.tensor([[5, 0, 3], [2, 4, 1], [7, 6, 7]], dtype=torch.int32)
+
+    def dense(x):  # pages -> packed [13, Hkv, D] through the table, independently of attnkit
+        seqs = [x[table[b].long()].reshape(-1, *x.shape[2:]) for b in range(3)]
+        return torch.cat([s[:n] for s, n in zip(seqs, [10, 3, 0])])
+    ref.check_against_torch(
+        lambda q, k, v: fa.flash_attn_varlen_func(q, k, v, torch.tensor(cu_q), torch.tensor(cu_k),
+                                                  9, 10, causal=True, block_table=table),
+        lambda q, k, v: ref.reference(q, dense(k), dense(v), causal=True, cu_q=cu_q, cu_k=cu_k),
+        {"q": randn(15, 4, 16, seed=1), "k": randn(8, pbs, 2, 16, seed=2),
+         "v": randn(8, pbs, 2, 16, seed=3)})
+
+
 def test_qkvpacked_and_varlen_qkvpacked():
     packed = randn(2, 37, 3, 4, 16, seed=5)
     s = randn(4, seed=6)
@@ -419,7 +434,7 @@ BAD = [
     (ValueError, "cu_seqlens_k", lambda: fa.flash_attn_varlen_func(Q[0], K[0], V[0], CU, torch.tensor([0, 7]), 8, 8)),
     (TypeError, "cu_seqlens_q", lambda: fa.flash_attn_varlen_func(Q[0], K[0], V[0], CU.float(), CU, 8, 8)),
     (ValueError, "max_seqlen_q", lambda: fa.flash_attn_varlen_func(Q[0], K[0], V[0], CU, CU, 4, 8)),
-    (NotImplementedError, "block_table", lambda: fa.flash_attn_varlen_func(Q[0], K[0], V[0], CU, CU, 8, 8, block_table=CU[None])),
+    (ValueError, "block_table", lambda: fa.flash_attn_varlen_func(Q[0], K, V, CU, CU, 8, 8, block_table=torch.tensor([[3]]))),
     (ValueError, "qkv", lambda: fa.flash_attn_qkvpacked_func(torch.zeros(1, 8, 2, 4, 16))),
     (ValueError, "kv", lambda: fa.flash_attn_kvpacked_func(Q, torch.zeros(1, 8, 3, 2, 16))),
     (ValueError, "cache_seqlens", lambda: fa.flash_attn_with_kvcache(Q, K, V, K[:, :1], V[:, :1], cache_seqlens=8)),
