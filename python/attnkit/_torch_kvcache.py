@@ -130,19 +130,15 @@ def _write(cache, new, b, row, start, block_table):
     cache[block_table[b].long()[pos // pbs], pos % pbs] = new
 
 
-def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
-                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None,
-                            block_table=None, softmax_scale=None, causal=False,
-                            window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
-                            alibi_slopes=None, num_splits=0, return_softmax_lse=False):
-    """q [B, n, H, D] against caches updated in place -> out [B, n, H, D] (and softmax_lse
-    [B, H, n] float32 if return_softmax_lse). num_splits is FlashAttention's scheduling hint;
-    attnkit's result does not depend on it."""
+def _check_caches(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad,
+                  block_table):
+    """Checks q, the caches and their bookkeeping; returns int64 numpy (seqlens, rows, leftpad)
+    [B] each and seqlen_new."""
     c.check_tensor(q, "q", (4,))
     c.check_tensor(k_cache, "k_cache", (4,))
     c.check_tensor(v_cache, "v_cache", (4,))
     c.check_same_dtype({"q": q, "k_cache": k_cache, "v_cache": v_cache})
-    batch, n, h, d = q.shape
+    batch, _, h, d = q.shape
     if v_cache.shape != k_cache.shape:
         raise ValueError(f"v_cache: shape {tuple(v_cache.shape)} != k_cache shape "
                          f"{tuple(k_cache.shape)}")
@@ -167,6 +163,20 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     _locate(block_table, k_cache, seqlens, n_new, batch, paged)
     if np.any(leftpad < 0) or np.any(leftpad > seqlens):
         raise ValueError("cache_leftpad: entries must be in [0, cache_seqlens]")
+    return seqlens, rows, leftpad, n_new
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None,
+                            block_table=None, softmax_scale=None, causal=False,
+                            window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
+                            alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+    """q [B, n, H, D] against caches updated in place -> out [B, n, H, D] (and softmax_lse
+    [B, H, n] float32 if return_softmax_lse). num_splits is FlashAttention's scheduling hint;
+    attnkit's result does not depend on it."""
+    seqlens, rows, leftpad, n_new = _check_caches(q, k_cache, v_cache, k, v, cache_seqlens,
+                                                  cache_batch_idx, cache_leftpad, block_table)
+    batch, n, h, d = q.shape
     rotary = _check_rotary(rotary_cos, rotary_sin, k is not None, cache_leftpad, d,
                            int((seqlens + max(n_new, n)).max(initial=0)))
     if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)) or num_splits < 0:
