@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-import attnkit
 import attnkit.torch as fa
 import torch_api_ref as ref
 import torch_deform as td
