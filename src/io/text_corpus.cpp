@@ -12,14 +12,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <limits>
-#include <sstream>
 #include <system_error>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/rng.hpp"
+#include "attnkit/io/file.hpp"
 #include "attnkit/io/tokenizer.hpp"
 
 namespace attnkit {
@@ -37,15 +36,6 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 bool is_blank(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\n' ||
                                                              c == '\r'; });
-}
-
-std::string read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(bool(in), path, ": cannot open: ", std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  check(!in.bad(), path, ": read error");
-  return std::move(ss).str();
 }
 
 // Absolute path of `program` found on PATH, or "" if none is executable.
@@ -111,7 +101,7 @@ std::vector<std::string> list_fortune_files(const std::string& dir) {
 std::vector<std::string> load_fortunes(const std::string& dir) {
   std::vector<std::string> docs;
   for (const std::string& file : list_fortune_files(dir)) {
-    auto entries = split_fortune_entries(read_whole_file(file));
+    auto entries = split_fortune_entries(read_file(file));
     docs.insert(docs.end(), std::make_move_iterator(entries.begin()),
                 std::make_move_iterator(entries.end()));
   }
@@ -160,7 +150,7 @@ std::vector<std::string> load_bible_kjv() {
 std::vector<std::string> load_text_files(const std::vector<std::string>& paths) {
   std::vector<std::string> docs;
   docs.reserve(paths.size());
-  for (const std::string& p : paths) docs.push_back(read_whole_file(p));
+  for (const std::string& p : paths) docs.push_back(read_file(p));
   return docs;
 }
 

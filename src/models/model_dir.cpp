@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "attnkit/core/error.hpp"
+#include "attnkit/io/file.hpp"
 #include "attnkit/io/safetensors.hpp"
 
 namespace attnkit {
@@ -38,11 +38,7 @@ void save_model_dir(const std::string& dir, const std::string& config_json,
 }
 
 std::string read_model_config(const std::string& dir, const char* who) {
-  std::ifstream in(dir + "/config.json");
-  check(bool(in), who, ": cannot read ", dir, "/config.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return read_file(dir + "/config.json", who);
 }
 
 void load_model_tensors(const std::string& dir, const std::vector<ParameterInfo>& info,

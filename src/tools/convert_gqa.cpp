@@ -6,12 +6,12 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <vector>
 
 #include "attnkit/core/dtype.hpp"
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/rng.hpp"
+#include "attnkit/io/file.hpp"
 #include "attnkit/io/safetensors.hpp"
 
 namespace attnkit {
@@ -55,14 +55,6 @@ void check_directories(const std::string& in_dir, const std::string& out_dir) {
     check(fs::is_directory(out), "--out: ", out_dir, " exists and is not a directory");
     check(fs::is_empty(out), "--out: ", out_dir, " exists and is not empty");
   }
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(bool(in), "convert-gqa: cannot read ", path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 void write_text_atomically(const std::string& path, const std::string& text) {
@@ -143,7 +135,7 @@ void convert_gqa(const std::string& in_dir, const std::string& out_dir, const Co
   check_directories(in_dir, out_dir);
   ordered_json config;
   try {
-    config = ordered_json::parse(read_text(in_dir + "/config.json"));
+    config = ordered_json::parse(read_file(in_dir + "/config.json", "convert-gqa"));
   } catch (const nlohmann::json::exception& e) {
     fail("config: ", in_dir, "/config.json is not valid JSON (", e.what(), ")");
   }
