@@ -4,17 +4,17 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
+#include "attnkit/io/file.hpp"
 #include "attnkit/io/text_corpus.hpp"
 #include "attnkit/io/tokenizer.hpp"
 #include "attnkit/train/bert_trainer.hpp"
 #include "cli_data.hpp"
 #include "commands.hpp"
+#include "flags.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -35,14 +35,6 @@ BertConfig bert_preset(const std::string& name) {
     fail("--preset: unknown preset '", name, "' (tiny, mini, small)");
   }
   return c;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(bool(in), "cannot read ", path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // A fine-tuning task's examples and the architecture and objective that fit it.
@@ -108,9 +100,9 @@ void add_common_options(CLI::App* cmd, BertCli& cli) {
   cmd->add_option("--eval-every", cli.opts.eval_every, "Steps between validation evaluations")->capture_default_str();
   cmd->add_option("--eval-examples", cli.opts.eval_examples, "Validation examples per evaluation")->capture_default_str();
   cmd->add_option("--checkpoint-every", cli.opts.checkpoint_every, "Steps between checkpoints")->capture_default_str();
-  cmd->add_option("--seed", cli.opts.seed, "Seed of initialisation, examples, masking and dropout")->capture_default_str();
+  add_seed_flag(*cmd, cli.opts.seed, "Seed of initialisation, examples, masking and dropout");
   cmd->add_flag("--resume", cli.resume, "Continue from the checkpoint in --out");
-  cmd->add_option("--threads", cli.threads, "Threads (0 = all cores)")->capture_default_str();
+  add_threads_flag(*cmd, cli.threads);
   cmd->add_flag("--quiet", cli.quiet, "No progress output");
 }
 
@@ -134,7 +126,7 @@ void print_result(const BertStepResult& last, const BertEvalResult& val, const B
 
 void run_pretrain(const BertCli& cli) {
   ThreadCountScope threads(cli.threads);
-  BertConfig cfg = cli.config_file.empty() ? bert_preset(cli.preset) : parse_bert_config(read_text(cli.config_file));
+  BertConfig cfg = cli.config_file.empty() ? bert_preset(cli.preset) : parse_bert_config(read_file(cli.config_file, "--config"));
   check(cfg.vocab_size >= ByteTokenizer::vocab_size(), "config: vocab_size must be >= ",
         ByteTokenizer::vocab_size(), " for the byte tokenizer");
   BertTrainOptions o = train_options(cli);
@@ -185,14 +177,6 @@ void run_finetune(const BertCli& cli) {
 }
 
 }  // namespace
-
-bool is_bert_dir(const std::string& dir) {
-  std::ifstream in(dir + "/config.json");
-  if (!in) return false;
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str().find("\"model_type\": \"bert\"") != std::string::npos;
-}
 
 void run_bert_eval(const std::string& dir, const std::vector<std::string>& data, int64_t examples) {
   BertModel model = BertModel::load(dir);

@@ -9,8 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "attnkit/io/file.hpp"
 #include "attnkit/io/safetensors.hpp"
 #include "commands.hpp"
+#include "flags.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -131,8 +133,9 @@ void add_inspect_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "inspect", "Validate a safetensors file and list its tensors, metadata and totals");
   cmd->add_option("file", opts->path, "safetensors file")->required();
-  cmd->add_flag("--json", opts->json, "print one JSON object instead of a table");
+  add_json_flag(*cmd, opts->json, "print one JSON object instead of a table");
   cmd->callback([opts] {
+    check_readable_file(opts->path, "inspect");
     const SafetensorsFile f(opts->path);
     if (opts->json) print_json(f);
     else print_table(f);

@@ -9,12 +9,14 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
+#include "attnkit/io/file.hpp"
 #include "attnkit/io/idx.hpp"
 #include "attnkit/io/text_corpus.hpp"
 #include "attnkit/io/tokenizer.hpp"
 #include "attnkit/train/gpt_trainer.hpp"
 #include "cli_data.hpp"
 #include "commands.hpp"
+#include "flags.hpp"
 #if ATTNKIT_HAVE_MPI
 #include "attnkit/dist/mpi.hpp"
 #include "attnkit/dist/tp_train.hpp"
@@ -61,7 +63,7 @@ struct TrainCli {
 // --init DIR: the model (architecture and weights) to continue from, with a fresh optimizer.
 GptModel initial_model(const TrainCli& cli, uint64_t seed) {
   if (cli.init.empty()) {
-    GptModel model(cli.config_file.empty() ? gpt_preset(cli.preset) : parse_gpt_config(read_file(cli.config_file)));
+    GptModel model(cli.config_file.empty() ? gpt_preset(cli.preset) : parse_gpt_config(read_file(cli.config_file, "--config")));
     model.init_random(seed);
     return model;
   }
@@ -253,7 +255,7 @@ void add_train_command(CLI::App& app) {
   gpt->add_option("--clip", cli->opts.clip, "Global gradient-norm bound (0 = off)")->capture_default_str();
   gpt->add_option("--eval-every", cli->opts.eval_every, "Steps between validation evaluations")->capture_default_str();
   gpt->add_option("--checkpoint-every", cli->opts.checkpoint_every, "Steps between checkpoints")->capture_default_str();
-  gpt->add_option("--seed", cli->opts.seed, "Seed of initialisation and data windows")->capture_default_str();
+  add_seed_flag(*gpt, cli->opts.seed, "Seed of initialisation and data windows");
   gpt->add_flag("--resume", cli->resume, "Continue from the checkpoint in --out");
   gpt->add_flag("--dp", cli->dp,
                 "Data parallel under `mpirun -np P`: each process takes batch/P windows of every step; "
@@ -263,7 +265,7 @@ void add_train_command(CLI::App& app) {
                   "the MLP (Megatron split) and runs the whole batch; rank 0 writes an ordinary one-process "
                   "checkpoint (gathered). 1 = off; not with --dp")
       ->capture_default_str();
-  gpt->add_option("--threads", cli->threads, "Threads (0 = all cores)")->capture_default_str();
+  add_threads_flag(*gpt, cli->threads);
   gpt->add_flag("--quiet", cli->quiet, "No progress output");
   gpt->callback([cli] { run_train(*cli); });
 
@@ -274,7 +276,8 @@ void add_train_command(CLI::App& app) {
   auto* ev = app.add_subcommand("eval", "Loss, perplexity and bits per byte of a GPT on text; masked-LM loss or task accuracy of a BERT; test accuracy of an image model");
   ev->add_option("--model", *model, "Model directory (config.json + model.safetensors)")->required();
   ev->add_option("--data", *data, "Text files, or 'fortunes' / 'bible'")->capture_default_str();
-  ev->add_option("--windows", *windows, "Context-length windows to evaluate, at most (BERT: validation examples; image models: test images, default all)")->capture_default_str();
+  ev->add_option("--windows", *windows, "Context-length windows to evaluate, at most (BERT: validation examples; image models: test images, default all)")
+      ->capture_default_str()->check(integer_in(1));
   ev->add_option("--split", *split, "validation, train, or all (files given as --data: use all)")->capture_default_str();
   auto data_dir = std::make_shared<std::string>(kFashionMnistDir);
   ev->add_option("--data-dir", *data_dir, "Image models: MNIST-style IDX directory (its test split is scored)")
@@ -282,11 +285,18 @@ void add_train_command(CLI::App& app) {
   auto windows_set = std::make_shared<bool>(false);
   ev->callback([model, data, windows, split, data_dir, windows_set, ev] {
     *windows_set = ev->count("--windows") > 0;
-    if (is_bert_dir(*model)) return run_bert_eval(*model, *data, *windows);  // masked LM / task
-    if (is_image_model_dir(*model)) return run_image_eval(*model, *data_dir, *windows_set ? *windows : 0);
+    const std::string type = model_dir_type(*model, "--model");
+    if (type == "bert") return run_bert_eval(*model, *data, *windows);  // masked LM / task
+    if (type == "cnn" || type == "vit" || type == "deformable")
+      return run_image_eval(*model, *data_dir, *windows_set ? *windows : 0);
+    check(type.empty() || type == "llama", "eval: --model ", *model, " is a ", type,
+          " model; eval supports GPT (llama), BERT and image (cnn, vit, deformable) models");
     GptModel m = GptModel::load(*model);
     const std::vector<int32_t> tokens = load_split_tokens(*data, *split);
     const int64_t seq = m.config().max_position_embeddings;
+    const int64_t needed = seq - m.config().registers + 1;  // one window of text and its next token
+    check(int64_t(tokens.size()) >= needed, "--data: the ", *split, " split has ", tokens.size(),
+          " tokens; eval needs at least ", needed, " (the model's context + 1)");
     const double loss = evaluate_loss(m, tokens, seq, *windows);
     std::printf("loss %.4f  perplexity %.3f  bits per byte %.4f  (%s split, windows of %lld tokens)\n",
                 loss, std::exp(loss), loss / std::log(2.0), split->c_str(), (long long)seq);

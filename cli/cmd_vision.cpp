@@ -3,20 +3,20 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
+#include "attnkit/io/file.hpp"
 #include "attnkit/io/idx.hpp"
 #include "attnkit/io/image_file.hpp"
 #include "attnkit/models/cnn.hpp"
 #include "attnkit/models/model_dir.hpp"
 #include "attnkit/train/image_batch.hpp"
 #include "commands.hpp"
+#include "flags.hpp"
 #include "image_training.hpp"
 
 namespace attnkit::cli {
@@ -57,6 +57,10 @@ std::string label_name(const ImageClassifier& m, int64_t k) {
 }
 
 void run_classify(const ClassifyFlags& f) {
+  const std::string type = model_dir_type(f.model, "--model");
+  check(type == "cnn" || type == "vit" || type == "deformable", "classify needs an image model (model_type cnn, vit or "
+        "deformable); --model ", f.model, " is a ", type.empty() ? "llama" : type, " model");
+  for (const std::string& path : f.files) check_readable_file(path, "classify");
   std::unique_ptr<ImageClassifier> model = load_image_classifier(f.model);
   const ImageNormalization norm = load_image_normalization(f.model);
   const ImageShape shape = model->input_shape();
@@ -130,20 +134,6 @@ void run_classify(const ClassifyFlags& f) {
 
 }  // namespace
 
-bool is_image_model_dir(const std::string& dir) {
-  std::ifstream in(dir + "/config.json");
-  if (!in) return false;
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    const nlohmann::json j = nlohmann::json::parse(text.str());
-    const std::string t = j.value("model_type", "");
-    return t == "cnn" || t == "vit" || t == "deformable";
-  } catch (const nlohmann::json::exception&) {
-    return false;
-  }
-}
-
 void run_image_eval(const std::string& dir, const std::string& data_dir, int64_t limit) {
   std::unique_ptr<ImageClassifier> model = load_image_classifier(dir);
   const ImageNormalization norm = load_image_normalization(dir);
@@ -175,8 +165,8 @@ void add_vision_commands(CLI::App& app) {
       ->required();
   cls->add_option("files", c->files, "Image files")->required();
   cls->add_flag("--invert", c->invert, "Invert grey levels first (Fashion-MNIST has light objects on black)");
-  cls->add_option("--limit", c->limit, "At most this many images per IDX file")->capture_default_str();
-  cls->add_flag("--json", c->json, "Print a JSON array");
+  cls->add_option("--limit", c->limit, "At most this many images per IDX file")->capture_default_str()->check(integer_in(1));
+  add_json_flag(*cls, c->json, "Print a JSON array");
   cls->callback([c] { run_classify(*c); });
 }
 

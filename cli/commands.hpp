@@ -18,8 +18,6 @@ void add_train_command(CLI::App& app);     // cmd_train.cpp (train gpt, eval)
 void add_generate_command(CLI::App& app);  // cmd_generate.cpp
 void add_bert_commands(CLI::App& app);     // cmd_bert.cpp (train bert, finetune bert); after train
 
-// True if dir/config.json declares model_type "bert" (cmd_bert.cpp).
-bool is_bert_dir(const std::string& dir);
 // `attnkit eval` for a BERT directory: masked-LM loss (+ NSP accuracy) on --data's validation
 // split, or the fortune-file accuracy of a sequence classifier (cmd_bert.cpp).
 void run_bert_eval(const std::string& dir, const std::vector<std::string>& data, int64_t examples);
@@ -32,8 +30,6 @@ void add_train_deformable_command(CLI::App& app);  // cmd_train_deformable.cpp; 
 void add_train_vit_command(CLI::App& app);  // cmd_train_vit.cpp (train vit); after train
 void add_report_command(CLI::App& app);    // cmd_report.cpp (runs python -m attnkit.report)
 
-// True if dir/config.json declares an image model (model_type cnn, vit or deformable).
-bool is_image_model_dir(const std::string& dir);
 // `attnkit eval` for an image model: accuracy and loss on the test split of data_dir (first
 // `limit` images; 0 = all) (cmd_vision.cpp).
 void run_image_eval(const std::string& dir, const std::string& data_dir, int64_t limit);
