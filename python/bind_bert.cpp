@@ -47,7 +47,8 @@ void bind_bert(py::module_& m) {
           [](BertModel& b, const py::object& tokens, const py::object& types, const py::object& cu,
              const py::object& seqs, const py::object& mlm, const py::object& nsp,
              const py::object& labels, const py::object& starts, const py::object& ends,
-             bool backward, bool mlm_logits, bool training, uint64_t seed) {
+             bool backward, bool mlm_logits, bool training, const py::object& seed_obj) {
+            const uint64_t seed = unsigned_arg(seed_obj, "seed");
             const auto ids = int32_vector(tokens, "tokens"), tt = int32_vector(types, "token_type_ids"),
                        cus = int32_vector(cu, "cu_seqlens"), sq = int32_vector(seqs, "sequences"),
                        tm = int32_vector(mlm, "mlm_labels"), tn = int32_vector(nsp, "nsp_labels"),
@@ -85,7 +86,7 @@ void bind_bert(py::module_& m) {
           "tokens"_a, "token_type_ids"_a = py::none(), "cu_seqlens"_a = py::none(),
           "sequences"_a = py::none(), "mlm_labels"_a = py::none(), "nsp_labels"_a = py::none(),
           "labels"_a = py::none(), "start_positions"_a = py::none(), "end_positions"_a = py::none(),
-          "backward"_a = false, "mlm_logits"_a = false, "training"_a = false, "seed"_a = 0,
+          "backward"_a = false, "mlm_logits"_a = false, "training"_a = false, "seed"_a = py::int_(0),
           "Encoder + heads on one packed batch; returns a dict of losses, outputs and (backward) "
           "gradients by Hugging Face name.");
 }

@@ -85,8 +85,7 @@ void bind_image_model(py::module_& m) {
       .def(
           "forward",
           [](ImageClassifier& c, const py::handle& x) {
-            py::array a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(x);
-            check(bool(a), "x: expected a float32 array [N, C, H, W]");
+            py::array a = to_c_array<float>(as_float32(x, "x"), "x");
             check(a.ndim() == 4, "x: expected 4 dimensions [N, C, H, W], got ", a.ndim());
             // C-contiguous (numpy may give size-1 dimensions any stride): canonical strides.
             const ConstView4 v = ConstView4::contiguous(static_cast<const float*>(a.data()),
@@ -106,8 +105,7 @@ void bind_image_model(py::module_& m) {
       .def(
           "backward",
           [](ImageClassifier& c, const py::handle& d) {
-            py::array a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(d);
-            check(bool(a), "d_logits: expected a float32 array [N, K]");
+            py::array a = to_c_array<float>(as_float32(d, "d_logits"), "d_logits");
             check(a.ndim() == 2, "d_logits: expected 2 dimensions [N, K], got ", a.ndim());
             const ConstView2 v = ConstView2::contiguous(static_cast<const float*>(a.data()), {a.shape(0), a.shape(1)});
             py::gil_scoped_release nogil;
