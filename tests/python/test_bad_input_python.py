@@ -151,6 +151,13 @@ def test_empty_batches_give_empty_results(fn, b, lq, lk):
     assert lse.shape == (b, H, lq)
 
 
+@pytest.mark.parametrize("fn", [flash_fwd, ref_fwd], ids=["flash", "reference"])
+def test_queries_without_keys_give_zeros(fn):
+    out, lse = fn(*qkv(B, L, 0))  # every row fully masked: zeros, lse = -inf (not NaN)
+    assert out.shape == (B, L, H, D) and not out.any()
+    assert lse.shape == (B, H, L) and np.isneginf(lse).all()
+
+
 @pytest.mark.parametrize("fn", [flash_bwd, ref_bwd], ids=["flash", "reference"])
 @pytest.mark.parametrize("b,lq,lk", [(0, L, S), (B, 0, S)], ids=["B=0", "L=0"])
 def test_empty_batches_give_empty_gradients(fn, b, lq, lk):
@@ -244,6 +251,20 @@ def test_convert_gqa_checks_its_arguments(tmp_path):
         attnkit.convert_gqa(tmp_path / "a", tmp_path / "b", "two")
     check_message(e, "kv_heads")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_huge_cache_is_a_memory_error_that_says_so():
+    with pytest.raises(MemoryError) as e:
+        attnkit.KVCache(layers=1, kv_heads=2, head_dim=8, capacity=10 ** 15)
+    assert "out of memory" in str(e.value) and "std::" not in str(e.value)
+
+
+def test_thread_count_is_bounded():
+    with pytest.raises(ValueError) as e:
+        attnkit.set_num_threads(100000)
+    check_message(e, "set_num_threads")
+    with pytest.raises(TypeError):
+        attnkit.set_num_threads("4")
 
 
 # --- allocation failures ---------------------------------------------------------------------
