@@ -19,7 +19,7 @@ void print_attention(const AttentionBenchConfig& c, const AttentionBenchResult& 
   if (json) {
     nlohmann::json j = {
         {"batch", c.batch}, {"heads", c.heads}, {"kv_heads", c.kv_heads},
-        {"head_dim", c.head_dim}, {"seq", c.seq}, {"causal", c.causal},
+        {"head_dim", c.head_dim}, {"seq", c.seq}, {"causal", c.causal}, {"alibi", c.alibi},
         {"threads", r.threads}, {"ms", r.fwd_ms}, {"gflops", r.fwd_gflops},
         {"fraction_of_sgemm", frac}, {"sgemm_gflops", r.sgemm_gflops},
         {"naive_ms", r.naive_ms > 0 ? nlohmann::json(r.naive_ms) : nlohmann::json(nullptr)},
@@ -36,9 +36,9 @@ void print_attention(const AttentionBenchConfig& c, const AttentionBenchResult& 
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("attention B=%lld L=%lld H=%lld Hkv=%lld D=%lld%s, %d threads\n",
+  std::printf("attention B=%lld L=%lld H=%lld Hkv=%lld D=%lld%s%s, %d threads\n",
               (long long)c.batch, (long long)c.seq, (long long)c.heads, (long long)c.kv_heads,
-              (long long)c.head_dim, c.causal ? " causal" : "", r.threads);
+              (long long)c.head_dim, c.causal ? " causal" : "", c.alibi ? " alibi" : "", r.threads);
   std::printf("  sgemm (n=2048, this run)   %8.1f GFLOP/s\n", r.sgemm_gflops);
   std::printf("  flash forward   %9.2f ms %8.1f GFLOP/s  %5.1f%% of sgemm\n", r.fwd_ms,
               r.fwd_gflops, 100 * frac);
@@ -71,6 +71,7 @@ void add_bench_command(CLI::App& app) {
   att->add_option("--kv-heads", c->kv_heads, "Key/value heads (Hkv, divides H)")->capture_default_str()->check(integer_in(1));
   att->add_option("--head-dim", c->head_dim, "Head dimension (D)")->capture_default_str()->check(integer_in(1));
   att->add_flag("--causal", c->causal, "Causal mask (only unmasked work is counted)");
+  att->add_flag("--alibi", c->alibi, "ALiBi biases with slopes 2^(-8(h+1)/H), flash and naive");
   att->add_flag("--backward", c->backward, "Also time the backward");
   att->add_flag("!--no-naive", c->naive, "Skip the naive baseline");
   add_threads_flag(*att, c->threads);

@@ -12,6 +12,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/kv/kv_cache.hpp"
+#include "attnkit/tools/build_info.hpp"
 #include "attnkit/tools/decode_bench.hpp"
 #include "attnkit/tools/roofline.hpp"
 #include "attnkit/ops/gemm.hpp"
@@ -176,13 +177,18 @@ void add_bench_decode_command(CLI::App& bench) {
   roof->callback([threads, json] {
     ThreadCountScope scope(*threads);
     const int n = num_threads();
-    const nlohmann::json j = {{"threads", n},
+    nlohmann::json j = {{"threads", n},
                               {"fma_gflops_1thread", measure_fma_gflops(1)},
                               {"fma_gflops", measure_fma_gflops(n)},
                               {"read_gbps_1thread", measure_read_gbps(1)},
                               {"read_gbps", measure_read_gbps(n)},
                               {"sgemm_gflops", measure_sgemm_gflops(n)},
                               {"blas_kernels", blas_kernels()}};
+    const BuildInfo info = build_info();
+    j["threads_source"] = info.threads_source;
+    j["blas_library"] = info.blas_library;
+    j["blas_threads"] = info.blas_threads;
+    j["simd"] = info.simd;
     if (*json) {
       std::printf("%s\n", j.dump(2).c_str());
       return;
@@ -195,6 +201,9 @@ void add_bench_decode_command(CLI::App& bench) {
     std::printf("  OpenBLAS sgemm %7.1f GFLOP/s (n = 2048, %d threads)\n", double(j["sgemm_gflops"]), n);
     std::printf("  machine balance %.1f flop/byte\n", double(j["fma_gflops"]) / double(j["read_gbps"]));
     std::printf("  OpenBLAS kernels: %s\n", blas_kernels().c_str());
+    std::printf("  BLAS library: %s\n", info.blas_library.c_str());
+    std::printf("  attnkit threads: %d (from %s); compiled for %s\n", n,
+                *threads > 0 ? "--threads" : info.threads_source.c_str(), info.simd.c_str());
   });
 }
 

@@ -53,7 +53,7 @@ struct TrainCli {
   bool resume = false, quiet = false, dp = false;
   int64_t tp = 1;  // > 1: tensor parallel over that many MPI processes
   int threads = 0;
-  TrainCli() {  // the default run: about 15 minutes on this 2-core machine (README)
+  TrainCli() {  // the default run: about 16 minutes on 2 cores (docs/models.md)
     opts.steps = 2000;
     opts.batch = 8;
     opts.seq_len = 256;

@@ -15,10 +15,10 @@ namespace {
 
 struct VitFlags {
   ImageTrainFlags train;
-  // Defaults: the recipe measured on Fashion-MNIST (README, "Vision"): patch 7 (16 tokens + [CLS],
-  // ~3x cheaper per image than patch 4 and faster per step), mean pooling, PyTorch's fan-in init
-  // (Hugging Face's N(0, 0.02) starts the 96-wide model ~5 points lower after 300 steps) and a
-  // peak learning rate of 3e-3.
+  // Defaults: the recipe measured on Fashion-MNIST (docs/models.md, "Vision"): patch 7 (16
+  // tokens + [CLS], ~3x cheaper per image than patch 4 and faster per step), mean pooling,
+  // PyTorch's fan-in init (Hugging Face's N(0, 0.02) starts the 96-wide model ~5 points lower
+  // after 300 steps) and a peak learning rate of 3e-3.
   int64_t patch = 7, dim = 96, layers = 6, heads = 4, mlp_dim = 192;
   std::string pool = "mean";
   std::string init = "fan_in";

@@ -164,4 +164,19 @@ inline std::vector<float> float_vector(const py::object& obj, const char* name) 
   return std::vector<float>(c.data(), c.data() + c.size());
 }
 
+// ALiBi slopes from an optional [H] or [B, H] float array (None → empty), flattened row-major. A
+// 2-D array must be [B, H] with B = `sequences` and H = `heads` (a transposed [H, B] would have
+// the right size); the entry count of a 1-D array is checked by the kernels' validation.
+inline std::vector<float> slopes_vector(const py::object& obj, int64_t heads, int64_t sequences) {
+  if (obj.is_none()) return {};
+  py::array a = as_float32(obj, "alibi_slopes");
+  check(a.ndim() == 1 || a.ndim() == 2, "alibi_slopes: expected [H] or [B, H], got ", a.ndim(),
+        " dimensions");
+  if (a.ndim() == 2)
+    check(a.shape(0) == sequences && a.shape(1) == heads, "alibi_slopes: expected [B, H] = [",
+          sequences, ", ", heads, "], got [", a.shape(0), ", ", a.shape(1), "]");
+  auto c = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
+  return std::vector<float>(c.data(), c.data() + c.size());
+}
+
 }  // namespace attnkit::python

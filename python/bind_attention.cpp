@@ -16,15 +16,15 @@ namespace {
 struct CallState {
   py::array q, k, v;
   std::vector<int32_t> cu_q, cu_k;
-  std::vector<float> sinks;
+  std::vector<float> sinks, slopes;
   AttentionOptions opts;
   AttentionArgs args;
 };
 
 CallState make_call(const py::object& q, const py::object& k, const py::object& v,
                     const py::object& cu_q, const py::object& cu_k, const py::object& sinks,
-                    int window_left, int window_right, float scale, float softcap, float dropout_p,
-                    uint64_t seed) {
+                    const py::object& slopes, int window_left, int window_right, float scale,
+                    float softcap, float dropout_p, uint64_t seed) {
   CallState s;
   s.q = as_float32(q, "q");
   s.k = as_float32(k, "k");
@@ -35,11 +35,14 @@ CallState make_call(const py::object& q, const py::object& k, const py::object& 
   s.opts = {.scale = scale, .window_left = window_left, .window_right = window_right,
             .softcap = softcap, .dropout_p = dropout_p, .seed = seed};
   s.args.q = const_view<3>(s.q, "q");
+  s.slopes = slopes_vector(slopes, s.args.q.shape[1],
+                           s.cu_q.empty() ? 1 : int64_t(s.cu_q.size()) - 1);
   s.args.k = const_view<3>(s.k, "k");
   s.args.v = const_view<3>(s.v, "v");
   s.args.cu_seqlens_q = s.cu_q;
   s.args.cu_seqlens_k = s.cu_k;
   s.args.sink_logits = s.sinks;
+  s.args.alibi_slopes = s.slopes;
   return s;
 }
 
@@ -100,27 +103,28 @@ void bind_attention(py::module_& m) {
   m.def(
       "_attention_reference",
       [](py::object q, py::object k, py::object v, py::object cu_q, py::object cu_k,
-         py::object sinks, int wl, int wr, float scale, float softcap, float dropout_p,
-         uint64_t seed) {
+         py::object sinks, py::object slopes, int wl, int wr, float scale, float softcap,
+         float dropout_p, uint64_t seed) {
         return run_forward(&attention_reference,
-                           make_call(q, k, v, cu_q, cu_k, sinks, wl, wr, scale, softcap,
+                           make_call(q, k, v, cu_q, cu_k, sinks, slopes, wl, wr, scale, softcap,
                                      dropout_p, seed));
       },
-      "q"_a, "k"_a, "v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "sink_logits"_a, "window_left"_a,
-      "window_right"_a, "scale"_a, "softcap"_a, "dropout_p"_a, "seed"_a,
+      "q"_a, "k"_a, "v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "sink_logits"_a, "alibi_slopes"_a,
+      "window_left"_a, "window_right"_a, "scale"_a, "softcap"_a, "dropout_p"_a, "seed"_a,
       "Reference attention on packed [T, H, D] float32 arrays -> (out [T, H, D], lse [H, T]).");
   m.def(
       "_attention_reference_backward",
       [](py::object dout, py::object q, py::object k, py::object v, py::object cu_q,
-         py::object cu_k, py::object sinks, int wl, int wr, float scale, float softcap,
-         float dropout_p, uint64_t seed) {
+         py::object cu_k, py::object sinks, py::object slopes, int wl, int wr, float scale,
+         float softcap, float dropout_p, uint64_t seed) {
         return run_backward(&attention_reference_backward,
-                            make_call(q, k, v, cu_q, cu_k, sinks, wl, wr, scale, softcap,
+                            make_call(q, k, v, cu_q, cu_k, sinks, slopes, wl, wr, scale, softcap,
                                       dropout_p, seed),
                             dout, py::none(), py::none());
       },
       "dout"_a, "q"_a, "k"_a, "v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "sink_logits"_a,
-      "window_left"_a, "window_right"_a, "scale"_a, "softcap"_a, "dropout_p"_a, "seed"_a,
+      "alibi_slopes"_a, "window_left"_a, "window_right"_a, "scale"_a, "softcap"_a, "dropout_p"_a,
+      "seed"_a,
       "Gradients of reference attention on packed arrays -> (dq, dk, dv, dsink or None).");
   m.def(
       "dropout_keep_mask",
@@ -141,27 +145,27 @@ void bind_attention(py::module_& m) {
   m.def(
       "_flash_attention",
       [](py::object q, py::object k, py::object v, py::object cu_q, py::object cu_k,
-         py::object sinks, int wl, int wr, float scale, float softcap, float dropout_p,
-         uint64_t seed) {
-        return run_forward(&flash_attention, make_call(q, k, v, cu_q, cu_k, sinks, wl, wr, scale,
-                                                       softcap, dropout_p, seed));
+         py::object sinks, py::object slopes, int wl, int wr, float scale, float softcap,
+         float dropout_p, uint64_t seed) {
+        return run_forward(&flash_attention, make_call(q, k, v, cu_q, cu_k, sinks, slopes, wl, wr,
+                                                       scale, softcap, dropout_p, seed));
       },
-      "q"_a, "k"_a, "v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "sink_logits"_a, "window_left"_a,
-      "window_right"_a, "scale"_a, "softcap"_a, "dropout_p"_a, "seed"_a,
+      "q"_a, "k"_a, "v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "sink_logits"_a, "alibi_slopes"_a,
+      "window_left"_a, "window_right"_a, "scale"_a, "softcap"_a, "dropout_p"_a, "seed"_a,
       "Flash attention on packed [T, H, D] float32 arrays -> (out [T, H, D], lse [H, T]).");
   m.def(
       "_flash_attention_backward",
       [](py::object dout, py::object q, py::object k, py::object v, py::object out,
-         py::object lse, py::object cu_q, py::object cu_k, py::object sinks, int wl, int wr,
-         float scale, float softcap, float dropout_p, uint64_t seed) {
+         py::object lse, py::object cu_q, py::object cu_k, py::object sinks, py::object slopes,
+         int wl, int wr, float scale, float softcap, float dropout_p, uint64_t seed) {
         return run_backward(&flash_attention_backward,
-                            make_call(q, k, v, cu_q, cu_k, sinks, wl, wr, scale, softcap,
+                            make_call(q, k, v, cu_q, cu_k, sinks, slopes, wl, wr, scale, softcap,
                                       dropout_p, seed),
                             dout, out, lse);
       },
       "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a,
-      "sink_logits"_a, "window_left"_a, "window_right"_a, "scale"_a, "softcap"_a, "dropout_p"_a,
-      "seed"_a,
+      "sink_logits"_a, "alibi_slopes"_a, "window_left"_a, "window_right"_a, "scale"_a, "softcap"_a,
+      "dropout_p"_a, "seed"_a,
       "Gradients of flash attention from its out and lse -> (dq, dk, dv, dsink or None).");
 }
 

@@ -89,18 +89,19 @@ void bind_kv_cache(py::module_& m) {
   m.def(
       "_decode_attention",
       [](const py::object& q_obj, const KVCache& cache, int64_t layer, std::vector<int64_t> seqs,
-         py::object sinks_obj, int wl, int wr, float scale, float softcap, float rope_theta,
-         bool reference) {
+         py::object sinks_obj, py::object slopes_obj, int wl, int wr, float scale, float softcap,
+         float rope_theta, bool reference) {
         py::array q = as_float32(q_obj, "q");
         const auto qv = const_view<3>(q, "q");
         const std::vector<float> sinks = float_vector(sinks_obj, "sink_logits");
+        const std::vector<float> slopes = slopes_vector(slopes_obj, qv.shape[1], int64_t(seqs.size()));
         auto out = new_array({qv.shape[0], qv.shape[1], qv.shape[2]});
         auto lse = new_array({qv.shape[1], qv.shape[0]});
         const DecodeOptions o{.attention = {.scale = scale, .window_left = wl, .window_right = wr,
                                             .softcap = softcap},
                               .rope_theta = rope_theta};
         const DecodeArgs a{.q = qv, .seqs = seqs, .cache = &cache, .layer = layer,
-                           .sink_logits = sinks, .out = mutable_view<3>(out),
+                           .sink_logits = sinks, .alibi_slopes = slopes, .out = mutable_view<3>(out),
                            .lse = mutable_view<2>(lse)};
         {
           py::gil_scoped_release nogil;
@@ -108,8 +109,8 @@ void bind_kv_cache(py::module_& m) {
         }
         return py::make_tuple(out, lse);
       },
-      "q"_a, "cache"_a, "layer"_a, "seqs"_a, "sink_logits"_a, "window_left"_a, "window_right"_a,
-      "scale"_a, "softcap"_a, "rope_theta"_a, "reference"_a,
+      "q"_a, "cache"_a, "layer"_a, "seqs"_a, "sink_logits"_a, "alibi_slopes"_a, "window_left"_a,
+      "window_right"_a, "scale"_a, "softcap"_a, "rope_theta"_a, "reference"_a,
       "Decode attention of q [B·n, H, D] against the cache -> (out [B·n, H, D], lse [H, B·n]).");
 }
 

@@ -6,6 +6,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
+#include "attnkit/tools/build_info.hpp"
 #include "bindings.hpp"
 
 PYBIND11_MODULE(_attnkit, m) {
@@ -23,11 +24,29 @@ PYBIND11_MODULE(_attnkit, m) {
   m.def(
       "set_num_threads",
       [](int n) {
-        attnkit::check(n <= 1024, "set_num_threads: n must be <= 1024 (<= 0: all cores), got ", n);
+        attnkit::check(n <= 1024, "set_num_threads: n must be <= 1024 (<= 0: default), got ", n);
         attnkit::set_num_threads(n);
       },
-      pybind11::arg("n"), "Sets attnkit's thread count (<= 0: all cores; at most 1024).");
-  m.def("num_threads", &attnkit::num_threads, "attnkit's thread count.");
+      pybind11::arg("n"), "Sets attnkit's thread count (<= 0: default; at most 1024).");
+  m.def("num_threads", &attnkit::num_threads,
+        "attnkit's thread count: set_num_threads's value, else OMP_NUM_THREADS, else the CPUs in "
+        "this process's affinity mask (never OpenMP's runtime default, which torch changes).");
+  m.def(
+      "build_info",
+      [] {
+        const attnkit::BuildInfo b = attnkit::build_info();
+        pybind11::dict d;
+        d["threads"] = b.threads;
+        d["threads_source"] = b.threads_source;
+        d["blas_threads"] = b.blas_threads;
+        d["blas_library"] = b.blas_library;
+        d["blas_kernels"] = b.blas_kernels;
+        d["simd"] = b.simd;
+        d["compiler"] = b.compiler;
+        return d;
+      },
+      "What serves attnkit's kernels in this process: threads (and their source), the BLAS "
+      "library file, its kernels and threads, the compiled SIMD level and the compiler.");
   attnkit::python::bind_attention(m);
   attnkit::python::bind_attention_block(m);
   attnkit::python::bind_bert(m);

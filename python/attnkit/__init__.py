@@ -8,12 +8,12 @@ import numpy as _np
 
 from . import _attnkit
 from . import _checks
-from ._attnkit import (Error, ImageModel, dropout_keep_mask, kv_plan, kv_presets, load_fashion_mnist, load_idx,
+from ._attnkit import (Error, ImageModel, build_info, dropout_keep_mask, kv_plan, kv_presets, load_fashion_mnist, load_idx,
                        load_safetensors,
                        load_safetensors_metadata, num_threads, save_safetensors, set_num_threads)
 
 __all__ = [
-    "Error", "ImageModel", "num_threads", "set_num_threads", "dropout_keep_mask", "kv_plan", "kv_presets",
+    "Error", "ImageModel", "build_info", "num_threads", "set_num_threads", "dropout_keep_mask", "kv_plan", "kv_presets",
     "load_safetensors", "load_safetensors_metadata", "save_safetensors", "load_idx",
     "load_fashion_mnist",
     "attention_reference", "attention_reference_backward",
@@ -64,8 +64,8 @@ def _lse_layout(lse, unflat_q, batched):
     return _np.ascontiguousarray(unflat_q(lse.T).transpose(0, 2, 1))
 
 
-def _call_forward(fn, q, k, v, causal, window, scale, softcap, sink_logits, dropout_p, seed,
-                  cu_seqlens_q, cu_seqlens_k, return_lse):
+def _call_forward(fn, q, k, v, causal, window, scale, softcap, sink_logits, alibi_slopes,
+                  dropout_p, seed, cu_seqlens_q, cu_seqlens_k, return_lse):
     left, right = _window(causal, window)
     seed = _checks.seed(seed)
     qp, kp, vp, cu_q, cu_k, unflat_q, _ = _packed(q, k, v, cu_seqlens_q, cu_seqlens_k)
@@ -74,34 +74,39 @@ def _call_forward(fn, q, k, v, causal, window, scale, softcap, sink_logits, drop
         b, lq, h, d = _np.shape(q)
         out, lse = _np.zeros((0, lq, h, d), _np.float32), _np.zeros((0, h, lq), _np.float32)
         return (out, lse) if return_lse else out
-    out, lse = fn(qp, kp, vp, cu_q, cu_k, sink_logits, left, right,
+    out, lse = fn(qp, kp, vp, cu_q, cu_k, sink_logits, alibi_slopes, left, right,
                   0.0 if scale is None else float(scale), float(softcap), float(dropout_p), seed)
     out = unflat_q(out)
     return (out, _lse_layout(lse, unflat_q, batched)) if return_lse else out
 
 
 def attention_reference(q, k, v, *, causal=False, window=(-1, -1), scale=None, softcap=0.0,
-                        sink_logits=None, dropout_p=0.0, seed=0, cu_seqlens_q=None,
-                        cu_seqlens_k=None, return_lse=False):
-    """Reference attention (double accumulation): softmax(scale·q·kᵀ + mask)·v.
+                        sink_logits=None, alibi_slopes=None, dropout_p=0.0, seed=0,
+                        cu_seqlens_q=None, cu_seqlens_k=None, return_lse=False):
+    """Reference attention (double accumulation): softmax(scale·q·kᵀ + bias + mask)·v.
 
     q [B, L, H, D] or packed [T, H, D]; k, v [B, S, Hkv, D] or [Tk, Hkv, D] with H % Hkv == 0.
+    alibi_slopes: float32 [H] or [B, H]; adds -slope·|i + Lk - Lq - j| after the softcap.
     Returns out like q, and lse ([B, H, L] or [H, T], natural log) if ``return_lse``.
     """
     return _call_forward(_attnkit._attention_reference, q, k, v, causal, window, scale, softcap,
-                         sink_logits, dropout_p, seed, cu_seqlens_q, cu_seqlens_k, return_lse)
+                         sink_logits, alibi_slopes, dropout_p, seed, cu_seqlens_q, cu_seqlens_k,
+                         return_lse)
 
 
 def attention_reference_backward(dout, q, k, v, *, causal=False, window=(-1, -1), scale=None,
-                                 softcap=0.0, sink_logits=None, dropout_p=0.0, seed=0,
-                                 cu_seqlens_q=None, cu_seqlens_k=None):
-    """Gradients of attention_reference: (dq, dk, dv, dsink), dsink None without sinks."""
+                                 softcap=0.0, sink_logits=None, alibi_slopes=None, dropout_p=0.0,
+                                 seed=0, cu_seqlens_q=None, cu_seqlens_k=None):
+    """Gradients of attention_reference: (dq, dk, dv, dsink), dsink None without sinks.
+
+    ALiBi slopes are constants (no gradient is returned for them).
+    """
     return _call_backward(None, dout, q, k, v, None, None, causal, window, scale, softcap,
-                          sink_logits, dropout_p, seed, cu_seqlens_q, cu_seqlens_k)
+                          sink_logits, alibi_slopes, dropout_p, seed, cu_seqlens_q, cu_seqlens_k)
 
 
 def _call_backward(fn, dout, q, k, v, out, lse, causal, window, scale, softcap, sink_logits,
-                   dropout_p, seed, cu_seqlens_q, cu_seqlens_k):
+                   alibi_slopes, dropout_p, seed, cu_seqlens_q, cu_seqlens_k):
     left, right = _window(causal, window)
     seed = _checks.seed(seed)
     qp, kp, vp, cu_q, cu_k, unflat_q, unflat_k = _packed(q, k, v, cu_seqlens_q, cu_seqlens_k)
@@ -113,8 +118,8 @@ def _call_backward(fn, dout, q, k, v, out, lse, causal, window, scale, softcap, 
         zeros = lambda x: _np.zeros(_np.shape(x), _np.float32)
         ds = None if sink_logits is None else _np.zeros(_np.shape(sink_logits), _np.float32)
         return zeros(q), zeros(k), zeros(v), ds
-    opts = (sink_logits, left, right, 0.0 if scale is None else float(scale), float(softcap),
-            float(dropout_p), seed)
+    opts = (sink_logits, alibi_slopes, left, right, 0.0 if scale is None else float(scale),
+            float(softcap), float(dropout_p), seed)
     if fn is None:
         dq, dk, dv, ds = _attnkit._attention_reference_backward(
             dout.reshape(qp.shape), qp, kp, vp, cu_q, cu_k, *opts)
@@ -133,29 +138,33 @@ def _call_backward(fn, dout, q, k, v, out, lse, causal, window, scale, softcap, 
 
 
 def flash_attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, softcap=0.0,
-                    sink_logits=None, dropout_p=0.0, seed=0, cu_seqlens_q=None,
-                    cu_seqlens_k=None, return_lse=False):
+                    sink_logits=None, alibi_slopes=None, dropout_p=0.0, seed=0,
+                    cu_seqlens_q=None, cu_seqlens_k=None, return_lse=False):
     """Exact attention, tiled with an online softmax (never materialises the score matrix).
 
     Same arguments and result as attention_reference, up to float32 rounding. q [B, L, H, D] or
     packed [T, H, D]; k, v [B, S, Hkv, D] or [Tk, Hkv, D]; causal is aligned bottom-right;
-    window=(left, right) with -1 unbounded; sink_logits [H]; dropout keyed by (seed, seq, head,
-    i, j). Returns out, and lse ([B, H, L] or [H, T]) if ``return_lse`` (needed for backward).
+    window=(left, right) with -1 unbounded; sink_logits [H]; alibi_slopes float32 [H] or [B, H]
+    (FlashAttention's ALiBi: -slope·|i + Lk - Lq - j| added to the softcapped score); dropout
+    keyed by (seed, seq, head, i, j). Returns out, and lse ([B, H, L] or [H, T]) if
+    ``return_lse`` (needed for backward).
     """
     return _call_forward(_attnkit._flash_attention, q, k, v, causal, window, scale, softcap,
-                         sink_logits, dropout_p, seed, cu_seqlens_q, cu_seqlens_k, return_lse)
+                         sink_logits, alibi_slopes, dropout_p, seed, cu_seqlens_q, cu_seqlens_k,
+                         return_lse)
 
 
 def flash_attention_backward(dout, q, k, v, out, lse, *, causal=False, window=(-1, -1),
-                             scale=None, softcap=0.0, sink_logits=None, dropout_p=0.0, seed=0,
-                             cu_seqlens_q=None, cu_seqlens_k=None):
+                             scale=None, softcap=0.0, sink_logits=None, alibi_slopes=None,
+                             dropout_p=0.0, seed=0, cu_seqlens_q=None, cu_seqlens_k=None):
     """Gradients of flash_attention from its out and lse: (dq, dk, dv, dsink or None).
 
-    Pass the same options as the forward (dropout regenerates the forward's mask from seed).
+    Pass the same options as the forward (dropout regenerates the forward's mask from seed;
+    alibi_slopes are constants, with no gradient).
     """
     return _call_backward(_attnkit._flash_attention_backward, dout, q, k, v, out, lse, causal,
-                          window, scale, softcap, sink_logits, dropout_p, seed, cu_seqlens_q,
-                          cu_seqlens_k)
+                          window, scale, softcap, sink_logits, alibi_slopes, dropout_p, seed,
+                          cu_seqlens_q, cu_seqlens_k)
 
 def ms_deform_attn(value, spatial_shapes, level_start_index, sampling_locations,
                    attention_weights, *, reference=False):
@@ -319,14 +328,16 @@ class KVCache(_attnkit._KVCache):
 
 
 def decode_attention(q, cache, layer=0, *, seqs=None, causal=True, window=(-1, -1), scale=None,
-                     softcap=0.0, sink_logits=None, rope_theta=0.0, return_lse=False,
-                     reference=False):
+                     softcap=0.0, sink_logits=None, alibi_slopes=None, rope_theta=0.0,
+                     return_lse=False, reference=False):
     """Attention of new queries against a KVCache (split-KV, K/V converted in registers).
 
     q: [n, H, D] for one sequence or [B, n, H, D] for ``seqs`` (default: 0..B-1); the n queries
     are the last n tokens already appended to the cache. Masks are aligned bottom-right on cache
     positions; ``rope_theta`` > 0 rotates q and the cached keys by their cache positions
-    (StreamingLLM). Returns out like q, and lse ([H, n] or [B, H, n]) if ``return_lse``.
+    (StreamingLLM); alibi_slopes float32 [H] or [B, H] (one row per entry of ``seqs``) bias the
+    scores by -slope·|distance| in cache positions. Returns out like q, and lse ([H, n] or
+    [B, H, n]) if ``return_lse``.
     """
     q = _checks.float_array(q, "q")
     if q.ndim == 3:
@@ -341,7 +352,7 @@ def decode_attention(q, cache, layer=0, *, seqs=None, causal=True, window=(-1, -
         raise ValueError(f"q: expected [n, H, D] or [B, n, H, D], got {q.ndim} dimensions")
     left, right = _window(causal, window)
     out, lse = _attnkit._decode_attention(
-        qp, cache, int(layer), seqs, sink_logits, left, right,
+        qp, cache, int(layer), seqs, sink_logits, alibi_slopes, left, right,
         0.0 if scale is None else float(scale), float(softcap), float(rope_theta), bool(reference))
     if batched:
         b, n = q.shape[:2]

@@ -125,6 +125,14 @@ void validate(const AttentionOptions& o, const AttentionArgs& a) {
           a.sink_logits.size());
     for (float b : a.sink_logits) check(std::isfinite(b), "sink_logits: must be finite, got ", b);
   }
+  if (!a.alibi_slopes.empty()) {
+    const int64_t n = int64_t(a.alibi_slopes.size()), nseq = num_sequences(a);
+    check(n == h || n == nseq * h, "alibi_slopes: needs H = ", h, " or B·H = ", nseq * h,
+          " entries ([H] or [B, H]), got ", n);
+    for (int64_t i = 0; i < n; ++i)
+      check(std::isfinite(a.alibi_slopes[size_t(i)]), "alibi_slopes: must be finite, got ",
+            a.alibi_slopes[size_t(i)], " at entry ", i);
+  }
   check(std::isfinite(o.scale) && o.scale >= 0, "scale: must be finite and >= 0 (0 = 1/sqrt(D)), got ",
         o.scale);
   check(std::isfinite(o.softcap) && o.softcap >= 0, "softcap: must be finite and >= 0, got ",

@@ -1,10 +1,11 @@
-// Naive attention: repeat K/V to H heads, materialise S = scale·Q·Kᵀ for every head, mask,
-// softmax over the full row, O = P·V. PyTorch: torch.softmax(q @ k.repeat_interleave(G).T * s
-// + mask, -1) @ v.repeat_interleave(G).
+// Naive attention: repeat K/V to H heads, materialise S = scale·Q·Kᵀ for every head, softcap,
+// add the ALiBi bias, mask, softmax over the full row, O = P·V. PyTorch:
+// torch.softmax(q @ k.repeat_interleave(G).T * s + bias + mask, -1) @ v.repeat_interleave(G).
 #include "attnkit/attention/attention_naive.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -52,6 +53,9 @@ void attention_naive(const AttentionOptions& o, const AttentionArgs& a) {
       for (int64_t i = 0; i < lq; ++i) {
         float* x = sc + i * lk;
         if (o.softcap > 0) softcap_inplace(x, lk, o.softcap);
+        const float slope = alibi_slope(a, b, hh);
+        for (int64_t j = 0; slope != 0 && j < lk; ++j)
+          x[j] -= slope * float(std::abs(i + lk - lq - j));
         const KeyRange vis = visible_keys(o, i, lq, lk);
         std::fill(x, x + vis.lo, -std::numeric_limits<float>::infinity());
         std::fill(x + vis.hi, x + lk, -std::numeric_limits<float>::infinity());

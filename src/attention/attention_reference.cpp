@@ -1,12 +1,16 @@
-// Reference attention, forward and backward: the executable spec (shared/DESIGN.md §3).
-// Per query row, in double: t_j = softcap(scale·q·k_j) over visible keys j, lse = log(Σ_j e^{t_j}
-// + e^{b_h}), P_j = e^{t_j - lse}, out = Σ_j P_j·Z_j·v_j with the dropout factor Z_j = keep/(1-p).
-// Backward (FlashAttention-2 notation): dP_j = Z_j·(dO·v_j), Δ = dO·out, dT_j = P_j·(dP_j - Δ),
-// dS_j = dT_j·(1 - (t_j/c)²) with softcap c, dq = scale·Σ_j dS_j·k_j, dk_j += scale·dS_j·q,
-// dv_j += P_j·Z_j·dO, and the sink (a key with value 0): d b_h = -Σ_i e^{b_h - lse_i}·Δ_i.
+// Reference attention, forward and backward: the executable spec of the attention contract
+// (docs/architecture.md).
+// Per query row, in double: t_j = softcap(scale·q·k_j) over visible keys j, the logit
+// s_j = t_j - m_h·|i + Lk - Lq - j| (ALiBi slope m_h, 0 without), lse = log(Σ_j e^{s_j} + e^{b_h}),
+// P_j = e^{s_j - lse}, out = Σ_j P_j·Z_j·v_j with the dropout factor Z_j = keep/(1-p).
+// Backward (FlashAttention-2 notation): dP_j = Z_j·(dO·v_j), Δ = dO·out, dT_j = P_j·(dP_j - Δ)
+// (the ALiBi bias is a constant: ds_j/dt_j = 1), dS_j = dT_j·(1 - (t_j/c)²) with softcap c,
+// dq = scale·Σ_j dS_j·k_j, dk_j += scale·dS_j·q, dv_j += P_j·Z_j·dO, and the sink (a key with
+// value 0): d b_h = -Σ_i e^{b_h - lse_i}·Δ_i.
 #include "attnkit/attention/attention_reference.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -17,7 +21,8 @@ namespace {
 
 struct Row {  // one query row of one head, in double
   KeyRange keys;
-  std::vector<double> t;     // transformed scores of the visible keys
+  std::vector<double> t;     // softcapped scores of the visible keys (before the ALiBi bias)
+  std::vector<double> s;     // logits: t plus the ALiBi bias
   std::vector<double> p;     // probabilities P_j (without dropout)
   std::vector<double> z;     // dropout factors Z_j
   double lse = -std::numeric_limits<double>::infinity();
@@ -33,9 +38,12 @@ Row compute_row(const AttentionOptions& o, const AttentionArgs& a, const SeqSpan
   r.keys = visible_keys(o, i, lq, lk);
   const int64_t n = r.keys.hi - r.keys.lo;
   r.t.resize(size_t(n));
+  r.s.resize(size_t(n));
   r.p.resize(size_t(n));
   r.z.resize(size_t(n));
   const float* q = a.q.ptr(s.q_begin + i, h);
+  const double slope = alibi_slope(a, b, h);
+  const int64_t diag = i + lk - lq;
   double m = -std::numeric_limits<double>::infinity();
   for (int64_t jj = 0; jj < n; ++jj) {
     const float* k = a.k.ptr(s.k_begin + r.keys.lo + jj, h / g);
@@ -44,19 +52,21 @@ Row compute_row(const AttentionOptions& o, const AttentionArgs& a, const SeqSpan
     double t = scale * dot;
     if (o.softcap > 0) t = o.softcap * std::tanh(t / o.softcap);
     r.t[size_t(jj)] = t;
-    m = std::max(m, t);
+    const double logit = t - slope * double(std::abs(diag - (r.keys.lo + jj)));
+    r.s[size_t(jj)] = logit;
+    m = std::max(m, logit);
   }
   const bool has_sink = !a.sink_logits.empty();
   const double sink = has_sink ? double(a.sink_logits[size_t(h)]) : 0.0;
   if (has_sink) m = std::max(m, sink);
   if (n == 0 && !has_sink) return r;  // fully masked row: zeros, lse = -inf
   double sum = has_sink ? std::exp(sink - m) : 0.0;
-  for (double t : r.t) sum += std::exp(t - m);
+  for (double x : r.s) sum += std::exp(x - m);
   r.lse = m + std::log(sum);
   r.sink_prob = has_sink ? std::exp(sink - r.lse) : 0.0;
   const double keep_scale = 1.0 / (1.0 - double(o.dropout_p));
   for (int64_t jj = 0; jj < n; ++jj) {
-    r.p[size_t(jj)] = std::exp(r.t[size_t(jj)] - r.lse);
+    r.p[size_t(jj)] = std::exp(r.s[size_t(jj)] - r.lse);
     const bool keep = o.dropout_p == 0 ||
                       dropout_keep(o.seed, o.dropout_p, uint32_t(b), uint32_t(h), uint32_t(i),
                                    uint32_t(r.keys.lo + jj));

@@ -2,7 +2,7 @@
 // chunk of its cache, read in address order):
 //   for each block of bt tokens:
 //     for each sub-block, each KV head hk:  S[n·G, sub] = Q_hk·K[sub, hk]ᵀ
-//     for each KV head hk:                  softcap; mask; online softmax
+//     for each KV head hk:                  softcap; ALiBi bias; mask; online softmax
 //     for each sub-block, each KV head hk:  O_hk[n·G, D] += P·V[sub, hk]
 // Stored K/V are converted in registers (no float32 copy of the cache). Each kernel prefetches
 // the rows it reads `ahead` tokens further on, interleaved with its FMAs (see run_as).
@@ -508,7 +508,7 @@ class Decoder {
           }
         }
         for (int64_t hk = 0; hk < hkv_; ++hk)
-          online_softmax(s + hk * rows_ * bt_, bt, pos0, masked, held, m + hk * rows_,
+          online_softmax(s + hk * rows_ * bt_, bt, pos0, masked, it.b, hk, held, m + hk * rows_,
                          l + hk * rows_, o + hk * rows_ * d_);
         for (int64_t u0 = 0; u0 < bt; u0 += sub_) {
           const int64_t u = std::min(sub_, bt - u0);
@@ -566,14 +566,23 @@ class Decoder {
       }
   }
 
-  // Online-softmax update of one KV head's rows with scores s [n·G, bt] (row stride bt_); leaves
-  // P in s.
-  void online_softmax(float* s, int64_t bt, int64_t pos0, bool masked, int64_t held, float* m,
-                      float* l, float* o) const {
+  // Online-softmax update of KV head hk's rows of sequence b with scores s [n·G, bt] (row stride
+  // bt_) of the keys at cache positions [pos0, pos0 + bt); leaves P in s.
+  void online_softmax(float* s, int64_t bt, int64_t pos0, bool masked, int64_t b, int64_t hk,
+                      int64_t held, float* m, float* l, float* o) const {
     for (int64_t r = 0; r < rows_; ++r) {
-      flash::online_softmax_row(s + r * bt_, bt, o_.attention.softcap, masked, pos0,
-                                vis(r / g_, held), m[r], l[r], o + r * d_, d_);
+      const int64_t i = r / g_;
+      const flash::RowBias bias{alibi_slope(b, hk * g_ + r % g_), i + held - n_};
+      flash::online_softmax_row(s + r * bt_, bt, o_.attention.softcap, bias, masked, pos0,
+                                vis(i, held), m[r], l[r], o + r * d_, d_);
     }
+  }
+
+  // ALiBi slope of query head hq in sequence b (slopes [H] or [B, H]); 0 without ALiBi.
+  float alibi_slope(int64_t b, int64_t hq) const {
+    const auto& sl = a_.alibi_slopes;
+    if (sl.empty()) return 0.0f;
+    return sl[size_t(int64_t(sl.size()) == h_ ? hq : b * h_ + hq)];
   }
 
   const DecodeOptions& o_;

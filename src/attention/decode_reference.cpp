@@ -1,6 +1,7 @@
 // Decode reference: the cache gathered to float32 in cache order, rope applied by cache position,
-// then attention_reference with Lq = n and Lk = cached tokens.
+// then attention_reference with Lq = n and Lk = cached tokens (ALiBi slopes of the sequence).
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "attnkit/attention/attention_reference.hpp"
@@ -24,6 +25,15 @@ void validate(const DecodeOptions& o, const DecodeArgs& a) {
   check(o.rope_theta >= 0, "rope_theta: must be >= 0");
   if (o.rope_theta > 0) check(c.head_dim % 2 == 0, "rope_theta: needs an even head_dim");
   const int64_t n = a.q.shape[0] / int64_t(a.seqs.size());
+  const int64_t h = a.q.shape[1], nseq = int64_t(a.seqs.size());
+  if (!a.alibi_slopes.empty()) {
+    const int64_t count = int64_t(a.alibi_slopes.size());
+    check(count == h || count == nseq * h, "alibi_slopes: needs H = ", h, " or B·H = ",
+          nseq * h, " entries ([H] or [B, H], B = len(seqs)), got ", count);
+    for (int64_t i = 0; i < count; ++i)
+      check(std::isfinite(a.alibi_slopes[size_t(i)]), "alibi_slopes: must be finite, got ",
+            a.alibi_slopes[size_t(i)], " at entry ", i);
+  }
   for (int64_t s : a.seqs) {
     check(a.cache->active(s), "seqs: sequence ", s, " is not active in the cache");
     check(a.cache->cached(s, a.layer) >= n, "seqs: sequence ", s, " caches ",
@@ -51,7 +61,11 @@ void decode_attention_reference(const DecodeOptions& o, const DecodeArgs& a) {
         for (int64_t hh = 0; hh < h; ++hh)
           rope_rotate_at(q.view().ptr(i, hh), d, double(held - n + i), o.rope_theta);
     }
+    // One sequence: its [H] row of [B, H] slopes (or the shared [H], or none).
+    std::span<const float> slopes = a.alibi_slopes;
+    if (int64_t(slopes.size()) == b * h && b > 1) slopes = slopes.subspan(size_t(s * h), size_t(h));
     AttentionArgs args{.q = q.view(), .k = k.view(), .v = v.view(), .sink_logits = a.sink_logits,
+                       .alibi_slopes = slopes,
                        .out = out.view(), .lse = lse.view()};
     attention_reference(o.attention, args);
     for (int64_t i = 0; i < n; ++i)

@@ -1,5 +1,6 @@
 // Flash attention backward (FlashAttention-2, Dao 2023, Algorithm 2) on OpenBLAS tiles.
-// From the forward: P = exp(t - lse) with t = softcap(scale·q·kᵀ), out = (P∘Z)·v (Z = dropout).
+// From the forward: P = exp(t + bias - lse) with t = softcap(scale·q·kᵀ) and the constant ALiBi
+// bias, out = (P∘Z)·v (Z = dropout).
 // Then Δ_i = dO_i·out_i, dV = (P∘Z)ᵀ·dO, dP = Z∘(dO·Vᵀ), dS = P∘(dP - Δ)∘(1 - (t/c)²),
 // dK = dSᵀ·(scale·Q), dQ = scale·dS·K, and for sinks d b_h = -Σ_i exp(b_h - lse_i)·Δ_i.
 // Work items are (sequence, KV head, key tile); each owns its rows of dK/dV, which it sums over
@@ -32,7 +33,7 @@ struct Buffers {   // per-thread scratch for one (query tile × key tile) block
   float* delta;    // [rows] Δ
   float* p;        // [rows, kBwdKeyTile] probabilities
   float* ds;       // [rows, kBwdKeyTile] dP, then dS
-  float* t;        // [rows, kBwdKeyTile] softcapped scores (softcap only)
+  float* t;        // [rows, kBwdKeyTile] softcapped scores before ALiBi (softcap only)
   float* dq;       // [rows, D]
   float* dk;       // [kBwdKeyTile, D]
   float* dv;       // [kBwdKeyTile, D]
@@ -129,7 +130,11 @@ class Backward {
       float* t = cap > 0 ? w.t + r * nk : nullptr;
       if (t) {
         softcap_inplace(p, nk, cap);
-        std::copy_n(p, nk, t);
+        std::copy_n(p, nk, t);  // the softcap derivative needs t before the bias
+      }
+      if (c_.has_alibi) {
+        const float slope = alibi_slope(a, b, head(hk, r));
+        if (slope != 0) flash::alibi_row(p, nk, j0, i + lk - lq, slope);
       }
       flash::mask_row(p, nk, j0, visible_keys(c_.opts, i, lq, lk));
       exp_sub_sum(p, nk, w.lse[r]);

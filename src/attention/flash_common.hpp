@@ -1,6 +1,7 @@
 #pragma once
 // Internal pieces shared by the flash forward and backward: the per-call context, gathering a
-// stacked query tile (rows = positions × G, position-major), and masking a block of scores.
+// stacked query tile (rows = positions × G, position-major), and biasing (ALiBi) and masking a
+// block of scores.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -18,11 +19,12 @@ struct Context {
   const AttentionArgs& args;
   int64_t h, hkv, g, d;
   float scale;
-  bool has_sink;
+  bool has_sink, has_alibi;
 
   Context(const AttentionOptions& o, const AttentionArgs& a)
       : opts(o), args(a), h(a.q.shape[1]), hkv(a.k.shape[1]), g(h / hkv), d(a.q.shape[2]),
-        scale(effective_scale(o, a.q.shape[2])), has_sink(!a.sink_logits.empty()) {}
+        scale(effective_scale(o, a.q.shape[2])), has_sink(!a.sink_logits.empty()),
+        has_alibi(!a.alibi_slopes.empty()) {}
 
   // Row stride of K or V for sgemm (BLAS wants ld >= D even for a single row).
   int64_t ld(const ConstView3& t) const { return std::max<int64_t>(t.stride[0], d); }
@@ -52,13 +54,28 @@ inline void mask_row(float* x, int64_t n, int64_t k0, const KeyRange& vis) {
   std::fill(x + hi, x + n, kNegInf);
 }
 
+// ALiBi bias of one row: x[j], the score of key k0 + j, gains -slope·|diag - (k0 + j)| with
+// diag = i + Lk - Lq (n <= a tile, so the distance is exact in float32 below 2^24 tokens).
+inline void alibi_row(float* x, int64_t n, int64_t k0, int64_t diag, float slope) {
+  const float c = float(diag - k0);
+  for (int32_t j = 0; j < int32_t(n); ++j) x[j] -= slope * std::abs(c - float(j));
+}
+
+// ALiBi of one row for online_softmax_row: slope 0 = off (the row skips the bias pass).
+struct RowBias {
+  float slope = 0;
+  int64_t diag = 0;  // i + Lk - Lq: the key at zero distance
+};
+
 // One row's online-softmax step (shared by the flash forward and decode): scores x[n] of keys
-// [k0, k0 + n) are softcapped and masked (when `masked`, to `vis`), the running max m grows,
-// x ← exp(x - m), the running sum l gains Σx, and o[d] and l are rescaled when m grows. Returns
-// false, with x zeroed, while the row has seen no visible key.
-inline bool online_softmax_row(float* x, int64_t n, float softcap, bool masked, int64_t k0,
-                               const KeyRange& vis, float& m, float& l, float* o, int64_t d) {
+// [k0, k0 + n) are softcapped, biased (ALiBi) and masked (when `masked`, to `vis`), the running
+// max m grows, x ← exp(x - m), the running sum l gains Σx, and o[d] and l are rescaled when m
+// grows. Returns false, with x zeroed, while the row has seen no visible key.
+inline bool online_softmax_row(float* x, int64_t n, float softcap, RowBias bias, bool masked,
+                               int64_t k0, const KeyRange& vis, float& m, float& l, float* o,
+                               int64_t d) {
   if (softcap > 0) softcap_inplace(x, n, softcap);
+  if (bias.slope != 0) alibi_row(x, n, k0, bias.diag, bias.slope);
   if (masked) mask_row(x, n, k0, vis);
   const float m_new = std::max(m, row_max(x, n));
   if (m_new == kNegInf) {

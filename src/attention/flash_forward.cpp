@@ -1,6 +1,6 @@
 // Flash attention forward (FlashAttention-2, Dao 2023, Algorithm 1) on OpenBLAS tiles.
 // For each (sequence, KV head, query tile) with the G heads stacked: for each visible key tile,
-// S = (scale·Q)·Kᵀ; softcap; mask; online softmax (running max m, running sum l, rescale O when m
+// S = (scale·Q)·Kᵀ; softcap; ALiBi bias; mask; online softmax (running max m, running sum l, rescale O when m
 // grows); O += P·V. Finally out = O / l and lse = m + log l. A sink logit b_h starts each row at
 // m = b_h, l = 1 (a virtual key with value 0). PyTorch: softmax(q @ k.T * scale + mask) @ v.
 #include <algorithm>
@@ -77,7 +77,8 @@ class ForwardTile {
     for (int64_t r = r0; r < r1; ++r) {
       float* x = st_.s + (r - r0) * n;
       const int64_t i = t_.i0 + r / c_.g;
-      if (!flash::online_softmax_row(x, n, c_.opts.softcap, masked, k0, vis(i), st_.m[r],
+      const flash::RowBias bias{alibi_slope(a, t_.b, head(r)), i + lk_ - lq_};
+      if (!flash::online_softmax_row(x, n, c_.opts.softcap, bias, masked, k0, vis(i), st_.m[r],
                                      st_.l[r], st_.o + r * c_.d, c_.d))
         continue;  // nothing visible yet in this row
       if (c_.opts.dropout_p > 0) flash::apply_dropout(x, n, k0, c_.opts, t_.b, head(r), i);

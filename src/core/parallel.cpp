@@ -1,27 +1,62 @@
 // OpenMP behind parallel_for. Exceptions thrown by a body are captured and rethrown on the caller.
+// Every parallel region states its thread count, so OpenMP's global default (which other libraries
+// in the process, such as PyTorch, change with omp_set_num_threads) never decides attnkit's.
 #include "attnkit/core/parallel.hpp"
 
 #include <omp.h>
+#include <sched.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 
 namespace attnkit {
 namespace {
 std::atomic<int> g_threads{0};  // 0 = the default below
-// OpenMP's default thread count, captured when the library loads: OpenBLAS's OpenMP build
-// implements openblas_set_num_threads(n) with omp_set_num_threads(n), so reading
-// omp_get_max_threads() later (inside a BlasThreadsScope(1), say) would silently give 1.
-const int g_default_threads = omp_get_max_threads();
+
+struct DefaultThreads {
+  int count = 1;
+  const char* source = "CPU affinity";
+};
+
+// OMP_NUM_THREADS (its first value) when the user set it, else the CPUs this process may run on.
+// Read once, from the environment and the affinity mask, never from OpenMP's mutable state.
+const DefaultThreads& default_threads() {
+  static const DefaultThreads d = [] {
+    DefaultThreads r;
+    if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+      char* end = nullptr;
+      const long n = std::strtol(env, &end, 10);
+      if (end != env && n > 0 && n <= kMaxThreads) {
+        r.count = int(n);
+        r.source = "OMP_NUM_THREADS";
+        return r;
+      }
+    }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) r.count = CPU_COUNT(&set);
+    if (r.count < 1) r.count = 1;
+    if (r.count > kMaxThreads) r.count = kMaxThreads;
+    return r;
+  }();
+  return d;
+}
 }  // namespace
 
 int num_threads() {
   const int n = g_threads.load();
-  return n > 0 ? n : g_default_threads;
+  return n > 0 ? n : default_threads().count;
 }
 
-void set_num_threads(int n) { g_threads.store(n > 0 ? n : 0); }
+const char* num_threads_source() {
+  return g_threads.load() > 0 ? "set_num_threads" : default_threads().source;
+}
+
+void set_num_threads(int n) { g_threads.store(n > 0 ? (n < kMaxThreads ? n : kMaxThreads) : 0); }
+
+int num_threads_override() { return g_threads.load(); }
 
 int thread_index() { return omp_in_parallel() ? omp_get_thread_num() : 0; }
 

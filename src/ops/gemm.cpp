@@ -1,11 +1,39 @@
 // sgemm through OpenBLAS (cblas, row-major) and its scalar reference.
+//
+// Thread count: OpenBLAS's OpenMP build sizes each call from omp_get_max_threads() of the calling
+// thread, a value any library in the process may change (importing PyTorch sets it to 1). sgemm
+// therefore sets it to attnkit's own count for the duration of the call and restores the caller's
+// value afterwards, so neither side changes the other's threading.
 #include "attnkit/ops/gemm.hpp"
 
 #include <cblas.h>
+#include <dlfcn.h>
+#include <omp.h>
 
+#include <cstdlib>
 #include <vector>
 
+#include "attnkit/core/parallel.hpp"
+
 namespace attnkit {
+namespace {
+thread_local int t_blas_threads = 0;  // BlasThreadsScope's value on this thread; 0 = num_threads()
+}  // namespace
+
+int blas_threads() {
+  if (omp_in_parallel()) return 1;
+  return t_blas_threads > 0 ? t_blas_threads : num_threads();
+}
+
+std::string blas_library() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&cblas_sgemm), &info) == 0 || !info.dli_fname) return "unknown";
+  char* real = realpath(info.dli_fname, nullptr);  // the file behind Debian's alternatives links
+  if (!real) return info.dli_fname;
+  std::string path(real);
+  std::free(real);
+  return path;
+}
 
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -16,8 +44,12 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.0f : beta * c[i * ldc + j];
     return;
   }
+  const int want = blas_threads();
+  const int saved = omp_get_max_threads();
+  if (saved != want) omp_set_num_threads(want);
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  if (saved != want) omp_set_num_threads(saved);
 }
 
 void sgemm_reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
@@ -36,9 +68,7 @@ void sgemm_reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
     }
 }
 
-BlasThreadsScope::BlasThreadsScope(int n) : saved_(openblas_get_num_threads()) {
-  openblas_set_num_threads(n);
-}
-BlasThreadsScope::~BlasThreadsScope() { openblas_set_num_threads(saved_); }
+BlasThreadsScope::BlasThreadsScope(int n) : saved_(t_blas_threads) { t_blas_threads = n > 0 ? n : 0; }
+BlasThreadsScope::~BlasThreadsScope() { t_blas_threads = saved_; }
 
 }  // namespace attnkit

@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <random>
 #include <vector>
@@ -66,11 +67,15 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& c) {
   std::vector<float> out(q.size()), lse(static_cast<size_t>(h * t));
   std::vector<int32_t> cu;
   for (int64_t b = 0; b <= c.batch; ++b) cu.push_back(int32_t(b * c.seq));
+  std::vector<float> slopes;
+  for (int64_t hh = 0; c.alibi && hh < h; ++hh)
+    slopes.push_back(std::exp2(-8.0f * float(hh + 1) / float(h)));
   AttentionArgs args{.q = ConstView3::contiguous(q.data(), {t, h, d}),
                      .k = ConstView3::contiguous(k.data(), {t, hkv, d}),
                      .v = ConstView3::contiguous(v.data(), {t, hkv, d}),
                      .cu_seqlens_q = cu,
                      .cu_seqlens_k = cu,
+                     .alibi_slopes = slopes,
                      .out = View3::contiguous(out.data(), {t, h, d}),
                      .lse = View2::contiguous(lse.data(), {h, t})};
   const AttentionOptions opts = c.causal ? AttentionOptions::causal() : AttentionOptions{};

@@ -1,6 +1,7 @@
 #pragma once
 // Test fixture data for attention: owns q, k, v, outputs and gradients for one packed problem,
-// filled with seeded random values, and builds AttentionArgs/AttentionGrads views over them.
+// filled with seeded random values (ALiBi slopes follow the paper's geometric schedule), and builds
+// AttentionArgs/AttentionGrads views over them.
 // Buffers carry guard bands (kGuard floats of a sentinel on each side) checked by guards_intact().
 #include <cmath>
 #include <cstdint>
@@ -33,6 +34,7 @@ struct ProblemShape {
   int64_t h = 2, hkv = 1, d = 8;
   bool sinks = false;
   int64_t token_pad = 0;        // extra floats per token row: q/k/v become strided views
+  int alibi = 0;                // ALiBi slopes: 0 none, 1 shared [H], 2 per sequence [B, H]
 };
 
 struct Problem {
@@ -40,7 +42,7 @@ struct Problem {
   int64_t tq = 0, tk = 0;
   std::vector<int32_t> cu_q, cu_k;
   Guarded q, k, v, out, lse, d_out, d_q, d_k, d_v;
-  std::vector<float> sinks, d_sink;
+  std::vector<float> sinks, d_sink, slopes;
 
   explicit Problem(const ProblemShape& s, uint32_t seed = 1) : shape(s) {
     cu_q.push_back(0);
@@ -69,6 +71,11 @@ struct Problem {
       for (int64_t h = 0; h < s.h; ++h) sinks.push_back(n01(rng));
       d_sink.assign(size_t(s.h), 0.0f);
     }
+    // Geometric slopes as in the ALiBi paper (2^(-8(h+1)/H)), scaled per sequence for [B, H].
+    const int64_t rows = s.alibi == 2 ? int64_t(s.lq.size()) : s.alibi == 1 ? 1 : 0;
+    for (int64_t b = 0; b < rows; ++b)
+      for (int64_t h = 0; h < s.h; ++h)
+        slopes.push_back(std::exp2(-8.0f * float(h + 1) / float(s.h)) * (1.0f + 0.75f * float(b)));
   }
 
   int64_t row(int64_t heads) const { return heads * shape.d + shape.token_pad; }
@@ -85,6 +92,7 @@ struct Problem {
     a.cu_seqlens_q = cu_q;
     a.cu_seqlens_k = cu_k;
     a.sink_logits = sinks;
+    a.alibi_slopes = slopes;
     a.out = View3::contiguous(out.data(), {tq, shape.h, shape.d});
     a.lse = View2::contiguous(lse.data(), {shape.h, tq});
     return a;

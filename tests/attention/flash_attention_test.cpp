@@ -1,6 +1,7 @@
-// Flash attention forward and backward against the reference over the STYLE.md grid: lengths
+// Flash attention forward and backward against the reference over the test grid: lengths
 // that hit tile tails, Lq != Lk both ways, GQA ratios, head dims, masks, sinks, softcap, dropout,
-// varlen with empty sequences, strided views, 1 and 2 threads, both dQ schedules.
+// ALiBi ([H] and per-sequence [B, H] slopes), varlen with empty sequences, strided views, 1 and 2
+// threads, both dQ schedules.
 #include "attnkit/attention/flash_attention.hpp"
 
 #include <gtest/gtest.h>
@@ -82,6 +83,31 @@ std::vector<Case> grid() {
   cases.push_back({"strided", {{50}, {60}, 4, 2, 16, false, 24}, causal});
   cases.push_back({"mha fused dq", {{100}, {100}, 8, 8, 16}, causal});
   cases.push_back({"G=32 tile of 32 positions", {{70}, {70}, 32, 1, 8}, causal});
+  // ALiBi: shared [H] slopes over MHA/GQA/MQA and tile tails, then with every other option.
+  for (int l : {1, 7, 17, 65, 113})
+    for (int hkv : {4, 2, 1}) {
+      const bool is_causal = (l + hkv) % 2 == 0;
+      cases.push_back({"alibi L=" + std::to_string(l) + " Hkv=" + std::to_string(hkv) +
+                           (is_causal ? " causal" : ""),
+                       {{l}, {l}, 4, hkv, 16, false, 0, 1}, is_causal ? causal : AttentionOptions{}});
+    }
+  for (auto [lq, lk] : {std::pair{7, 113}, {113, 7}, {65, 600}, {1, 513}}) {
+    const std::string name = "alibi Lq=" + std::to_string(lq) + " Lk=" + std::to_string(lk);
+    cases.push_back({name + " causal", {{lq}, {lk}, 4, 2, 8, false, 0, 1}, causal});
+    cases.push_back({name, {{lq}, {lk}, 4, 1, 8, false, 0, 1}, {}});
+  }
+  cases.push_back({"alibi window", {{300}, {300}, 4, 2, 16, false, 0, 1},
+                   {.window_left = 40, .window_right = 3}});
+  cases.push_back({"alibi softcap sinks", {{90}, {120}, 4, 2, 16, true, 0, 1},
+                   {.scale = 0.7f, .softcap = 2.0f}});
+  cases.push_back({"alibi softcap sinks causal", {{113}, {113}, 4, 4, 16, true, 0, 1},
+                   {.window_right = 0, .softcap = 1.5f}});
+  cases.push_back({"alibi dropout", {{70}, {90}, 4, 2, 16, false, 0, 1}, {.dropout_p = 0.2f, .seed = 3}});
+  cases.push_back({"alibi [B,H] varlen empty", {{0, 37, 5, 0, 80}, {3, 37, 0, 0, 100}, 4, 2, 16, true, 0, 2},
+                   causal});
+  cases.push_back({"alibi [B,H] varlen fused dq", {{33, 9, 70, 2}, {40, 9, 70, 1}, 4, 2, 16, false, 0, 2},
+                   {}});
+  cases.push_back({"alibi strided", {{50}, {60}, 4, 2, 16, false, 24, 1}, causal});
   return cases;
 }
 

@@ -1,4 +1,4 @@
-"""An independent PyTorch formulation of attnkit's attention contract (shared/DESIGN.md §3).
+"""An independent PyTorch formulation of attnkit's attention contract (docs/architecture.md).
 
 Written as explicit matmul + softmax (torch 1.13 has no public SDPA), K/V repeated to H heads on
 the test side, masks built from index grids, and the fully-masked-row rule (zeros, lse = -inf)
@@ -15,10 +15,12 @@ EPS32 = 2.0 ** -23
 
 
 def attention(q, k, v, *, window=(-1, -1), scale=None, softcap=0.0, sinks=None,
-              cu_q=None, cu_k=None, keep=None):
+              cu_q=None, cu_k=None, keep=None, alibi=None):
     """q [T, H, D], k/v [Tk, Hkv, D] torch tensors → (out [T, H, D], lse [H, T]).
 
     keep: optional callable (b, Lq, Lk) -> float tensor [H, Lq, Lk] of dropout factors.
+    alibi: optional slopes [H] or [B, H]; score(i, j) -= slope·|i + Lk - Lq - j| after the
+    softcap (FlashAttention's documented ALiBi).
     """
     t, h, d = q.shape
     g = h // k.shape[1]
@@ -37,6 +39,9 @@ def attention(q, k, v, *, window=(-1, -1), scale=None, softcap=0.0, sinks=None,
         i = torch.arange(lq)[:, None]
         j = torch.arange(lk)[None, :]
         diag = i + lk - lq
+        if alibi is not None:
+            slope = alibi if alibi.dim() == 1 else alibi[b]
+            s = s - slope[:, None, None].to(s.dtype) * (j - diag).abs().to(s.dtype)
         visible = torch.ones(lq, lk, dtype=torch.bool)
         if window[0] >= 0:
             visible &= j >= diag - window[0]
@@ -67,6 +72,8 @@ def run(q, k, v, dout, dtype, **kw):
     tq, tk, tv = (torch.tensor(x, dtype=dtype, requires_grad=True) for x in (q, k, v))
     sinks = kw.pop("sinks", None)
     ts = None if sinks is None else torch.tensor(sinks, dtype=dtype, requires_grad=True)
+    if kw.get("alibi") is not None:
+        kw["alibi"] = torch.tensor(kw["alibi"], dtype=dtype)
     out, lse = attention(tq, tk, tv, sinks=ts, **kw)
     out.backward(torch.tensor(dout, dtype=dtype))
     res = {"out": out, "lse": lse, "dq": tq.grad, "dk": tk.grad, "dv": tv.grad}

@@ -1,5 +1,6 @@
 #pragma once
-// Exact scaled-dot-product attention: options, argument views, validation (shared/DESIGN.md §3).
+// Exact scaled-dot-product attention: options, argument views, validation (the contract is also
+// described in docs/architecture.md).
 //
 // Layout (FlashAttention's varlen API): q [Tq, H, D], k and v [Tk, Hkv, D], out [Tq, H, D],
 // lse [H, Tq] (natural log, float32). B sequences are given by cu_seqlens_q / cu_seqlens_k (int32,
@@ -7,7 +8,11 @@
 // Query head h reads KV head h / G with G = H / Hkv. In a sequence with Lq queries and Lk keys,
 // query i sees key j iff  i + Lk - Lq - left <= j <= i + Lk - Lq + right  (-1 = unbounded), so
 // causal is (left, right) = (-1, 0), aligned bottom-right.
-// PyTorch: softmax(scale·q·kᵀ + mask, -1) @ v, with sinks adding exp(b_h) to the denominator.
+// ALiBi (FlashAttention's convention): with slopes m, the score of query i and key j becomes
+// softcap(scale·q_i·k_j) - m_h·|i + Lk - Lq - j|; the bias is added after the softcap and is
+// neither scaled nor capped. Slopes are constants: the backward gives no gradient for them.
+// PyTorch: softmax(scale·q·kᵀ + bias + mask, -1) @ v, with sinks adding exp(b_h) to the
+// denominator.
 #include <cstdint>
 #include <span>
 
@@ -33,6 +38,7 @@ struct AttentionArgs {                           // where the data is
   std::span<const int32_t> cu_seqlens_q;         // [B+1] or empty (one sequence)
   std::span<const int32_t> cu_seqlens_k;         // [B+1] or empty (one sequence)
   std::span<const float> sink_logits;            // [H] or empty; 0 everywhere = off-by-one softmax
+  std::span<const float> alibi_slopes;           // [H] or [B, H] (per sequence), or empty
   View3 out;                                     // [Tq, H, D]; written by the forward
   View2 lse;                                     // [H, Tq] or empty; written by the forward
 };
@@ -54,7 +60,15 @@ SeqSpan sequence_span(const AttentionArgs& args, int64_t b);
 // Scale actually used: opts.scale, or 1/sqrt(D) when it is 0.
 float effective_scale(const AttentionOptions& opts, int64_t head_dim);
 
-// Checks shapes, strides, cu_seqlens, sinks and options; throws attnkit::Error naming the argument.
+// ALiBi slope of head h in sequence b (slopes [H] are shared by all sequences); 0 without ALiBi.
+inline float alibi_slope(const AttentionArgs& a, int64_t b, int64_t h) {
+  if (a.alibi_slopes.empty()) return 0.0f;
+  const int64_t heads = a.q.shape[1];
+  return a.alibi_slopes[size_t(int64_t(a.alibi_slopes.size()) == heads ? h : b * heads + h)];
+}
+
+// Checks shapes, strides, cu_seqlens, sinks, ALiBi slopes and options; throws attnkit::Error
+// naming the argument.
 void validate(const AttentionOptions& opts, const AttentionArgs& args);
 // Checks the gradient views against args (shapes, sink presence); throws attnkit::Error.
 void validate_backward(const AttentionOptions& opts, const AttentionArgs& args,

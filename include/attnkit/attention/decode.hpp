@@ -5,7 +5,8 @@
 // heads of each KV head from that one read (split-KV, "flash-decoding"); chunks are merged with
 // their logsumexps. Same semantics as flash attention with Lq = n new queries and Lk = the cached
 // tokens in cache order: the n queries are the last n cached tokens, causal/window masks are
-// aligned bottom-right on cache positions, plus softcap, sinks and optional rope-on-read.
+// aligned bottom-right on cache positions, plus softcap, ALiBi (on cache positions), sinks and
+// optional rope-on-read.
 #include <cstdint>
 #include <span>
 
@@ -25,6 +26,9 @@ struct DecodeArgs {
   const KVCache* cache = nullptr;
   int64_t layer = 0;
   std::span<const float> sink_logits;  // [H] or empty
+  std::span<const float> alibi_slopes; // [H] or [B, H] (a row per entry of seqs), or empty; the
+                                       // bias of query i and cache position j is -m·|i + S - n - j|,
+                                       // S = tokens cached for the sequence
   View3 out;                       // [B·n, H, D]
   View2 lse;                       // [H, B·n] or empty
 };

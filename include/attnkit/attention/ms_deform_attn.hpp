@@ -16,7 +16,7 @@
 // it contributes zero and gets zero gradients. NaN or inf in value, attention weights or d_out
 // propagate by IEEE arithmetic into the outputs they touch.
 //
-// Gradient contract (shared/DESIGN.md §4): the backward ASSIGNS (=) d_value,
+// Gradient contract (docs/architecture.md): the backward ASSIGNS (=) d_value,
 // d_sampling_locations and d_attention_weights (all are input gradients).
 // Fast path (ms_deform_attn.cpp): parallel over (batch, query), vectorised over Dh; the backward
 // scatters into d_value in partitions (batch, head, channel block) owned by one work item each,

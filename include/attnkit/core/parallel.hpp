@@ -6,10 +6,18 @@
 
 namespace attnkit {
 
-// Number of threads parallel_for uses (default: OpenMP's, i.e. OMP_NUM_THREADS or the cores).
+// Upper bound on any thread count attnkit accepts or reports.
+inline constexpr int kMaxThreads = 1024;
+// Number of threads parallel_for and sgemm use: set_num_threads's value, else OMP_NUM_THREADS (its
+// first value) when set, else the CPUs in this process's affinity mask. Never OpenMP's runtime
+// default, which other libraries in the process change (importing PyTorch sets it to 1).
 int num_threads();
-// Sets the threads parallel_for uses; n <= 0 restores the default.
+// Where num_threads() comes from: "set_num_threads", "OMP_NUM_THREADS" or "CPU affinity".
+const char* num_threads_source();
+// Sets the threads parallel_for and sgemm use (clamped to kMaxThreads); n <= 0 restores the default.
 void set_num_threads(int n);
+// set_num_threads's current value; 0 when the default applies.
+int num_threads_override();
 // Index of the calling thread inside parallel_for, in [0, num_threads()); 0 outside.
 int thread_index();
 // Calls body(i) for every i in [0, n), spread over the threads with dynamic scheduling.
@@ -18,7 +26,7 @@ void parallel_for(int64_t n, const std::function<void(int64_t)>& body);
 // Scoped override of the thread count (restores the previous value on destruction).
 class ThreadCountScope {
  public:
-  explicit ThreadCountScope(int n) : saved_(num_threads()) { set_num_threads(n); }
+  explicit ThreadCountScope(int n) : saved_(num_threads_override()) { set_num_threads(n); }
   ~ThreadCountScope() { set_num_threads(saved_); }
   ThreadCountScope(const ThreadCountScope&) = delete;
   ThreadCountScope& operator=(const ThreadCountScope&) = delete;

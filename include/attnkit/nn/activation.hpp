@@ -8,7 +8,7 @@
 //
 // Shapes: every view [T, C] with contiguous rows (row stride >= C, so gate and up may be the two
 // halves of a fused [T, 2·C] projection). Outputs may alias inputs of the same shape (in place).
-// Gradient contract (shared/DESIGN.md §4): these layers have no parameters; *_backward ASSIGNS
+// Gradient contract (docs/architecture.md): these layers have no parameters; *_backward ASSIGNS
 // (=) input gradients. Reference: activation_reference.cpp (double), same signatures.
 #include "attnkit/core/tensor.hpp"
 

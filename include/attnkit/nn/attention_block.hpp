@@ -28,7 +28,7 @@
 // permutation already applied, which is the RoPE convention used here, so rows copy unchanged.
 // PyTorch: tests/python/test_attention_block.py writes the whole block in torch.
 //
-// Gradient contract (shared/DESIGN.md §4): attention_block_backward ADDS (+=) into parameter
+// Gradient contract (docs/architecture.md): attention_block_backward ADDS (+=) into parameter
 // gradients and ASSIGNS (=) d_x. An empty gradient view or span is skipped (frozen parameter).
 // Reference: attention_block_reference.cpp (linear/rope/attention references, double gating),
 // same signatures and cache layout, so whole models can compare reference vs fast.

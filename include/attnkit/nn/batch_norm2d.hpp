@@ -10,7 +10,7 @@
 // Shapes: x, y, d_x, d_y [N, C, H, W] (contiguous NCHW); w, b, d_w, d_b, running_mean,
 // running_var [C]; mean, rstd [C] (the μ and r used, saved by the forward for the backward).
 // w or b empty means 1 or 0; the matching gradient must then be empty too. y may alias x.
-// Gradient contract (shared/DESIGN.md §4): backward ADDS (+=) into d_w, d_b and ASSIGNS (=) d_x.
+// Gradient contract (docs/architecture.md): backward ADDS (+=) into d_w, d_b and ASSIGNS (=) d_x.
 // Statistics and parameter gradients are summed per channel in double in a fixed order; channels
 // run in parallel: deterministic for any thread count.
 #include <span>

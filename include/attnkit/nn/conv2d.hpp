@@ -6,7 +6,7 @@
 //
 // Shapes: x, d_x [N, C, H, W]; w, d_w [O, C, KH, KW]; b, d_b [O] or empty (no bias);
 // y, d_y [N, O, OH, OW]. Every 4-D view must be contiguous (row-major NCHW).
-// Gradient contract (shared/DESIGN.md §4): conv2d_backward ADDS (+=) into d_w and d_b and ASSIGNS
+// Gradient contract (docs/architecture.md): conv2d_backward ADDS (+=) into d_w and d_b and ASSIGNS
 // (=) d_x; each gradient is skipped when its view/span is empty.
 // Fast path (conv2d.cpp): im2col of a chunk of images (about 512 output pixels in all) into
 // per-thread scratch and one sgemm per chunk (ops/gemm.hpp); a 1×1 stride-1 unpadded convolution

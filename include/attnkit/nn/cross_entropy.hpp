@@ -12,7 +12,7 @@
 // token embedding or lm_head.weight); b, d_b [V] or empty (BERT's MLM decoder has a bias);
 // targets [T] (int32, < V); losses, lse [T] (per-token loss and logsumexp; 0 for ignored tokens).
 // A target >= V throws attnkit::Error naming its index.
-// Gradient contract (shared/DESIGN.md §4): *_backward ADDS (+=) into parameter gradients (d_W,
+// Gradient contract (docs/architecture.md): *_backward ADDS (+=) into parameter gradients (d_W,
 // d_b) and ASSIGNS (=) input gradients (d_h, d_logits).
 // Fused schedule: the vocabulary is processed in chunks of kVocabChunk rows of W with an online
 // logsumexp; the backward recomputes each chunk's logits from lse. Extra memory: the valid rows

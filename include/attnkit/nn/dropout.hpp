@@ -8,7 +8,7 @@
 // never coincides with attention dropout's (core/rng.hpp's dropout_keep) for the same seed. Use a
 // distinct stream per dropout site (e.g. layer·4 + site) and a new seed per step.
 // Shapes: x, y, d_y, d_x [T, C] with contiguous rows; y may alias x and d_x may alias d_y.
-// Gradient contract (shared/DESIGN.md §4): no parameters; dropout_backward ASSIGNS (=) d_x.
+// Gradient contract (docs/architecture.md): no parameters; dropout_backward ASSIGNS (=) d_x.
 // Reference: dropout_reference.cpp (one Philox call per element, double scaling).
 #include <cstdint>
 

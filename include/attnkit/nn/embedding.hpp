@@ -3,7 +3,7 @@
 //
 // Shapes: ids [T] (int32, each in [0, V)), table [V, C], y [T, C]. An id outside [0, V) throws
 // attnkit::Error naming its index before anything is written.
-// Gradient contract (shared/DESIGN.md §4): *_backward ADDS (+=) into parameter gradients
+// Gradient contract (docs/architecture.md): *_backward ADDS (+=) into parameter gradients
 // (d_table); ids have no gradient. Repeated ids accumulate in token order, so the result is
 // bitwise identical for any thread count (threads split the channels, never the tokens).
 // Reference: embedding_reference.cpp (double accumulation), same signatures.

@@ -5,7 +5,7 @@
 //
 // Shapes: x [T, in], W [out, in], b [out] or empty (no bias), y [T, out]. Views may have row
 // strides larger than their width (e.g. slices of a fused buffer) but rows must be contiguous.
-// Gradient contract (shared/DESIGN.md §4): *_backward ADDS (+=) into parameter gradients (d_w,
+// Gradient contract (docs/architecture.md): *_backward ADDS (+=) into parameter gradients (d_w,
 // d_b) and ASSIGNS (=) input gradients (d_x).
 // Fast path: sgemm on fixed tiles in parallel_for, bitwise identical for any thread count.
 // Reference: scalar loops, double accumulation (linear_reference.cpp), same signatures.

@@ -18,7 +18,7 @@
 // same for every level); attention_weights weight and bias 0 (uniform weights); value_proj and
 // output_proj Xavier-uniform with zero bias.
 //
-// Gradient contract (shared/DESIGN.md §4): the backward ADDS (+=) into parameter gradients and
+// Gradient contract (docs/architecture.md): the backward ADDS (+=) into parameter gradients and
 // ASSIGNS (=) d_query, d_input_flatten and d_reference_points.
 // opts.reference runs the float64 reference kernels (linear and sampling), so a whole model can
 // be compared reference vs fast; the softmax and the reshapes are shared (double accumulation).

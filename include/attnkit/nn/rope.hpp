@@ -11,7 +11,7 @@
 // (int64, >= 0). The rotation is applied in place.
 // Angles are formed in double (p·inv_freq with p up to 1e6 and beyond keeps ~1e-10 rad), cos and
 // sin evaluated in double, then rounded to float for the fast path's rotation.
-// Gradient contract (shared/DESIGN.md §4): no parameters; rope_backward ASSIGNS (=) the input
+// Gradient contract (docs/architecture.md): no parameters; rope_backward ASSIGNS (=) the input
 // gradient, in place: the rotation is orthogonal, so d_x = R(-a)·d_y.
 // Reference: rope_reference.cpp (rotation in double), same signatures.
 #include <cstdint>

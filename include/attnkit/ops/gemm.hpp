@@ -22,8 +22,15 @@ void sgemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
                      const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                      float* c, int64_t ldc);
 
-// Sets BLAS's own thread count for the scope's lifetime. Kernels that call sgemm from their own
-// parallel_for hold a scope of 1 so that BLAS never starts threads inside a one-thread region.
+// Real path of the shared library serving sgemm in this process (e.g. the OpenMP OpenBLAS build).
+std::string blas_library();
+// Threads sgemm uses when called from this thread now: 1 inside a parallel region, else the
+// innermost BlasThreadsScope's value, else num_threads(). Independent of OpenMP's global default.
+int blas_threads();
+
+// Sets the threads sgemm uses on this thread for the scope's lifetime (n <= 0: num_threads()).
+// Kernels that call sgemm from their own parallel_for hold a scope of 1 so that BLAS never starts
+// threads inside a one-thread region.
 class BlasThreadsScope {
  public:
   explicit BlasThreadsScope(int n);

@@ -7,7 +7,8 @@ namespace attnkit {
 
 // max_j x[j]; -inf for n = 0.
 float row_max(const float* x, int64_t n);
-// x[j] = exp(x[j] - m) in place, returns Σ_j x[j]; entries equal to -inf become 0. m is finite.
+// x[j] = exp(x[j] - m) in place, returns Σ_j x[j]; entries with x[j] - m < -64 (and -inf)
+// become exactly 0, so no subnormal probabilities reach the GEMMs after it. m is finite.
 float exp_sub_sum(float* x, int64_t n, float m);
 // x[j] = c·tanh(x[j] / c) in place (softcap), c > 0.
 void softcap_inplace(float* x, int64_t n, float c);

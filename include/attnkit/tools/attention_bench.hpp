@@ -9,6 +9,7 @@ namespace attnkit {
 struct AttentionBenchConfig {
   int64_t batch = 1, heads = 32, kv_heads = 8, head_dim = 128, seq = 2048;
   bool causal = false;
+  bool alibi = false;        // ALiBi with the paper's geometric slopes 2^(-8(h+1)/H)
   bool backward = false;     // also time the backward
   bool naive = true;         // also time the naive baseline (skipped past naive_limit_bytes)
   int threads = 0;           // 0 = all cores
