@@ -175,7 +175,7 @@ inline std::vector<float> slopes_vector(const py::object& obj, int64_t heads, in
   if (a.ndim() == 2)
     check(a.shape(0) == sequences && a.shape(1) == heads, "alibi_slopes: expected [B, H] = [",
           sequences, ", ", heads, "], got [", a.shape(0), ", ", a.shape(1), "]");
-  auto c = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
+  auto c = to_c_array<float>(a, "alibi_slopes");
   return std::vector<float>(c.data(), c.data() + c.size());
 }
 
