@@ -13,9 +13,10 @@ namespace attnkit::cli {
 std::vector<std::string> load_documents(const std::vector<std::string>& data) {
   std::vector<std::string> docs;
   for (const auto& d : data) {
+    if (d != "fortunes" && d != "bible") check_readable_file(d, "--data");
     std::vector<std::string> part = d == "fortunes" ? load_fortunes()
                                     : d == "bible"  ? load_bible_kjv()
-                                                    : (check_readable_file(d, "--data"), load_text_files({d}));
+                                                    : load_text_files({d});
     docs.insert(docs.end(), part.begin(), part.end());
   }
   check(!docs.empty(), "--data: no documents");

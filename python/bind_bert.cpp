@@ -39,7 +39,9 @@ void bind_bert(py::module_& m) {
            "config_json"_a)
       .def_static("load", &BertModel::load, "dir"_a, "Loads config.json + model.safetensors.")
       .def("save", &BertModel::save, "dir"_a, "Writes config.json + model.safetensors atomically.")
-      .def("init_random", &BertModel::init_random, "seed"_a)
+      .def(
+          "init_random", [](BertModel& b, const py::object& seed) { b.init_random(unsigned_arg(seed, "seed")); },
+          "seed"_a)
       .def("config_json", [](const BertModel& b) { return bert_config_to_json(b.config()); })
       .def("parameters", [](const BertModel& b) { return named(b, b.parameters().data()); })
       .def(

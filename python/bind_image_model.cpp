@@ -47,7 +47,9 @@ void bind_image_model(py::module_& m) {
       .def_static("load", &load_image_classifier, "dir"_a,
                   "Loads config.json + model.safetensors from a model directory.")
       .def("save", &ImageClassifier::save, "dir"_a, "Writes config.json + model.safetensors atomically.")
-      .def("init_random", &ImageClassifier::init_random, "seed"_a)
+      .def(
+          "init_random",
+          [](ImageClassifier& c, const py::object& seed) { c.init_random(unsigned_arg(seed, "seed")); }, "seed"_a)
       .def_property_readonly("model_type", &ImageClassifier::model_type)
       .def_property_readonly("num_classes", &ImageClassifier::num_classes)
       .def_property_readonly("input_shape",
@@ -80,7 +82,12 @@ void bind_image_model(py::module_& m) {
             return view_of(find(c.buffer_info(), name, "buffer"), c.buffers().data(), self);
           },
           "name"_a, "Writable view of a non-trainable tensor (batch-norm running statistics).")
-      .def("set_training", &ImageClassifier::set_training, "training"_a, "seed"_a = 0)
+      .def(
+          "set_training",
+          [](ImageClassifier& c, bool training, const py::object& seed) {
+            c.set_training(training, unsigned_arg(seed, "seed"));
+          },
+          "training"_a, "seed"_a = py::int_(0))
       .def("zero_grad", &ImageClassifier::zero_grad)
       .def(
           "forward",

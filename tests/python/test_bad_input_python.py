@@ -120,6 +120,16 @@ SEED_CALLS = {
 }
 
 
+def _image_model():
+    import json
+    return attnkit.ImageModel(json.dumps({"model_type": "cnn", "image_size": 8, "num_labels": 2, "widths": [2],
+                                          "attention": "none", "reduction": 1, "spatial_kernel": 3}))
+
+
+SEED_CALLS["ImageModel.init_random"] = lambda s: _image_model().init_random(s)
+SEED_CALLS["ImageModel.set_training"] = lambda s: _image_model().set_training(True, s)
+
+
 @pytest.mark.parametrize("call", SEED_CALLS.values(), ids=SEED_CALLS.keys())
 @pytest.mark.parametrize("seed", [-1, -(2 ** 70), 2 ** 64, 10 ** 30], ids=["-1", "-2^70", "2^64", "1e30"])
 def test_out_of_range_seed_is_a_short_value_error(call, seed):
