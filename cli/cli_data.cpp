@@ -3,25 +3,17 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <sys/wait.h>
 
 #include "attnkit/core/error.hpp"
+#include "attnkit/core/file_io.hpp"
 
 namespace attnkit::cli {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(bool(in), "cannot read ", path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::vector<std::string> load_documents(const std::vector<std::string>& data) {
   std::vector<std::string> docs;
   for (const auto& d : data) {
+    if (d != "fortunes" && d != "bible") check_readable_file(d, "--data");
     std::vector<std::string> part = d == "fortunes" ? load_fortunes()
                                     : d == "bible"  ? load_bible_kjv()
                                                     : load_text_files({d});
@@ -55,18 +47,34 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
+// Prepended to every script: an uncaught exception prints one line naming the flag (no
+// traceback) and exits with kScriptFailed.
+constexpr int kScriptFailed = 3;
+std::string error_hook(const std::string& flag) {
+  return "import sys, os\n"
+         "def _attnkit_error(kind, value, tb):\n"
+         "    text = (str(value).splitlines() or [''])[0] or kind.__name__\n"
+         "    sys.stderr.write('attnkit: error: " + flag + ": %s: %s\\n' % (kind.__name__, text))\n"
+         "    sys.stderr.flush()\n"
+         "    os._exit(" + std::to_string(kScriptFailed) + ")\n"
+         "sys.excepthook = _attnkit_error\n";
+}
+
 }  // namespace
 
-void run_python(const char* script, const std::vector<std::string>& args) {
+void run_python(const char* script, const std::vector<std::string>& args, const std::string& flag) {
   const std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
   std::string cmd = python + " -";
   for (const auto& a : args) cmd += " " + shell_quote(a);
   FILE* p = popen(cmd.c_str(), "w");
-  check(p != nullptr, "--plot: cannot run ", python);
+  check(p != nullptr, flag, ": cannot run ", python);
+  std::fputs(error_hook(flag).c_str(), p);
   std::fputs(script, p);
   const int status = pclose(p);
-  check(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
-        "--plot: the matplotlib script failed (python3-matplotlib installed? see scripts/setup)");
+  if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == kScriptFailed)
+    throw ReportedError(flag + ": the matplotlib script failed");
+  check(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, flag, ": ", python,
+        " failed (python3-matplotlib installed? see scripts/setup)");
 }
 
 }  // namespace attnkit::cli

@@ -5,9 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/tools/attention_bench.hpp"
 #include "commands.hpp"
+#include "flags.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -63,19 +65,25 @@ void add_bench_command(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
   auto* att = bench->add_subcommand(
       "attention", "Flash attention vs the naive path (scores materialised) and OpenBLAS sgemm");
-  att->add_option("--batch", c->batch, "Sequences")->capture_default_str();
-  att->add_option("--seq", c->seq, "Tokens per sequence (L)")->capture_default_str();
-  att->add_option("--heads", c->heads, "Query heads (H)")->capture_default_str();
-  att->add_option("--kv-heads", c->kv_heads, "Key/value heads (Hkv, divides H)")->capture_default_str();
-  att->add_option("--head-dim", c->head_dim, "Head dimension (D)")->capture_default_str();
+  att->add_option("--batch", c->batch, "Sequences")->capture_default_str()->check(integer_in(1));
+  att->add_option("--seq", c->seq, "Tokens per sequence (L)")->capture_default_str()->check(integer_in(1));
+  att->add_option("--heads", c->heads, "Query heads (H)")->capture_default_str()->check(integer_in(1));
+  att->add_option("--kv-heads", c->kv_heads, "Key/value heads (Hkv, divides H)")->capture_default_str()->check(integer_in(1));
+  att->add_option("--head-dim", c->head_dim, "Head dimension (D)")->capture_default_str()->check(integer_in(1));
   att->add_flag("--causal", c->causal, "Causal mask (only unmasked work is counted)");
   att->add_flag("--alibi", c->alibi, "ALiBi biases with slopes 2^(-8(h+1)/H), flash and naive");
   att->add_flag("--backward", c->backward, "Also time the backward");
   att->add_flag("!--no-naive", c->naive, "Skip the naive baseline");
-  att->add_option("--threads", c->threads, "Threads (0 = all cores)")->capture_default_str();
-  att->add_option("--repeats", c->repeats, "Timed calls; the best is reported")->capture_default_str();
-  att->add_flag("--json", *json, "One JSON object (keys: ms, gflops, fraction_of_sgemm, naive_ms, ...)");
-  att->callback([c, json] { print_attention(*c, run_attention_bench(*c), *json); });
+  add_threads_flag(*att, c->threads);
+  att->add_option("--repeats", c->repeats, "Timed calls; the best is reported")->capture_default_str()->check(integer_in(1, 1000000));
+  add_json_flag(*att, *json, "One JSON object (keys: ms, gflops, fraction_of_sgemm, naive_ms, ...)");
+  att->callback([c, json] {
+    // q, out [B·L, H, D], k, v [B·L, Hkv, D], lse [H, B·L] float32; the backward doubles them.
+    const double rows = double(c->batch) * double(c->seq);
+    const double bytes = rows * 4.0 * (double(2 * c->heads + 2 * c->kv_heads) * double(c->head_dim) + double(c->heads));
+    check_fits_in_memory(bytes * (c->backward ? 2 : 1), "--batch, --seq, --heads, --head-dim", "q, k, v and out");
+    print_attention(*c, run_attention_bench(*c), *json);
+  });
   add_bench_decode_command(*bench);
   add_bench_generate_command(*bench);
   add_bench_deformable_command(*bench);

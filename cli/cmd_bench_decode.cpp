@@ -17,6 +17,7 @@
 #include "attnkit/tools/roofline.hpp"
 #include "attnkit/ops/gemm.hpp"
 #include "commands.hpp"
+#include "flags.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -62,6 +63,12 @@ void run_decode(const DecodeCli& cli) {
   c.cold = !cli.warm;
   c.dtype = parse_kv_storage_dtype(cli.dtype, "--dtype");
   check(c.repeats >= 1, "--repeats: must be >= 1");
+  for (int64_t hkv : hkvs) {
+    check(hkv >= 1 && c.heads % hkv == 0, "--kv-heads: ", hkv, " must be >= 1 and divide --heads ", c.heads);
+    // one layer's K and V: batch x context tokens of Hkv x D values (4 bytes at most)
+    check_fits_in_memory(2.0 * double(c.batch) * double(c.context) * double(hkv) * double(c.head_dim) * 4,
+                         "--batch, --context", "one layer's KV cache");
+  }
   ThreadCountScope scope(c.threads);
   const int threads = num_threads();
   // Every shape's cache is filled first; then each round measures the read bandwidth and the FMA
@@ -143,29 +150,30 @@ void add_bench_decode_command(CLI::App& bench) {
   auto* dec = bench.add_subcommand(
       "decode", "Decode time per token against a filled KV cache, vs measured bandwidth and FMA peak");
   auto& c = cli->config;
-  dec->add_option("--heads", c.heads, "Query heads (H)")->capture_default_str();
+  dec->add_option("--heads", c.heads, "Query heads (H)")->capture_default_str()->check(integer_in(1));
   dec->add_option("--kv-heads", cli->kv_heads, "KV heads, or a comma-separated list (e.g. 32,8,1)")->capture_default_str();
-  dec->add_option("--head-dim", c.head_dim, "Head dimension (D)")->capture_default_str();
-  dec->add_option("--context", c.context, "Cached tokens per sequence (S)")->capture_default_str();
-  dec->add_option("--batch", c.batch, "Sequences decoded together")->capture_default_str();
+  dec->add_option("--head-dim", c.head_dim, "Head dimension (D)")->capture_default_str()->check(integer_in(1));
+  dec->add_option("--context", c.context, "Cached tokens per sequence (S)")->capture_default_str()->check(integer_in(1));
+  dec->add_option("--batch", c.batch, "Sequences decoded together")->capture_default_str()->check(integer_in(1));
   dec->add_option("--dtype", cli->dtype, "Cache storage: f32, f16, bf16, int8")->capture_default_str();
-  dec->add_option("--threads", c.threads, "Threads (0 = all cores)")->capture_default_str();
-  dec->add_option("--repeats", c.repeats, "Timed calls (at least one per layer); the best is reported")->capture_default_str();
+  add_threads_flag(*dec, c.threads);
+  dec->add_option("--repeats", c.repeats, "Timed calls (at least one per layer); the best is reported")
+      ->capture_default_str()->check(integer_in(1, 1000000));
   dec->add_option("--rounds", cli->rounds,
                   "Rounds: each re-measures bandwidth and FMA peak, then times every --kv-heads value "
                   "once; with more than one, the table gives medians over rounds (robust on a shared "
-                  "machine)")->capture_default_str();
+                  "machine)")->capture_default_str()->check(integer_in(1, 1000));
   dec->add_flag("--warm", cli->warm,
                 "Time one layer over and over (warm in the last-level cache if it fits) instead of "
                 "cycling through enough layers to exceed twice that cache");
-  dec->add_flag("--json", cli->json, "JSON (keys: ms_per_token, gbps, fraction_of_bandwidth, ...)");
+  add_json_flag(*dec, cli->json, "JSON (keys: ms_per_token, gbps, fraction_of_bandwidth, ...)");
   dec->callback([cli] { run_decode(*cli); });
 
   auto threads = std::make_shared<int>(0);
   auto json = std::make_shared<bool>(false);
   auto* roof = bench.add_subcommand("roofline", "This machine's FMA peak, memory read bandwidth and sgemm rate");
-  roof->add_option("--threads", *threads, "Threads for the all-core figures (0 = all cores)");
-  roof->add_flag("--json", *json, "One JSON object");
+  add_threads_flag(*roof, *threads);
+  add_json_flag(*roof, *json, "One JSON object");
   roof->callback([threads, json] {
     ThreadCountScope scope(*threads);
     const int n = num_threads();

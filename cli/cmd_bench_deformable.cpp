@@ -9,6 +9,7 @@
 
 #include "attnkit/tools/deformable_bench.hpp"
 #include "commands.hpp"
+#include "flags.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -79,21 +80,22 @@ void add_bench_deformable_command(CLI::App& bench) {
       "deformable", "Multi-scale deformable attention vs dense flash attention: time vs N");
   cmd->add_option("--sides", c->sides, "Finest level's side per size, comma-separated")
       ->delimiter(',')
-      ->capture_default_str();
-  cmd->add_option("--heads", c->heads, "Heads (H)")->capture_default_str();
-  cmd->add_option("--head-dim", c->head_dim, "Head dimension (Dh)")->capture_default_str();
-  cmd->add_option("--levels", c->levels, "Feature-map levels (Lv)")->capture_default_str();
-  cmd->add_option("--points", c->points, "Points per level (P)")->capture_default_str();
+      ->capture_default_str()
+      ->check(integer_in(1, 4096));
+  cmd->add_option("--heads", c->heads, "Heads (H)")->capture_default_str()->check(integer_in(1, 4096));
+  cmd->add_option("--head-dim", c->head_dim, "Head dimension (Dh)")->capture_default_str()->check(integer_in(1, 65536));
+  cmd->add_option("--levels", c->levels, "Feature-map levels (Lv)")->capture_default_str()->check(integer_in(1, 16));
+  cmd->add_option("--points", c->points, "Points per level (P)")->capture_default_str()->check(integer_in(1, 1024));
   cmd->add_flag("--backward", c->backward, "Also time both backwards");
   cmd->add_flag("--uniform", c->uniform,
                 "Sampling locations uniform over each map (no locality) instead of near the query");
-  cmd->add_option("--fit-min-n", c->fit_min_n, "Fit slopes over N >= this")->capture_default_str();
-  cmd->add_option("--threads", c->threads, "Threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--fit-min-n", c->fit_min_n, "Fit slopes over N >= this")->capture_default_str()->check(integer_in(0));
+  add_threads_flag(*cmd, c->threads);
   cmd->add_option("--repeats", c->repeats, "Timings per size; the best is reported")
-      ->capture_default_str();
+      ->capture_default_str()->check(integer_in(1, 1000000));
   cmd->add_option("--min-seconds", c->min_seconds, "Loop each timed call at least this long")
-      ->capture_default_str();
-  cmd->add_flag("--json", *json, "One JSON object (keys: rows, deform_slope, dense_slope, crossover_n, ...)");
+      ->capture_default_str()->check(number_in(0, 3600));
+  add_json_flag(*cmd, *json, "One JSON object (keys: rows, deform_slope, dense_slope, crossover_n, ...)");
   cmd->callback([c, json] { print(*c, run_deformable_bench(*c), *json); });
 }
 

@@ -13,6 +13,7 @@
 #include "attnkit/models/model_registry.hpp"
 #include "attnkit/tools/roofline.hpp"
 #include "commands.hpp"
+#include "flags.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -25,11 +26,13 @@ struct BenchGenerateCli {
 };
 
 void run_bench_generate(const BenchGenerateCli& cli) {
+  require_model_dir(cli.model, "--model", ModelKind::kGpt, "bench generate");
   ThreadCountScope scope(cli.threads);
   check(cli.context >= 0, "--context: must be >= 0");
   check(cli.tokens >= 1, "--tokens: must be >= 1");
-  require_model_kind(cli.model, ModelKind::kGpt, "bench generate");
   const GptModel model = GptModel::load(cli.model);
+  check_fits_in_memory(gpt_kv_cache_bytes(model.config(), double(cli.context) + double(cli.tokens)), "--context",
+                       "a KV cache of --context + --tokens tokens");
   GptGenerator gen(model, {.capacity = cli.context + cli.tokens,
                            .cache_dtype = parse_kv_storage_dtype(cli.dtype, "--dtype"), .temperature = 0});
   gen.fill_cache_random(cli.context, 1);
@@ -61,11 +64,12 @@ void add_bench_generate_command(CLI::App& bench) {
   auto cli = std::make_shared<BenchGenerateCli>();
   auto* g = bench.add_subcommand("generate", "A model's decode ms/token with the KV cache filled to --context");
   g->add_option("--model", cli->model, "Model directory (config.json + model.safetensors)")->required();
-  g->add_option("--context", cli->context, "Cached tokens before the timed steps")->capture_default_str();
-  g->add_option("--tokens", cli->tokens, "Timed decode steps (the median is reported)")->capture_default_str();
+  g->add_option("--context", cli->context, "Cached tokens before the timed steps")->capture_default_str()->check(integer_in(0));
+  g->add_option("--tokens", cli->tokens, "Timed decode steps (the median is reported)")
+      ->capture_default_str()->check(integer_in(1, 1000000));
   g->add_option("--dtype", cli->dtype, "Cache storage: f32, f16, bf16, int8")->capture_default_str();
-  g->add_option("--threads", cli->threads, "Threads (0 = all cores)")->capture_default_str();
-  g->add_flag("--json", cli->json, "One JSON object (ms_per_token, cache_bytes, ...)");
+  add_threads_flag(*g, cli->threads);
+  add_json_flag(*g, cli->json, "One JSON object (ms_per_token, cache_bytes, ...)");
   g->callback([cli] { run_bench_generate(*cli); });
 }
 

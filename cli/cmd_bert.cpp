@@ -5,12 +5,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
+#include "attnkit/core/file_io.hpp"
 #include "attnkit/io/text_corpus.hpp"
 #include "attnkit/io/tokenizer.hpp"
 #include "attnkit/models/model_registry.hpp"
@@ -20,6 +19,7 @@
 #include "cli_data.hpp"
 #include "commands.hpp"
 #include "run_flags.hpp"
+#include "flags.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -40,14 +40,6 @@ BertConfig bert_preset(const std::string& name) {
     fail("--preset: unknown preset '", name, "' (tiny, mini, small)");
   }
   return c;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(bool(in), "cannot read ", path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // A fine-tuning task's examples and the architecture and objective that fit it.
@@ -114,14 +106,12 @@ void add_common_options(CLI::App* cmd, BertCli& cli) {
   cmd->add_option("--eval-every", cli.opts.eval_every, "Steps between validation evaluations")->capture_default_str();
   cmd->add_option("--eval-examples", cli.opts.eval_examples, "Validation examples per evaluation")->capture_default_str();
   cmd->add_option("--checkpoint-every", cli.opts.checkpoint_every, "Steps between checkpoints")->capture_default_str();
-  cmd->add_option("--seed", cli.opts.seed, "Seed of initialisation, examples, masking and dropout")
-      ->capture_default_str()
-      ->check(non_negative_seed());
+  add_seed_flag(*cmd, cli.opts.seed, "Seed of initialisation, examples, masking and dropout");
   auto* resume = cmd->add_flag("--resume", cli.resume,
                                "Continue the run in --out from its committed checkpoint (its own config)");
   cmd->add_flag("--overwrite", cli.overwrite, "Replace the run that --out holds (without it, such an --out is refused)")
       ->excludes(resume);
-  cmd->add_option("--threads", cli.threads, "Threads (0 = all cores)")->capture_default_str();
+  add_threads_flag(*cmd, cli.threads);
   cmd->add_flag("--quiet", cli.quiet, "No progress output");
 }
 
@@ -169,7 +159,7 @@ void print_result(const BertStepResult& last, const BertEvalResult& val, const B
 void run_pretrain(const BertCli& cli) {
   const RunDir run(cli.out, run_start(cli), "bert");  // refusals before any work
   BertTrainOptions o = train_options(cli);
-  BertConfig cfg = cli.config_file.empty() ? bert_preset(cli.preset) : parse_bert_config(read_text(cli.config_file), cli.config_file);
+  BertConfig cfg = cli.config_file.empty() ? bert_preset(cli.preset) : parse_bert_config(read_file(cli.config_file, "--config"), cli.config_file);
   o.objective = parse_bert_objective(cli.objective);
   cfg.architecture = o.objective == BertObjective::kMlmNsp ? BertArchitecture::kPreTraining : BertArchitecture::kMaskedLM;
   if (cli.config_file.empty()) cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = cli.dropout;

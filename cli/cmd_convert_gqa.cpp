@@ -5,6 +5,7 @@
 
 #include "attnkit/tools/convert_gqa.hpp"
 #include "commands.hpp"
+#include "flags.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -23,10 +24,11 @@ void add_convert_gqa_command(CLI::App& app) {
   c->add_option("--in", cli->in, "Input model directory (config.json + model.safetensors)")->required();
   c->add_option("--out", cli->out, "Output directory (new or empty; never --in or inside it)")->required();
   c->add_option("--kv-heads", cli->opts.kv_heads, "New number of KV heads N (must divide the current one)")
-      ->required();
+      ->required()->check(integer_in(1));
   c->add_option("--method", cli->method, "mean | first | random (one head of each group)")->capture_default_str();
-  c->add_option("--seed", cli->opts.seed, "Seed of --method random")->capture_default_str();
+  add_seed_flag(*c, cli->opts.seed, "Seed of --method random");
   c->callback([cli] {
+    require_model_dir(cli->in, "--in", ModelKind::kGpt, "convert-gqa");
     ConvertGqaOptions o = cli->opts;
     o.method = parse_gqa_pool_method(cli->method);
     convert_gqa(cli->in, cli->out, o);

@@ -3,15 +3,18 @@
 // size, the examples per class and the pixel mean / standard deviation (pixels scaled to [0, 1]).
 // A missing or malformed file is an attnkit::Error: one line `attnkit: error: ...`, exit code 2.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "attnkit/core/error.hpp"
 #include "attnkit/io/idx.hpp"
 #include "attnkit/train/image_batch.hpp"
 #include "commands.hpp"
+#include "flags.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -23,6 +26,9 @@ struct DatasetOptions {
 };
 
 void run_dataset(const DatasetOptions& o) {
+  check(std::filesystem::is_directory(o.data_dir), "--data-dir: ", o.data_dir,
+        std::filesystem::exists(o.data_dir) ? " is not a directory" : ": no such directory",
+        " (MNIST-style IDX files; Debian: apt-get install dataset-fashion-mnist)");
   const ImageDataset ds = load_fashion_mnist(o.data_dir, parse_dataset_split(o.split));
   std::vector<int64_t> per_class(size_t(ds.classes), 0);
   for (uint8_t l : ds.labels) ++per_class[l];
@@ -51,7 +57,7 @@ void add_dataset_command(CLI::App& app) {
                   "directory of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] files")
       ->capture_default_str();
   cmd->add_option("--split", opts->split, "train or test")->capture_default_str();
-  cmd->add_flag("--json", opts->json, "print one JSON object");
+  add_json_flag(*cmd, opts->json, "print one JSON object");
   cmd->callback([opts] { run_dataset(*opts); });
 }
 

@@ -24,6 +24,7 @@
 #include "attnkit/tools/roofline.hpp"
 #include "attnkit/train/gpt_trainer.hpp"
 #include "commands.hpp"
+#include "flags.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -218,9 +219,11 @@ void add_demo_command(CLI::App& app) {
   auto cli = std::make_shared<DemoCli>();
   auto* d = app.add_subcommand("demo", "A few minutes of what attnkit does on this machine (all figures measured)");
   d->add_option("--out", cli->out, "Where the demo model is saved")->capture_default_str();
-  d->add_option("--train-steps", cli->train_steps, "Training steps of the demo GPT")->capture_default_str();
-  d->add_option("--stream-tokens", cli->stream_tokens, "Tokens generated with the sink cache")->capture_default_str();
-  d->add_option("--threads", cli->threads, "Threads (0 = all cores)")->capture_default_str();
+  d->add_option("--train-steps", cli->train_steps, "Training steps of the demo GPT")
+      ->capture_default_str()->check(integer_in(1, 1000000));
+  d->add_option("--stream-tokens", cli->stream_tokens, "Tokens generated with the sink cache")
+      ->capture_default_str()->check(integer_in(1, 100000000));
+  add_threads_flag(*d, cli->threads);
   d->add_flag("--quick", cli->quick, "Tiny sizes and no roofline: checks that the demo runs (figures not meaningful)");
   d->callback([cli] { run_demo(*cli); });
 }

@@ -13,6 +13,7 @@
 #include "attnkit/models/model_registry.hpp"
 #include "attnkit/tools/roofline.hpp"
 #include "commands.hpp"
+#include "flags.hpp"
 #if ATTNKIT_HAVE_MPI
 #include "attnkit/dist/mpi.hpp"
 #include "attnkit/dist/tp_generate.hpp"
@@ -30,13 +31,20 @@ struct GenerateCli {
   bool no_stop = false;
 };
 
-GenerateOptions resolve_options(const GenerateCli& cli) {
+// The generator's options; refuses a cache larger than this machine's memory (naming the flag
+// that sized it) before anything is allocated.
+GenerateOptions resolve_options(const GenerateCli& cli, const GptConfig& config) {
   GenerateOptions o = cli.opts;
   o.cache_dtype = parse_kv_storage_dtype(cli.cache_dtype, "--cache-dtype");
-  check(cli.max_tokens >= 0, "--max-tokens: must be >= 0");
-  if (o.n_sink < 0 && o.window <= 0 && o.capacity == 0)  // dense: room for prompt + output
-    o.capacity = int64_t(cli.prompt.size()) + cli.max_tokens + 1;
   check((o.n_sink >= 0) == (o.window > 0), "--sink and --window go together (StreamingLLM cache)");
+  if (o.window > 0) {
+    check_fits_in_memory(gpt_kv_cache_bytes(config, double(o.window) + double(o.n_sink)), "--window",
+                         "a KV cache of --sink + --window tokens");
+  } else if (o.capacity == 0) {  // dense: room for prompt + output
+    check_fits_in_memory(gpt_kv_cache_bytes(config, double(cli.prompt.size()) + double(cli.max_tokens) + 1),
+                         "--max-tokens", "a KV cache of the prompt + --max-tokens tokens");
+    o.capacity = int64_t(cli.prompt.size()) + cli.max_tokens + 1;
+  }
   return o;
 }
 
@@ -71,9 +79,8 @@ std::pair<int64_t, double> generate_text(Generator& gen, const GenerateCli& cli,
 
 void run_generate(const GenerateCli& cli) {
   ThreadCountScope threads(cli.threads);
-  require_model_kind(cli.model, ModelKind::kGpt, "generate");
   const GptModel model = GptModel::load(cli.model);
-  const GenerateOptions o = resolve_options(cli);
+  const GenerateOptions o = resolve_options(cli, model.config());
   GptGenerator gen(model, o);
   const auto [produced, dt] = generate_text(gen, cli, true);
   std::fprintf(stderr, "\n[%lld tokens in %.2f s: %.1f tokens/s; KV cache %s, %lld tokens held, %.2f MiB]\n",
@@ -102,9 +109,8 @@ void run_generate_tp_ranks(const GenerateCli& cli, const dist::MpiWorld& world) 
   check(world.size() == cli.tp, "--tp: ", cli.tp, " processes requested but MPI started ", world.size(),
         " (launch with mpirun -np ", cli.tp, ")");
   ThreadCountScope threads(cli.threads);
-  require_model_kind(cli.model, ModelKind::kGpt, "generate");
   const GptModel model = GptModel::load(cli.model);
-  const GenerateOptions o = resolve_options(cli);
+  const GenerateOptions o = resolve_options(cli, model.config());
   dist::TpGenerator gen(model, o, world.rank(), world.size());
   const auto [produced, dt] = generate_text(gen, cli, world.rank() == 0);
   // Every rank's actual KV bytes and head ranges, gathered to rank 0, against kv-plan --tp.
@@ -139,21 +145,23 @@ void add_generate_command(CLI::App& app) {
   auto* g = app.add_subcommand("generate", "Sample text from a GPT model with a KV cache");
   g->add_option("--model", cli->model, "Model directory (config.json + model.safetensors)")->required();
   g->add_option("--prompt", cli->prompt, "Text to continue")->capture_default_str();
-  g->add_option("--max-tokens", cli->max_tokens, "Tokens to generate at most")->capture_default_str();
-  g->add_option("--temperature", cli->opts.temperature, "Softmax temperature (0 = greedy)")->capture_default_str();
-  g->add_option("--top-k", cli->opts.top_k, "Sample among the k most likely tokens (0 = off)")->capture_default_str();
-  g->add_option("--top-p", cli->opts.top_p, "Nucleus sampling mass (1 = off)")->capture_default_str();
-  g->add_option("--seed", cli->opts.seed, "Sampling seed")->capture_default_str();
-  g->add_option("--sink", cli->opts.n_sink, "StreamingLLM: first tokens kept forever (with --window)");
-  g->add_option("--window", cli->opts.window, "StreamingLLM: recent tokens kept (with --sink)");
+  g->add_option("--max-tokens", cli->max_tokens, "Tokens to generate at most")->capture_default_str()->check(integer_in(0));
+  g->add_option("--temperature", cli->opts.temperature, "Softmax temperature (0 = greedy)")
+      ->capture_default_str()->check(number_in(0, 1e6));
+  g->add_option("--top-k", cli->opts.top_k, "Sample among the k most likely tokens (0 = off)")
+      ->capture_default_str()->check(integer_in(0));
+  g->add_option("--top-p", cli->opts.top_p, "Nucleus sampling mass (1 = off)")->capture_default_str()->check(number_in(0, 1, true));
+  add_seed_flag(*g, cli->opts.seed, "Sampling seed");
+  g->add_option("--sink", cli->opts.n_sink, "StreamingLLM: first tokens kept forever (with --window)")->check(integer_in(0));
+  g->add_option("--window", cli->opts.window, "StreamingLLM: recent tokens kept (with --sink)")->check(integer_in(1));
   g->add_option("--cache-dtype", cli->cache_dtype, "KV cache storage: f32, f16, bf16, int8")->capture_default_str();
-  g->add_option("--threads", cli->threads, "Threads (0 = all cores)")->capture_default_str();
+  add_threads_flag(*g, cli->threads);
   g->add_option("--tp", cli->tp,
                 "Tensor-parallel processes: run under `mpirun -np P`; rank r holds heads and MLP slice r of P")
-      ->capture_default_str();
+      ->capture_default_str()->check(integer_in(1, 4096));
   g->add_flag("--no-stop", cli->no_stop, "Keep going past <|endoftext|> (streaming tests)");
   g->callback([cli] {
-    check(cli->tp >= 1, "--tp: must be >= 1");
+    require_model_dir(cli->model, "--model", ModelKind::kGpt, "generate");
     if (cli->tp == 1) return run_generate(*cli);
 #if ATTNKIT_HAVE_MPI
     run_generate_tp(*cli);

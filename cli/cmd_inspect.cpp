@@ -10,9 +10,11 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "attnkit/core/file_io.hpp"
 #include "attnkit/io/safetensors.hpp"
 #include "attnkit/models/model_registry.hpp"
 #include "commands.hpp"
+#include "flags.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -135,9 +137,10 @@ void add_inspect_command(CLI::App& app) {
       "inspect", "Validate a safetensors file (or a model directory's) and list its tensors, metadata and totals");
   cmd->add_option("file", opts->path, "safetensors file, or a model directory (config.json + model.safetensors)")
       ->required();
-  cmd->add_flag("--json", opts->json, "print one JSON object instead of a table");
+  add_json_flag(*cmd, opts->json, "print one JSON object instead of a table");
   cmd->callback([opts] {
     const bool dir = std::filesystem::is_directory(opts->path);
+    if (!dir) check_readable_file(opts->path, "inspect");
     const ModelType* type = dir ? &model_type_of_dir(opts->path) : nullptr;
     const SafetensorsFile f(dir ? opts->path + "/model.safetensors" : opts->path);
     if (opts->json) {

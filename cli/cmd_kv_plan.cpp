@@ -12,6 +12,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/kv/kv_plan.hpp"
 #include "commands.hpp"
+#include "flags.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -233,7 +234,7 @@ void add_kv_plan_command(CLI::App& app) {
                   "KV-cache budget per device in bytes, e.g. 80e9 (default 80e9: one 80 GB GPU, "
                   "weights not subtracted)")
       ->type_name("BYTES");
-  cmd->add_flag("--json", a->json, "Print one JSON object of exact integers instead of the table");
+  add_json_flag(*cmd, a->json, "Print one JSON object of exact integers instead of the table");
   cmd->footer(
       "Sizes: per-token in KiB/MiB (binary), caches and budget in GB (decimal). With --tp P, the "
       "read time and the sequences that fit use one shard's cache (shards work in parallel).\n"

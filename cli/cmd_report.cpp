@@ -27,6 +27,8 @@ struct ReportFlags {
 [[noreturn]] void run_report(const ReportFlags& f) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  check(!f.out.empty(), "--out: empty path");
+  check(!fs::exists(f.out, ec) || fs::is_directory(f.out, ec), "--out: ", f.out, " exists and is not a directory");
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   check(!ec, "report: cannot find this executable's path: ", ec.message());
   const fs::path module_dir = self.parent_path() / "python";

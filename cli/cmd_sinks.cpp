@@ -17,6 +17,7 @@
 #include "attnkit/tools/stream_eval.hpp"
 #include "cli_data.hpp"
 #include "commands.hpp"
+#include "flags.hpp"
 #include "plot_scripts.hpp"
 
 namespace attnkit::cli {
@@ -82,8 +83,9 @@ void print_row(const char* label, const SinkBuckets& b, bool sink, double gate) 
 }
 
 void run_profile(const ProfileCli& cli) {
+  require_model_dir(cli.model, "--model", ModelKind::kGpt, "sink-profile");
+  if (!cli.plot.empty()) check_output_file(cli.plot, "--plot");
   ThreadCountScope threads(cli.threads);
-  require_model_kind(cli.model, ModelKind::kGpt, "sink-profile");
   GptModel model = GptModel::load(cli.model);
   const std::vector<int32_t> tokens = load_split_tokens(cli.data, cli.split);
   const SinkProfile p = sink_profile(model, tokens, cli.opts);
@@ -91,7 +93,12 @@ void run_profile(const ProfileCli& cli) {
   if (!cli.plot.empty()) {
     const std::string tmp = cli.plot + ".json.tmp";
     std::ofstream(tmp) << j.dump();
-    run_python(kSinkProfilePlot, {tmp, cli.plot});
+    try {
+      run_python(kSinkProfilePlot, {tmp, cli.plot}, "--plot");
+    } catch (const Error&) {
+      std::filesystem::remove(tmp);
+      throw;
+    }
     std::filesystem::remove(tmp);
   }
   if (cli.json) {
@@ -139,12 +146,16 @@ struct StreamCli {
 };
 
 void run_stream(const StreamCli& cli) {
+  require_model_dir(cli.model, "--model", ModelKind::kGpt, "eval-stream");
+  if (!cli.csv.empty()) check_output_file(cli.csv, "--csv");
+  if (!cli.plot.empty()) check_output_file(cli.plot, "--plot");
   ThreadCountScope threads(cli.threads);
   check(cli.chunk >= 1, "--chunk: must be >= 1");
-  require_model_kind(cli.model, ModelKind::kGpt, "eval-stream");
-  GptModel model = GptModel::load(cli.model);
   StreamEvalOptions o = cli.opts;
   o.policy = parse_stream_policy(cli.policy);
+  GptModel model = GptModel::load(cli.model);
+  check_fits_in_memory(gpt_kv_cache_bytes(model.config(), double(o.window) + double(o.n_sink)), "--window",
+                       "a KV cache of --window + --sinks tokens");
   const std::vector<int32_t> tokens = load_split_tokens(cli.data, cli.split);
   const StreamEvalResult r = stream_eval(model, tokens, o);
   const int64_t n = int64_t(r.nll.size()), ctx = model.config().max_position_embeddings;
@@ -168,7 +179,12 @@ void run_stream(const StreamCli& cli) {
       out << t + 1 << "," << r.nll[size_t(t)] << "," << chunk_ppl[size_t(t)] << "," << cum_ppl[size_t(t)] << "\n";
   }
   if (!cli.plot.empty()) {
-    run_python(kStreamPlot, {csv, cli.plot, std::to_string(ctx)});
+    try {
+      run_python(kStreamPlot, {csv, cli.plot, std::to_string(ctx)}, "--plot");
+    } catch (const Error&) {
+      if (cli.csv.empty()) std::filesystem::remove(csv);
+      throw;
+    }
     if (cli.csv.empty()) std::filesystem::remove(csv);
   }
   // Perplexity past the training context (the part that shows the policies apart).
@@ -203,14 +219,17 @@ void add_sinks_commands(CLI::App& app) {
   sp->add_option("--model", p->model, "Model directory (config.json + model.safetensors)")->required();
   sp->add_option("--data", p->data, "Text files, or 'fortunes' / 'bible'")->capture_default_str();
   sp->add_option("--split", p->split, "validation, train or all (files given as --data: use all)")->capture_default_str();
-  sp->add_option("--query-pos", p->opts.query_pos, "Query position N in each window (< the model's context)")->required();
-  sp->add_option("--windows", p->opts.windows, "Windows of N + 1 tokens to average over")->capture_default_str();
-  sp->add_option("--recent", p->opts.recent, "Keys counted as the most recent")->capture_default_str();
-  sp->add_option("--gate-bins", p->opts.gate_bins, "Histogram bins of gate values on [0, 1]")->capture_default_str();
+  sp->add_option("--query-pos", p->opts.query_pos, "Query position N in each window (< the model's context)")
+      ->required()->check(integer_in(0));
+  sp->add_option("--windows", p->opts.windows, "Windows of N + 1 tokens to average over")
+      ->capture_default_str()->check(integer_in(1));
+  sp->add_option("--recent", p->opts.recent, "Keys counted as the most recent")->capture_default_str()->check(integer_in(1));
+  sp->add_option("--gate-bins", p->opts.gate_bins, "Histogram bins of gate values on [0, 1]")
+      ->capture_default_str()->check(integer_in(1, 1000));
   sp->add_flag("--gates", p->gates, "Also print the gate histograms per layer and head");
-  sp->add_flag("--json", p->json, "One JSON object (per-head masses by key position, buckets, gates)");
+  add_json_flag(*sp, p->json, "One JSON object (per-head masses by key position, buckets, gates)");
   sp->add_option("--plot", p->plot, "PNG: log-scale bars of the mean mass by key position per layer (matplotlib)");
-  sp->add_option("--threads", p->threads, "Threads (0 = all cores)")->capture_default_str();
+  add_threads_flag(*sp, p->threads);
   sp->callback([p] { run_profile(*p); });
 
   auto s = std::make_shared<StreamCli>();
@@ -219,14 +238,15 @@ void add_sinks_commands(CLI::App& app) {
   es->add_option("--data", s->data, "Text files, or 'fortunes' / 'bible' (one continuous token stream)")->capture_default_str();
   es->add_option("--split", s->split, "validation, train or all (files given as --data: use all)")->capture_default_str();
   es->add_option("--policy", s->policy, "dense, window, sink or recompute (sliding window re-computed per token)")->capture_default_str();
-  es->add_option("--window", s->opts.window, "Recent tokens kept (window, sink, recompute); 0 = the model's context")->capture_default_str();
-  es->add_option("--sinks", s->opts.n_sink, "First tokens kept by the sink policy")->capture_default_str();
-  es->add_option("--tokens", s->opts.tokens, "Tokens to stream")->capture_default_str();
-  es->add_option("--chunk", s->chunk, "Predictions per point of the perplexity curve")->capture_default_str();
+  es->add_option("--window", s->opts.window, "Recent tokens kept (window, sink, recompute); 0 = the model's context")
+      ->capture_default_str()->check(integer_in(0));
+  es->add_option("--sinks", s->opts.n_sink, "First tokens kept by the sink policy")->capture_default_str()->check(integer_in(0));
+  es->add_option("--tokens", s->opts.tokens, "Tokens to stream")->capture_default_str()->check(integer_in(2));
+  es->add_option("--chunk", s->chunk, "Predictions per point of the perplexity curve")->capture_default_str()->check(integer_in(1));
   es->add_option("--csv", s->csv, "Write position, nll, chunk and cumulative perplexity per prediction");
   es->add_option("--plot", s->plot, "PNG: perplexity against tokens streamed (matplotlib)");
-  es->add_flag("--json", s->json, "One JSON object");
-  es->add_option("--threads", s->threads, "Threads (0 = all cores)")->capture_default_str();
+  add_json_flag(*es, s->json, "One JSON object");
+  add_threads_flag(*es, s->threads);
   es->callback([s] { run_stream(*s); });
 }
 

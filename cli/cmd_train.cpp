@@ -9,6 +9,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
+#include "attnkit/core/file_io.hpp"
 #include "attnkit/io/idx.hpp"
 #include "attnkit/io/text_corpus.hpp"
 #include "attnkit/io/tokenizer.hpp"
@@ -19,6 +20,7 @@
 #include "cli_data.hpp"
 #include "commands.hpp"
 #include "run_flags.hpp"
+#include "flags.hpp"
 #if ATTNKIT_HAVE_MPI
 #include "attnkit/dist/mpi.hpp"
 #include "attnkit/dist/tp_train.hpp"
@@ -69,7 +71,7 @@ RunStart run_start(const TrainCli& cli) { return cli::run_start(cli.resume, cli.
 // a --preset/--config that differs is an error); with --init DIR that model (architecture and
 // weights) with a fresh optimizer; otherwise --config or --preset, initialised from `seed`.
 GptModel initial_model(const TrainCli& cli, uint64_t seed, const RunDir& run) {
-  auto given = [&] { return cli.config_file.empty() ? gpt_preset(cli.preset) : parse_gpt_config(read_file(cli.config_file), cli.config_file); };
+  auto given = [&] { return cli.config_file.empty() ? gpt_preset(cli.preset) : parse_gpt_config(read_file(cli.config_file, "--config"), cli.config_file); };
   if (run.start() == RunStart::kResume) {
     check(cli.init.empty(), "--init: not with --resume (a resumed run continues from its own checkpoint)");
     GptModel model(parse_gpt_config(run.checkpoint_config()));
@@ -293,9 +295,7 @@ void add_train_command(CLI::App& app) {
   gpt->add_option("--clip", cli->opts.clip, "Global gradient-norm bound (0 = off)")->capture_default_str();
   gpt->add_option("--eval-every", cli->opts.eval_every, "Steps between validation evaluations")->capture_default_str();
   gpt->add_option("--checkpoint-every", cli->opts.checkpoint_every, "Steps between checkpoints")->capture_default_str();
-  gpt->add_option("--seed", cli->opts.seed, "Seed of initialisation and data windows")
-      ->capture_default_str()
-      ->check(non_negative_seed());
+  add_seed_flag(*gpt, cli->opts.seed, "Seed of initialisation and data windows");
   auto* resume = gpt->add_flag("--resume", cli->resume,
                                "Continue the run in --out from its committed checkpoint (its own config: no "
                                "--preset/--config needed)");
@@ -309,7 +309,7 @@ void add_train_command(CLI::App& app) {
                   "the MLP (Megatron split) and runs the whole batch; rank 0 writes an ordinary one-process "
                   "checkpoint (gathered). 1 = off; not with --dp")
       ->capture_default_str();
-  gpt->add_option("--threads", cli->threads, "Threads (0 = all cores)")->capture_default_str();
+  add_threads_flag(*gpt, cli->threads);
   gpt->add_flag("--quiet", cli->quiet, "No progress output");
   gpt->callback([cli, gpt] {
     cli->preset_given = gpt->count("--preset") > 0;
@@ -325,7 +325,8 @@ void add_train_command(CLI::App& app) {
   auto* ev = app.add_subcommand("eval", "Loss, perplexity and bits per byte of a GPT on text; masked-LM loss or task accuracy of a BERT; test accuracy of an image model");
   ev->add_option("--model", *model, "Model directory (config.json + model.safetensors)")->required();
   ev->add_option("--data", *data, "Text files, or 'fortunes' / 'bible'")->capture_default_str();
-  ev->add_option("--windows", *windows, "Context-length windows to evaluate, at most (BERT: validation examples; image models: test images, default all)")->capture_default_str();
+  ev->add_option("--windows", *windows, "Context-length windows to evaluate, at most (BERT: validation examples; image models: test images, default all)")
+      ->capture_default_str()->check(integer_in(1));
   ev->add_option("--split", *split, "validation, train, or all (files given as --data: use all)")->capture_default_str();
   auto data_dir = std::make_shared<std::string>(kFashionMnistDir);
   ev->add_option("--data-dir", *data_dir, "Image models: MNIST-style IDX directory (its test split is scored)")
@@ -339,6 +340,9 @@ void add_train_command(CLI::App& app) {
     GptModel m = GptModel::load(*model);
     const std::vector<int32_t> tokens = load_split_tokens(*data, *split);
     const int64_t seq = m.config().max_position_embeddings;
+    const int64_t needed = seq - m.config().registers + 1;  // one window of text and its next token
+    check(int64_t(tokens.size()) >= needed, "--data: the ", *split, " split has ", tokens.size(),
+          " tokens; eval needs at least ", needed, " (the model's context + 1)");
     const double loss = evaluate_loss(m, tokens, seq, *windows);
     std::printf("loss %.4f  perplexity %.3f  bits per byte %.4f  (%s split, windows of %lld tokens)\n",
                 loss, std::exp(loss), loss / std::log(2.0), split->c_str(), (long long)seq);

@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
+#include "attnkit/core/file_io.hpp"
 #include "attnkit/io/idx.hpp"
 #include "attnkit/io/image_file.hpp"
 #include "attnkit/models/cnn.hpp"
@@ -18,6 +17,7 @@
 #include "attnkit/models/model_registry.hpp"
 #include "attnkit/train/image_batch.hpp"
 #include "commands.hpp"
+#include "flags.hpp"
 #include "image_training.hpp"
 
 namespace attnkit::cli {
@@ -58,7 +58,8 @@ std::string label_name(const ImageClassifier& m, int64_t k) {
 }
 
 void run_classify(const ClassifyFlags& f) {
-  require_model_kind(f.model, ModelKind::kImage, "classify");
+  require_model_dir(f.model, "--model", ModelKind::kImage, "classify");
+  for (const std::string& path : f.files) check_readable_file(path, "classify");
   std::unique_ptr<ImageClassifier> model = load_image_classifier(f.model);
   const ImageNormalization norm = load_image_normalization(f.model);
   const ImageShape shape = model->input_shape();
@@ -166,8 +167,8 @@ void add_vision_commands(CLI::App& app) {
       ->required();
   cls->add_option("files", c->files, "Image files")->required();
   cls->add_flag("--invert", c->invert, "Invert grey levels first (Fashion-MNIST has light objects on black)");
-  cls->add_option("--limit", c->limit, "At most this many images per IDX file")->capture_default_str();
-  cls->add_flag("--json", c->json, "Print a JSON array");
+  cls->add_option("--limit", c->limit, "At most this many images per IDX file")->capture_default_str()->check(integer_in(1));
+  add_json_flag(*cls, c->json, "Print a JSON array");
   cls->callback([c] { run_classify(*c); });
 }
 

@@ -13,6 +13,7 @@
 #include "attnkit/train/run_dir.hpp"
 #include "attnkit/train/train_checks.hpp"
 #include "run_flags.hpp"
+#include "flags.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -39,8 +40,8 @@ void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f) {
       ->required();
   cmd.add_option("--data-dir", f.data_dir, "MNIST-style IDX directory ({train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz])")
       ->capture_default_str();
-  cmd.add_option("--epochs", f.opts.epochs, "Passes over the training set")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd.add_option("--batch", f.opts.batch, "Images per optimizer step")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd.add_option("--epochs", f.opts.epochs, "Passes over the training set")->capture_default_str()->check(integer_in(1, 1000000));
+  cmd.add_option("--batch", f.opts.batch, "Images per optimizer step")->capture_default_str()->check(integer_in(1, 1000000));
   cmd.add_option("--lr", f.opts.max_lr, "Peak learning rate (AdamW)")->capture_default_str();
   cmd.add_option("--min-lr", f.opts.min_lr, "Final learning rate of the cosine decay")->capture_default_str();
   cmd.add_option("--warmup-epochs", f.opts.warmup_epochs, "Linear warmup length in epochs")->capture_default_str();
@@ -56,15 +57,13 @@ void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f) {
                "budget ends (not bitwise reproducible)");
   cmd.add_option("--train-limit", f.opts.train_limit, "Use only the first N training images (0: all)")->capture_default_str();
   cmd.add_option("--eval-limit", f.opts.eval_limit, "Evaluate on the first N test images (0: all)")->capture_default_str();
-  cmd.add_option("--seed", f.opts.seed, "Seed for shuffling, augmentation and initialisation")
-      ->capture_default_str()
-      ->check(non_negative_seed());
-  cmd.add_option("--threads", f.threads, "Threads (0: all cores)")->capture_default_str();
+  add_seed_flag(cmd, f.opts.seed, "Seed for shuffling, augmentation and initialisation");
+  add_threads_flag(cmd, f.threads);
   auto* resume = cmd.add_flag("--resume", f.resume,
                               "Continue the run in --out from its committed checkpoint (its own config.json)");
   cmd.add_flag("--overwrite", f.overwrite, "Replace the run that --out holds (without it, such an --out is refused)")
       ->excludes(resume);
-  cmd.add_flag("--json", f.json, "Print the results as one JSON object");
+  add_json_flag(cmd, f.json, "Print the results as one JSON object");
 }
 
 void run_image_training(ImageClassifier& flags_model, const ImageTrainFlags& f) {

@@ -1,9 +1,30 @@
-// attnkit command-line tool: one subcommand per cli/cmd_*.cpp.
+// attnkit command-line tool: one subcommand per cli/cmd_*.cpp. Every failure ends with one line
+// `attnkit: error: ...` on stderr and exit code 2 (help and --version exit 0).
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <new>
+#include <string>
 
 #include "attnkit/core/error.hpp"
+#include "cli_data.hpp"
 #include "commands.hpp"
+
+namespace {
+
+// Prints `attnkit: error: MESSAGE` as one line (line breaks inside MESSAGE become "; ").
+int report_error(std::string message) {
+  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+  std::string line;
+  for (char c : message) {
+    if (c == '\n') line += "; ";
+    else if (c != '\r') line += c;
+  }
+  std::fprintf(stderr, "attnkit: error: %s\n", line.empty() ? "unknown failure" : line.c_str());
+  return 2;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"attnkit: exact attention (FlashAttention-style), KV caches and transformer models on the CPU"};
@@ -24,6 +45,15 @@ int main(int argc, char** argv) {
   attnkit::cli::add_sinks_commands(app);
   attnkit::cli::add_report_command(app);
   try {
+    if (argc > 1 && argv[1][0] != '-') {  // CLI11 would only say "A subcommand is required"
+      std::string names;
+      bool known = false;
+      for (const CLI::App* c : app.get_subcommands({})) {
+        names += (names.empty() ? "" : ", ") + c->get_name();
+        known = known || c->get_name() == argv[1];
+      }
+      if (!known) return report_error("unknown command '" + std::string(argv[1]) + "' (commands: " + names + ")");
+    }
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
@@ -32,11 +62,23 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "attnkit: error: %s (see --help)\n", e.what());
-    return 2;
+    return report_error(std::string(e.what()) + " (see --help)");
+  } catch (const attnkit::cli::ReportedError&) {
+    return 2;  // its one line is already on stderr
+  } catch (const attnkit::Error& e) {
+    return report_error(e.what());
+  } catch (const std::bad_alloc&) {
+    return report_error("out of memory (a size such as --batch, --window, --max-tokens or --context may be too large)");
+  } catch (const std::length_error&) {
+    return report_error("a requested size is too large to allocate (check the size flags)");
+  } catch (const std::filesystem::filesystem_error& e) {
+    return report_error(e.path1().string() + ": " + e.code().message());
+  } catch (const std::logic_error& e) {
+    return report_error(std::string("internal error: ") + e.what() + " (please report this command line)");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "attnkit: error: %s\n", e.what());
-    return 2;
+    return report_error(e.what());
+  } catch (...) {
+    return report_error("unknown failure (please report this command line)");
   }
   return 0;
 }

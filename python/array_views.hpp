@@ -1,6 +1,8 @@
 #pragma once
 // numpy ↔ attnkit views: float32 arrays whose last dimension is contiguous are viewed in place
-// (strided slices of a fused QKV projection included); anything else is converted once.
+// (strided slices of a fused QKV projection included); other floating arrays are converted once.
+// Every conversion names its argument when it fails: TypeError (wrong kind of input),
+// MemoryError (no memory for the copy), attnkit.Error (a ValueError) otherwise.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -16,13 +18,53 @@ namespace attnkit::python {
 
 namespace py = pybind11;
 
+// Re-raises the pending Python error of a failed conversion of argument `name` with the name in
+// front: MemoryError stays MemoryError (no memory for a copy), TypeError stays TypeError, anything
+// else becomes attnkit.Error (a ValueError).
+[[noreturn]] inline void raise_conversion_error(py::error_already_set& e, const char* name) {
+  const std::string msg = std::string(name) + ": " + std::string(py::str(e.value()));
+  if (e.matches(PyExc_MemoryError)) {
+    PyErr_SetString(PyExc_MemoryError, msg.c_str());
+    throw py::error_already_set();
+  }
+  if (e.matches(PyExc_TypeError)) throw py::type_error(msg);
+  throw Error(msg);
+}
+
+// obj as a numpy array (converted by numpy's rules if it is not one). Never returns a null array:
+// a failed conversion raises as raise_conversion_error says.
+inline py::array to_array(const py::handle& obj, const char* name) {
+  try {
+    return py::array(py::reinterpret_borrow<py::object>(obj));
+  } catch (py::error_already_set& e) {
+    raise_conversion_error(e, name);
+  }
+}
+
+// obj as a C-contiguous array of T: itself when it already is one, else a converted copy. Never
+// returns a null array (see to_array).
+template <class T>
+py::array_t<T, py::array::c_style | py::array::forcecast> to_c_array(const py::handle& obj, const char* name) {
+  try {
+    return py::array_t<T, py::array::c_style | py::array::forcecast>(py::reinterpret_borrow<py::object>(obj));
+  } catch (py::error_already_set& e) {
+    raise_conversion_error(e, name);
+  }
+}
+
+// Raises TypeError naming `name` unless `a` holds floating-point numbers (float16/32/64 are
+// accepted; integers, booleans, strings and objects are not converted silently).
+inline void require_floating(const py::array& a, const char* name) {
+  if (a.dtype().kind() != 'f')
+    throw py::type_error(std::string(name) + ": expected a floating-point array (float32; float64 and float16 "
+                         "are converted), got dtype " + std::string(py::str(a.dtype())));
+}
+
 // A float32 array usable as a view: the original when its layout allows, else a converted copy.
+// Raises TypeError for non-floating input and MemoryError if the copy cannot be allocated.
 inline py::array as_float32(const py::handle& obj, const char* name) {
-  py::array a = py::array::ensure(obj);
-  if (!a) throw Error(std::string(name) + ": expected a numpy array");
-  if (a.dtype().kind() != 'f' && a.dtype().kind() != 'i' && a.dtype().kind() != 'u')
-    throw Error(std::string(name) + ": expected a float32 array, got dtype " +
-                std::string(py::str(a.dtype())));
+  py::array a = to_array(obj, name);
+  require_floating(a, name);
   const bool ok = a.dtype().is(py::dtype::of<float>()) && a.ndim() >= 1 &&
                   (a.shape(a.ndim() - 1) <= 1 || a.strides(a.ndim() - 1) == 4);
   // In-place views only for row-major-like layouts: positive strides, each covering the extent
@@ -35,19 +77,43 @@ inline py::array as_float32(const py::handle& obj, const char* name) {
       plain = plain && a.strides(d) >= a.strides(d + 1) * std::max<py::ssize_t>(a.shape(d + 1), 1);
   }
   if (ok && plain) return a;
-  return py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
+  return to_c_array<float>(a, name);
+}
+
+// A seed-like argument as an unsigned integer of `bits` bits: TypeError unless an integer (bools
+// refused), ValueError (attnkit.Error) if negative or too large. Never wraps.
+inline uint64_t unsigned_arg(const py::handle& obj, const char* name, int bits = 64) {
+  if (PyBool_Check(obj.ptr()) || !PyIndex_Check(obj.ptr()))
+    throw py::type_error(std::string(name) + ": expected a non-negative integer, got " +
+                         std::string(py::str(obj.get_type().attr("__name__"))));
+  const py::int_ v = py::reinterpret_steal<py::int_>(PyNumber_Index(obj.ptr()));
+  if (!v) throw py::error_already_set();
+  const bool negative = v < py::int_(0);
+  const bool too_big = !negative && py::int_(v.attr("bit_length")()).cast<int>() > bits;
+  if (negative || too_big)
+    throw Error(std::string(name) + ": must be an integer in [0, 2**" + std::to_string(bits) + " - 1], got " +
+                std::string(py::str(static_cast<const py::handle&>(v))));
+  return v.cast<uint64_t>();
 }
 
 // Read-only rank-R view of a float32 array prepared by as_float32; checks the rank.
+// numpy may give an empty array any strides; its view gets contiguous ones (nothing is read).
+template <class V>
+void set_strides(V& v, const py::array& a) {
+  int64_t inner = 1;
+  for (int d = int(v.shape.size()) - 1; d >= 0; --d) {
+    v.shape[size_t(d)] = a.shape(d);
+    v.stride[size_t(d)] = a.size() == 0 ? inner : a.strides(d) / 4;
+    inner *= std::max<int64_t>(a.shape(d), 1);
+  }
+}
+
 template <int R>
 View<const float, R> const_view(const py::array& a, const char* name) {
   check(a.ndim() == R, name, ": expected ", R, " dimensions, got ", a.ndim());
   View<const float, R> v;
   v.data = static_cast<const float*>(a.data());
-  for (int d = 0; d < R; ++d) {
-    v.shape[d] = a.shape(d);
-    v.stride[d] = a.strides(d) / 4;
-  }
+  set_strides(v, a);
   return v;
 }
 
@@ -63,21 +129,23 @@ template <int R>
 View<float, R> mutable_view(py::array_t<float>& a) {
   View<float, R> v;
   v.data = a.mutable_data();
-  for (int d = 0; d < R; ++d) {
-    v.shape[d] = a.shape(d);
-    v.stride[d] = a.strides(d) / 4;
-  }
+  set_strides(v, a);
   return v;
+}
+
+// Raises TypeError naming `name` unless `a` holds integers.
+inline void require_integer(const py::array& a, const char* name) {
+  if (a.dtype().kind() != 'i' && a.dtype().kind() != 'u')
+    throw py::type_error(std::string(name) + ": expected an integer array, got dtype " + std::string(py::str(a.dtype())));
 }
 
 // int32 vector from an optional 1-D integer array (None → empty).
 inline std::vector<int32_t> int32_vector(const py::object& obj, const char* name) {
   if (obj.is_none()) return {};
-  py::array a = py::array::ensure(obj);
-  if (!a || (a.dtype().kind() != 'i' && a.dtype().kind() != 'u'))
-    throw Error(std::string(name) + ": expected a 1-D integer array");
+  py::array a = to_array(obj, name);
+  require_integer(a, name);
   check(a.ndim() == 1, name, ": expected 1 dimension, got ", a.ndim());
-  auto c = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+  auto c = to_c_array<int64_t>(a, name);
   std::vector<int32_t> out(size_t(c.size()));
   for (py::ssize_t i = 0; i < c.size(); ++i) {
     const int64_t x = c.data()[i];
@@ -92,7 +160,7 @@ inline std::vector<float> float_vector(const py::object& obj, const char* name) 
   if (obj.is_none()) return {};
   py::array a = as_float32(obj, name);
   check(a.ndim() == 1, name, ": expected 1 dimension, got ", a.ndim());
-  auto c = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
+  auto c = to_c_array<float>(a, name);
   return std::vector<float>(c.data(), c.data() + c.size());
 }
 
@@ -107,7 +175,7 @@ inline std::vector<float> slopes_vector(const py::object& obj, int64_t heads, in
   if (a.ndim() == 2)
     check(a.shape(0) == sequences && a.shape(1) == heads, "alibi_slopes: expected [B, H] = [",
           sequences, ", ", heads, "], got [", a.shape(0), ", ", a.shape(1), "]");
-  auto c = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(a);
+  auto c = to_c_array<float>(a, "alibi_slopes");
   return std::vector<float>(c.data(), c.data() + c.size());
 }
 

@@ -72,16 +72,14 @@ py::tuple run_backward(BackwardFn fn, CallState s, const py::object& dout_obj,
   // out and lse are inputs of the flash backward; the reference recomputes them.
   py::array out_arr, lse_arr;
   if (!out_obj.is_none()) {
-    out_arr = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(
-        as_float32(out_obj, "out"));
+    out_arr = to_c_array<float>(as_float32(out_obj, "out"), "out");
     const auto ov = const_view<3>(out_arr, "out");
     s.args.out = {const_cast<float*>(ov.data), ov.shape, ov.stride};
   } else {
     s.args.out = {nullptr, q.shape, {0, 0, 1}};
   }
   if (!lse_obj.is_none()) {
-    lse_arr = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(
-        as_float32(lse_obj, "lse"));
+    lse_arr = to_c_array<float>(as_float32(lse_obj, "lse"), "lse");
     const auto lv = const_view<2>(lse_arr, "lse");
     s.args.lse = {const_cast<float*>(lv.data), lv.shape, lv.stride};
   }
@@ -130,7 +128,8 @@ void bind_attention(py::module_& m) {
       "Gradients of reference attention on packed arrays -> (dq, dk, dv, dsink or None).");
   m.def(
       "dropout_keep_mask",
-      [](uint64_t seed, float p, int64_t seq, int64_t head, int64_t lq, int64_t lk) {
+      [](const py::object& seed_obj, float p, int64_t seq, int64_t head, int64_t lq, int64_t lk) {
+        const uint64_t seed = unsigned_arg(seed_obj, "seed");
         check(p >= 0 && p < 1, "p: must be in [0, 1), got ", p);
         check(lq >= 0 && lk >= 0 && seq >= 0 && head >= 0, "seq, head, lq, lk: must be >= 0");
         py::array_t<bool> keep({lq, lk});

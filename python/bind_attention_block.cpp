@@ -63,7 +63,7 @@ struct Arrays {
   std::deque<Array> keep;
   Array* add(const py::object& obj, const char* name, int ndim) {
     if (obj.is_none()) return nullptr;
-    keep.push_back(Array::ensure(as_float32(obj, name)));
+    keep.push_back(to_c_array<float>(as_float32(obj, name), name));
     check(keep.back().ndim() == ndim, name, ": expected ", ndim, " dimensions, got ",
           keep.back().ndim());
     return &keep.back();
@@ -103,8 +103,10 @@ std::vector<int64_t> positions(const py::object& obj, int64_t t) {
     for (int64_t i = 0; i < t; ++i) p[size_t(i)] = i;
     return p;
   }
-  auto a = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(obj);
-  check(a && a.ndim() == 1, "positions: expected a 1-D integer array");
+  py::array raw = to_array(obj, "positions");
+  require_integer(raw, "positions");
+  auto a = to_c_array<int64_t>(raw, "positions");
+  check(a.ndim() == 1, "positions: expected a 1-D integer array");
   return std::vector<int64_t>(a.data(), a.data() + a.size());
 }
 

@@ -39,7 +39,9 @@ void bind_bert(py::module_& m) {
            "config_json"_a)
       .def_static("load", &BertModel::load, "dir"_a, "Loads config.json + model.safetensors.")
       .def("save", &BertModel::save, "dir"_a, "Writes config.json + model.safetensors atomically.")
-      .def("init_random", &BertModel::init_random, "seed"_a)
+      .def(
+          "init_random", [](BertModel& b, const py::object& seed) { b.init_random(unsigned_arg(seed, "seed")); },
+          "seed"_a)
       .def("config_json", [](const BertModel& b) { return bert_config_to_json(b.config()); })
       .def("parameters", [](const BertModel& b) { return named(b, b.parameters().data()); })
       .def(
@@ -47,7 +49,8 @@ void bind_bert(py::module_& m) {
           [](BertModel& b, const py::object& tokens, const py::object& types, const py::object& cu,
              const py::object& seqs, const py::object& mlm, const py::object& nsp,
              const py::object& labels, const py::object& starts, const py::object& ends,
-             bool backward, bool mlm_logits, bool training, uint64_t seed) {
+             bool backward, bool mlm_logits, bool training, const py::object& seed_obj) {
+            const uint64_t seed = unsigned_arg(seed_obj, "seed");
             const auto ids = int32_vector(tokens, "tokens"), tt = int32_vector(types, "token_type_ids"),
                        cus = int32_vector(cu, "cu_seqlens"), sq = int32_vector(seqs, "sequences"),
                        tm = int32_vector(mlm, "mlm_labels"), tn = int32_vector(nsp, "nsp_labels"),
@@ -85,7 +88,7 @@ void bind_bert(py::module_& m) {
           "tokens"_a, "token_type_ids"_a = py::none(), "cu_seqlens"_a = py::none(),
           "sequences"_a = py::none(), "mlm_labels"_a = py::none(), "nsp_labels"_a = py::none(),
           "labels"_a = py::none(), "start_positions"_a = py::none(), "end_positions"_a = py::none(),
-          "backward"_a = false, "mlm_logits"_a = false, "training"_a = false, "seed"_a = 0,
+          "backward"_a = false, "mlm_logits"_a = false, "training"_a = false, "seed"_a = py::int_(0),
           "Encoder + heads on one packed batch; returns a dict of losses, outputs and (backward) "
           "gradients by Hugging Face name.");
 }

@@ -54,7 +54,9 @@ void bind_image_model(py::module_& m) {
           "dir"_a,
                   "Loads config.json + model.safetensors from a model directory.")
       .def("save", &ImageClassifier::save, "dir"_a, "Writes config.json + model.safetensors atomically.")
-      .def("init_random", &ImageClassifier::init_random, "seed"_a)
+      .def(
+          "init_random",
+          [](ImageClassifier& c, const py::object& seed) { c.init_random(unsigned_arg(seed, "seed")); }, "seed"_a)
       .def_property_readonly("model_type", &ImageClassifier::model_type)
       .def_property_readonly("num_classes", &ImageClassifier::num_classes)
       .def_property_readonly("input_shape",
@@ -87,13 +89,17 @@ void bind_image_model(py::module_& m) {
             return view_of(find(c.buffer_info(), name, "buffer"), c.buffers().data(), self);
           },
           "name"_a, "Writable view of a non-trainable tensor (batch-norm running statistics).")
-      .def("set_training", &ImageClassifier::set_training, "training"_a, "seed"_a = 0)
+      .def(
+          "set_training",
+          [](ImageClassifier& c, bool training, const py::object& seed) {
+            c.set_training(training, unsigned_arg(seed, "seed"));
+          },
+          "training"_a, "seed"_a = py::int_(0))
       .def("zero_grad", &ImageClassifier::zero_grad)
       .def(
           "forward",
           [](ImageClassifier& c, const py::handle& x) {
-            py::array a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(x);
-            check(bool(a), "x: expected a float32 array [N, C, H, W]");
+            py::array a = to_c_array<float>(as_float32(x, "x"), "x");
             check(a.ndim() == 4, "x: expected 4 dimensions [N, C, H, W], got ", a.ndim());
             // C-contiguous (numpy may give size-1 dimensions any stride): canonical strides.
             const ConstView4 v = ConstView4::contiguous(static_cast<const float*>(a.data()),
@@ -113,8 +119,7 @@ void bind_image_model(py::module_& m) {
       .def(
           "backward",
           [](ImageClassifier& c, const py::handle& d) {
-            py::array a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(d);
-            check(bool(a), "d_logits: expected a float32 array [N, K]");
+            py::array a = to_c_array<float>(as_float32(d, "d_logits"), "d_logits");
             check(a.ndim() == 2, "d_logits: expected 2 dimensions [N, K], got ", a.ndim());
             const ConstView2 v = ConstView2::contiguous(static_cast<const float*>(a.data()), {a.shape(0), a.shape(1)});
             py::gil_scoped_release nogil;

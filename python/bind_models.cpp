@@ -52,7 +52,9 @@ void bind_models(py::module_& m) {
            "config_json"_a)
       .def_static("load", &GptModel::load, "dir"_a, "Loads config.json + model.safetensors.")
       .def("save", &GptModel::save, "dir"_a, "Writes config.json + model.safetensors atomically.")
-      .def("init_random", &GptModel::init_random, "seed"_a)
+      .def(
+          "init_random", [](GptModel& g, const py::object& seed) { g.init_random(unsigned_arg(seed, "seed")); },
+          "seed"_a)
       .def("config_json", [](const GptModel& g) { return gpt_config_to_json(g.config()); })
       .def(
           "logits",

@@ -15,12 +15,11 @@ using namespace pybind11::literals;
 
 // An integer array of rank `rank` (and, for rank 2, last dimension 2) as a flat int64 vector.
 std::vector<int64_t> int64_values(const py::object& obj, const char* name, int rank) {
-  py::array a = py::array::ensure(obj);
-  if (!a || (a.dtype().kind() != 'i' && a.dtype().kind() != 'u'))
-    throw Error(std::string(name) + ": expected an integer array");
+  py::array a = to_array(obj, name);
+  require_integer(a, name);
   check(a.ndim() == rank, name, ": expected ", rank, " dimension(s), got ", a.ndim());
   if (rank == 2) check(a.shape(1) == 2, name, ": expected shape [Lv, 2], got last dimension ", a.shape(1));
-  auto c = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+  auto c = to_c_array<int64_t>(a, name);
   return std::vector<int64_t>(c.data(), c.data() + c.size());
 }
 

@@ -24,7 +24,7 @@ const char* const kCache[] = {"value", "offsets", "weights", "locations", "attn"
 // A C-contiguous float32 copy (or the array itself) of a required object.
 CArray c_array(const py::object& obj, const char* name) {
   check(!obj.is_none(), name, ": expected a float32 array, got None");
-  return CArray::ensure(as_float32(obj, name));
+  return to_c_array<float>(as_float32(obj, name), name);
 }
 
 template <int R>
@@ -33,10 +33,9 @@ View<const float, R> cview(const CArray& a, const char* name) {
 }
 
 std::vector<int64_t> ints(const py::object& obj, const char* name) {
-  py::array a = py::array::ensure(obj);
-  if (!a || (a.dtype().kind() != 'i' && a.dtype().kind() != 'u'))
-    throw Error(std::string(name) + ": expected an integer array");
-  auto c = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+  py::array a = to_array(obj, name);
+  require_integer(a, name);
+  auto c = to_c_array<int64_t>(a, name);
   return std::vector<int64_t>(c.data(), c.data() + c.size());
 }
 
@@ -70,9 +69,7 @@ Call make_call(const py::object& query, const py::object& ref, const py::object&
   c.shapes = ints(shapes, "spatial_shapes");
   c.starts = ints(starts, "level_start_index");
   if (!mask.is_none()) {
-    auto m = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(
-        py::array::ensure(mask));
-    check(bool(m), "padding_mask: expected a boolean array");
+    auto m = to_c_array<uint8_t>(to_array(mask, "padding_mask"), "padding_mask");
     c.mask.assign(m.data(), m.data() + m.size());
   }
   for (const char* name : kMatrices) {

@@ -40,7 +40,7 @@ struct In {
   View<const float, R> view;
   In(const py::object& obj, const char* name) : array(as_float32(obj, name)) {
     if (!nested_strides(array))
-      array = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(array);
+      array = to_c_array<float>(array, name);
     view = const_view<R>(array, name);
   }
   int64_t size(int d) const { return view.shape[size_t(d)]; }
@@ -48,11 +48,10 @@ struct In {
 
 // int64 vector from a 1-D integer array.
 std::vector<int64_t> int64_vector(const py::object& obj, const char* name) {
-  py::array a = py::array::ensure(obj);
-  if (!a || (a.dtype().kind() != 'i' && a.dtype().kind() != 'u'))
-    throw Error(std::string(name) + ": expected a 1-D integer array");
+  py::array a = to_array(obj, name);
+  require_integer(a, name);
   check(a.ndim() == 1, name, ": expected 1 dimension, got ", a.ndim());
-  auto c = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+  auto c = to_c_array<int64_t>(a, name);
   return std::vector<int64_t>(c.data(), c.data() + c.size());
 }
 

@@ -17,6 +17,7 @@
 #include "attnkit/train/adamw.hpp"
 #include "attnkit/train/grad_clip.hpp"
 #include "attnkit/train/schedule.hpp"
+#include "array_views.hpp"
 #include "bindings.hpp"
 
 namespace py = pybind11;
@@ -26,8 +27,7 @@ namespace {
 
 // A float32 C-contiguous array used in place (never copied, so updates reach the caller).
 py::array in_place_f32(const py::handle& obj, const std::string& name, bool writable) {
-  py::array a = py::array::ensure(obj);
-  check(bool(a), name, ": expected a numpy array");
+  py::array a = to_array(obj, name.c_str());
   check(a.dtype().is(py::dtype::of<float>()), name, ": expected dtype float32, got ",
         std::string(py::str(a.dtype())));
   check((a.flags() & py::array::c_style) != 0, name, ": expected a C-contiguous array");
@@ -153,8 +153,10 @@ void bind_text(py::module_& m) {
         py::arg("data"), "Byte-level token ids (int32 [n]) of bytes.");
   m.def("decode",
         [](const py::object& ids, bool skip_special) {
-          auto a = py::array_t<int32_t, py::array::c_style | py::array::forcecast>::ensure(ids);
-          check(bool(a) && a.ndim() == 1, "ids: expected a 1-D integer array");
+          py::array raw = to_array(ids, "ids");
+          require_integer(raw, "ids");
+          auto a = to_c_array<int32_t>(raw, "ids");
+          check(a.ndim() == 1, "ids: expected a 1-D integer array");
           const std::string s = ByteTokenizer::decode({a.data(), size_t(a.size())},
                                                       {.skip_special = skip_special});
           return py::bytes(s);
@@ -164,8 +166,10 @@ void bind_text(py::module_& m) {
   m.def("sample_batch",
         [](const py::object& tokens, int64_t batch, int64_t seq_len, uint64_t seed,
            uint64_t step) {
-          auto t = py::array_t<int32_t, py::array::c_style | py::array::forcecast>::ensure(tokens);
-          check(bool(t) && t.ndim() == 1, "tokens: expected a 1-D integer array");
+          py::array raw = to_array(tokens, "tokens");
+          require_integer(raw, "tokens");
+          auto t = to_c_array<int32_t>(raw, "tokens");
+          check(t.ndim() == 1, "tokens: expected a 1-D integer array");
           const auto out = sample_batch({t.data(), size_t(t.size())},
                                         {.batch = batch, .seq_len = seq_len, .seed = seed}, step);
           py::array_t<int32_t> a({batch, seq_len + 1});

@@ -27,8 +27,7 @@ struct Arr {
   Contig array;
   View<const float, R> view;
   Arr(const py::object& obj, const char* name) {
-    array = Contig::ensure(as_float32(obj, name));
-    check(bool(array), name, ": expected a float32 array");
+    array = to_c_array<float>(as_float32(obj, name), name);
     view = const_view<R>(array, name);
   }
   int64_t size(int d) const { return view.shape[size_t(d)]; }
@@ -40,8 +39,9 @@ std::span<float> span_of(py::array_t<float>& a) { return {a.mutable_data(), size
 py::object maybe(bool present, const py::object& v) { return present ? v : py::none(); }
 
 std::vector<int32_t> index_vector(const py::object& obj, const char* name) {
-  auto a = py::array_t<int32_t, py::array::c_style | py::array::forcecast>::ensure(obj);
-  check(bool(a), name, ": expected an integer array");
+  py::array raw = to_array(obj, name);
+  require_integer(raw, name);
+  auto a = to_c_array<int32_t>(raw, name);
   return std::vector<int32_t>(a.data(), a.data() + a.size());
 }
 

@@ -1,6 +1,9 @@
 // attnkit._attnkit: the compiled half of the Python module (python/attnkit/__init__.py wraps it).
 #include <pybind11/pybind11.h>
 
+#include <exception>
+#include <new>
+
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/tools/build_info.hpp"
@@ -10,7 +13,21 @@ PYBIND11_MODULE(_attnkit, m) {
   m.doc() = "attnkit: exact attention, KV caches and transformer models on the CPU";
   // attnkit::Error surfaces as attnkit.Error, a subclass of ValueError.
   pybind11::register_exception<attnkit::Error>(m, "Error", PyExc_ValueError);
-  m.def("set_num_threads", &attnkit::set_num_threads, "Sets attnkit's thread count (<= 0: default).");
+  // A failed allocation is a MemoryError that says so (pybind11's default message is "std::bad_alloc").
+  pybind11::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const std::bad_alloc&) {
+      PyErr_SetString(PyExc_MemoryError, "out of memory: an allocation failed (a size argument may be too large)");
+    }
+  });
+  m.def(
+      "set_num_threads",
+      [](int n) {
+        attnkit::check(n <= 1024, "set_num_threads: n must be <= 1024 (<= 0: default), got ", n);
+        attnkit::set_num_threads(n);
+      },
+      pybind11::arg("n"), "Sets attnkit's thread count (<= 0: default; at most 1024).");
   m.def("num_threads", &attnkit::num_threads,
         "attnkit's thread count: set_num_threads's value, else OMP_NUM_THREADS, else the CPUs in "
         "this process's affinity mask (never OpenMP's runtime default, which torch changes).");

@@ -7,6 +7,7 @@ Errors raise ``attnkit.Error``, a subclass of ``ValueError``.
 import numpy as _np
 
 from . import _attnkit
+from . import _checks
 from ._attnkit import (Error, ImageModel, build_info, dropout_keep_mask, kv_plan, kv_presets, load_fashion_mnist, load_idx,
                        load_safetensors,
                        load_safetensors_metadata, num_threads, save_safetensors, set_num_threads)
@@ -35,7 +36,7 @@ def _window(causal, window):
 
 def _packed(q, k, v, cu_seqlens_q, cu_seqlens_k):
     """Packed [T, H, D] views of q, k, v and a function restoring q's layout on outputs."""
-    q, k, v = (_np.asarray(x) for x in (q, k, v))
+    q, k, v = (_checks.float_array(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     if q.ndim != k.ndim or q.ndim != v.ndim:
         raise ValueError(f"q, k, v: ranks differ ({q.ndim}, {k.ndim}, {v.ndim})")
     if q.ndim == 3:
@@ -66,11 +67,15 @@ def _lse_layout(lse, unflat_q, batched):
 def _call_forward(fn, q, k, v, causal, window, scale, softcap, sink_logits, alibi_slopes,
                   dropout_p, seed, cu_seqlens_q, cu_seqlens_k, return_lse):
     left, right = _window(causal, window)
-    batched = _np.ndim(q) == 4
+    seed = _checks.seed(seed)
     qp, kp, vp, cu_q, cu_k, unflat_q, _ = _packed(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    batched = _np.ndim(q) == 4
+    if batched and _np.shape(q)[0] == 0:  # no sequences: nothing to attend (packed form needs B >= 1)
+        b, lq, h, d = _np.shape(q)
+        out, lse = _np.zeros((0, lq, h, d), _np.float32), _np.zeros((0, h, lq), _np.float32)
+        return (out, lse) if return_lse else out
     out, lse = fn(qp, kp, vp, cu_q, cu_k, sink_logits, alibi_slopes, left, right,
-                  0.0 if scale is None else float(scale), float(softcap), float(dropout_p),
-                  int(seed))
+                  0.0 if scale is None else float(scale), float(softcap), float(dropout_p), seed)
     out = unflat_q(out)
     return (out, _lse_layout(lse, unflat_q, batched)) if return_lse else out
 
@@ -103,19 +108,24 @@ def attention_reference_backward(dout, q, k, v, *, causal=False, window=(-1, -1)
 def _call_backward(fn, dout, q, k, v, out, lse, causal, window, scale, softcap, sink_logits,
                    alibi_slopes, dropout_p, seed, cu_seqlens_q, cu_seqlens_k):
     left, right = _window(causal, window)
-    batched = _np.ndim(q) == 4
+    seed = _checks.seed(seed)
     qp, kp, vp, cu_q, cu_k, unflat_q, unflat_k = _packed(q, k, v, cu_seqlens_q, cu_seqlens_k)
-    dout = _np.asarray(dout)
+    batched = _np.ndim(q) == 4
+    dout = _checks.float_array(dout, "dout")
     if dout.shape != _np.shape(q):
         raise ValueError(f"dout: shape {dout.shape} != q shape {_np.shape(q)}")
+    if batched and _np.shape(q)[0] == 0:  # no sequences: zero-size gradients
+        zeros = lambda x: _np.zeros(_np.shape(x), _np.float32)
+        ds = None if sink_logits is None else _np.zeros(_np.shape(sink_logits), _np.float32)
+        return zeros(q), zeros(k), zeros(v), ds
     opts = (sink_logits, alibi_slopes, left, right, 0.0 if scale is None else float(scale),
-            float(softcap), float(dropout_p), int(seed))
+            float(softcap), float(dropout_p), seed)
     if fn is None:
         dq, dk, dv, ds = _attnkit._attention_reference_backward(
             dout.reshape(qp.shape), qp, kp, vp, cu_q, cu_k, *opts)
     else:
-        out = _np.asarray(out)
-        lse = _np.asarray(lse)
+        out = _checks.float_array(out, "out")
+        lse = _checks.float_array(lse, "lse")
         if out.shape != _np.shape(q):
             raise ValueError(f"out: shape {out.shape} != q shape {_np.shape(q)}")
         if batched:  # [B, H, L] → [H, B·L]
@@ -229,7 +239,8 @@ def convert_gqa(in_dir, out_dir, kv_heads, method="mean", seed=0):
     """Writes ``out_dir`` (config.json + model.safetensors) with ``kv_heads`` KV heads: the K/V
     projection rows of each group of contiguous heads pooled by ``method`` ("mean", "first" or
     "random", seeded). Refuses kv_heads not dividing the current count, and never overwrites the input."""
-    _attnkit.convert_gqa(str(in_dir), str(out_dir), int(kv_heads), method, int(seed))
+    _attnkit.convert_gqa(str(in_dir), str(out_dir), _checks.integer(kv_heads, "kv_heads", 1), method,
+                         _checks.seed(seed))
 
 
 def model_type(directory):
@@ -348,7 +359,7 @@ def decode_attention(q, cache, layer=0, *, seqs=None, causal=True, window=(-1, -
     scores by -slope·|distance| in cache positions. Returns out like q, and lse ([H, n] or
     [B, H, n]) if ``return_lse``.
     """
-    q = _np.asarray(q)
+    q = _checks.float_array(q, "q")
     if q.ndim == 3:
         batched, qp = False, q
         seqs = [0] if seqs is None else list(seqs)

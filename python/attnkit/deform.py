@@ -8,6 +8,7 @@ d_reference_points, grads)``. params is a dict keyed by Deformable DETR's names
 initialisation. See include/attnkit/nn/ms_deform_attn_block.hpp for the formulas.
 """
 from . import _attnkit as _C
+from . import _checks
 
 __all__ = ["ms_deform_attn_block", "ms_deform_attn_block_backward", "ms_deform_attn_block_init"]
 
@@ -19,7 +20,7 @@ def _opts(d_model, heads, levels, points):
 
 def ms_deform_attn_block_init(*, d_model, heads, levels, points, seed=0):
     """Deformable DETR's initial parameters (offset biases along 2πh/H, scaled by point index)."""
-    return _C._ms_deform_attn_block_init(_opts(d_model, heads, levels, points), int(seed))
+    return _C._ms_deform_attn_block_init(_opts(d_model, heads, levels, points), _checks.seed(seed))
 
 
 def ms_deform_attn_block(query, reference_points, input_flatten, spatial_shapes,

@@ -11,6 +11,7 @@ reference implementation instead of the fast path. Errors raise ``attnkit.Error`
 import numpy as _np
 
 from . import _attnkit as _C
+from . import _checks
 
 __all__ = [
     "linear", "linear_backward", "embedding", "embedding_backward",
@@ -33,7 +34,7 @@ def _rows(x, name):
 def _ids(ids, name):
     ids = _np.asarray(ids)
     if ids.dtype.kind not in "iu":
-        raise ValueError(f"{name}: expected an integer array, got dtype {ids.dtype}")
+        raise TypeError(f"{name}: expected an integer array, got dtype {ids.dtype}")
     return ids.reshape(-1), ids.shape
 
 
@@ -164,13 +165,14 @@ def rope_backward(d_y, positions, theta=10000.0, *, reference=False):
 def dropout(x, p, seed, stream=0, *, reference=False):
     """Inverted dropout: x · keep / (1 - p); the mask is a function of (seed, stream, flat index)."""
     x2, _ = _rows(x, "x")
-    return _C.nn_dropout_forward(x2, float(p), int(seed), int(stream), reference).reshape(_np.shape(x))
+    return _C.nn_dropout_forward(x2, float(p), _checks.seed(seed), _checks.seed(stream, "stream", 32),
+                                 reference).reshape(_np.shape(x))
 
 
 def dropout_backward(d_y, p, seed, stream=0, *, reference=False):
     """d_x of dropout: the forward's mask, regenerated from (seed, stream)."""
     d_y2, _ = _rows(d_y, "d_y")
-    return _C.nn_dropout_backward(d_y2, float(p), int(seed), int(stream),
+    return _C.nn_dropout_backward(d_y2, float(p), _checks.seed(seed), _checks.seed(stream, "stream", 32),
                                   reference).reshape(_np.shape(d_y))
 
 
@@ -179,7 +181,8 @@ def dropout_mask(shape, p, seed, stream=0):
     shape = tuple(int(s) for s in shape)
     cols = shape[-1] if shape else 1
     rows = int(_np.prod(shape[:-1])) if shape else 1
-    return _C.nn_dropout_mask(rows, cols, float(p), int(seed), int(stream)).reshape(shape)
+    return _C.nn_dropout_mask(rows, cols, float(p), _checks.seed(seed),
+                              _checks.seed(stream, "stream", 32)).reshape(shape)
 
 
 def cross_entropy(logits, targets, *, reference=False):

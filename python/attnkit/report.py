@@ -372,7 +372,11 @@ def main(argv=None):
     g.add_argument("--tiny", action="store_true")
     a = ap.parse_args(argv)
     mode = "tiny" if a.tiny else "quick" if a.quick else "full"
-    r = Report(os.path.abspath(a.cli), a.out, mode)
+    try:
+        r = Report(os.path.abspath(a.cli), a.out, mode)
+    except OSError as e:  # one line, as every attnkit command fails
+        print(f"attnkit: error: --out: {a.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     t0 = time.time()
     failures = []
     for step in (r.kv_cache, r.flash, r.decode, r.gpt, r.bert_vs_gpt, r.vision, r.deformable):

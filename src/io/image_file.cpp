@@ -5,21 +5,36 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 
 #include "attnkit/core/error.hpp"
+#include "attnkit/core/file_io.hpp"
 
 namespace attnkit {
 
+namespace {
+
+// stb's reason for the last failure, or what can be said without it.
+std::string failure_reason(const std::string& path) {
+  if (stbi_failure_reason()) return stbi_failure_reason();
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size == 0) return "the file is empty";
+  return "unrecognised format or damaged header";
+}
+
+}  // namespace
+
 GreyImage read_grey_image(const std::string& path) {
+  check_readable_file(path);
   int w = 0, h = 0, c = 0;
   check(stbi_info(path.c_str(), &w, &h, &c) == 1, path, ": not a readable PNG, PGM/PPM, JPEG or BMP image (",
-        stbi_failure_reason() ? stbi_failure_reason() : "unknown reason", ")");
+        failure_reason(path), ")");
   check(w >= 1 && h >= 1 && w <= 16384 && h <= 16384, path, ": image size ", w, "x", h,
         " is outside 1..16384");
   std::unique_ptr<stbi_uc, void (*)(void*)> data(stbi_load(path.c_str(), &w, &h, &c, 1), stbi_image_free);
-  check(data != nullptr, path, ": cannot decode (",
-        stbi_failure_reason() ? stbi_failure_reason() : "unknown reason", ")");
+  check(data != nullptr, path, ": cannot decode (", failure_reason(path), ")");
   GreyImage img;
   img.height = h, img.width = w, img.channels_in_file = c;
   img.pixels.assign(data.get(), data.get() + size_t(w) * size_t(h));

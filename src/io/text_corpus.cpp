@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <limits>
 #include <system_error>
@@ -20,6 +19,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/file_io.hpp"
 #include "attnkit/core/rng.hpp"
+#include "attnkit/core/file_io.hpp"
 #include "attnkit/io/tokenizer.hpp"
 
 namespace attnkit {
@@ -102,7 +102,7 @@ std::vector<std::string> list_fortune_files(const std::string& dir) {
 std::vector<std::string> load_fortunes(const std::string& dir) {
   std::vector<std::string> docs;
   for (const std::string& file : list_fortune_files(dir)) {
-    auto entries = split_fortune_entries(read_file_text(file));
+    auto entries = split_fortune_entries(read_file(file));
     docs.insert(docs.end(), std::make_move_iterator(entries.begin()),
                 std::make_move_iterator(entries.end()));
   }
@@ -151,7 +151,7 @@ std::vector<std::string> load_bible_kjv() {
 std::vector<std::string> load_text_files(const std::vector<std::string>& paths) {
   std::vector<std::string> docs;
   docs.reserve(paths.size());
-  for (const std::string& p : paths) docs.push_back(read_file_text(p));
+  for (const std::string& p : paths) docs.push_back(read_file(p));
   return docs;
 }
 

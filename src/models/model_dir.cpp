@@ -38,11 +38,7 @@ void save_model_dir(const std::string& dir, const std::string& config_json,
 }
 
 std::string read_model_config(const std::string& dir, const char* who) {
-  try {
-    return read_file_text(dir + "/config.json");
-  } catch (const Error& e) {
-    fail(who, ": ", e.what());
-  }
+  return read_file(dir + "/config.json", who);
 }
 
 void load_model_tensors(const std::string& dir, const std::vector<ParameterInfo>& info,

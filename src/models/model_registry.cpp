@@ -63,10 +63,11 @@ const ModelType& model_type_of_dir(const std::string& dir) {
   return model_type_of_config(read_model_config(dir, "model directory"), dir + "/config.json");
 }
 
-const ModelType& require_model_kind(const std::string& dir, ModelKind kind, const char* command) {
+const ModelType& require_model_kind(const std::string& dir, ModelKind kind, const char* command,
+                                    const std::string& flag) {
   const ModelType& t = model_type_of_dir(dir);
   check(t.kind == kind, "`", command, "` needs ", article(model_kind_name(kind)), " ",
-        model_kind_name(kind), " model; ", dir, " holds ", article(t.model_type), " ", t.model_type,
+        model_kind_name(kind), " model; ", flag.empty() ? "" : flag + " ", dir, " holds ", article(t.model_type), " ", t.model_type,
         " model");
   return t;
 }

@@ -12,6 +12,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/file_io.hpp"
 #include "attnkit/core/rng.hpp"
+#include "attnkit/core/file_io.hpp"
 #include "attnkit/io/safetensors.hpp"
 
 namespace attnkit {
@@ -135,7 +136,7 @@ void convert_gqa(const std::string& in_dir, const std::string& out_dir, const Co
   check_directories(in_dir, out_dir);
   ordered_json config;
   try {
-    config = ordered_json::parse(read_file_text(in_dir + "/config.json"));
+    config = ordered_json::parse(read_file(in_dir + "/config.json", "convert-gqa"));
   } catch (const nlohmann::json::exception& e) {
     fail("config: ", in_dir, "/config.json is not valid JSON (", e.what(), ")");
   }

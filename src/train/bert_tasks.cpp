@@ -41,7 +41,7 @@ BertTaskData fortune_file_task(const std::vector<std::string>& classes, int64_t 
   for (size_t k = 0; k < classes.size(); ++k) {
     const std::string path = dir + "/" + classes[k];
     check(std::filesystem::is_regular_file(path), "--classes: no fortunes file ", path);
-    for (auto& e : split_fortune_entries(read_file_text(path))) {
+    for (auto& e : split_fortune_entries(read_file(path))) {
       docs.push_back(std::move(e));
       labels.push_back(int32_t(k));
     }

@@ -41,7 +41,7 @@ def test_dataset_json_matches_numpy(tmp_path):
 
 def test_dataset_errors_are_one_line_exit_2(tmp_path):
     r = run("--data-dir", str(tmp_path / "missing"))
-    assert r.returncode == 2 and r.stderr.startswith("attnkit: error: data dir")
+    assert r.returncode == 2 and r.stderr.startswith("attnkit: error: --data-dir")
     assert r.stderr.count("\n") == 1
     write_idx(tmp_path / "train-images-idx3-ubyte.gz", np.zeros((2, 3, 3), np.uint8))
     write_idx(tmp_path / "train-labels-idx1-ubyte.gz", np.array([1, 12], np.uint8))

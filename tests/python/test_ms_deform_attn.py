@@ -102,12 +102,16 @@ def test_bad_shapes_raise_value_error():
         ((value, shapes, starts, loc[..., :1], weights), "sampling_locations"),
         ((value, shapes, starts, loc, weights[:, :2]), "attention_weights"),
         ((value[:, :5], shapes, starts, loc, weights), "S = 5"),
-        ((value, shapes.astype(np.float32), starts, loc, weights), "spatial_shapes"),
     ]
     for args, needle in bad:
         with pytest.raises(ValueError, match=needle):
             attnkit.ms_deform_attn(*args)
         with pytest.raises(ValueError, match=needle):
             attnkit.ms_deform_attn_backward(d_out, *args)
+    float_shapes = (value, shapes.astype(np.float32), starts, loc, weights)  # a wrong dtype
+    with pytest.raises(TypeError, match="spatial_shapes"):
+        attnkit.ms_deform_attn(*float_shapes)
+    with pytest.raises(TypeError, match="spatial_shapes"):
+        attnkit.ms_deform_attn_backward(d_out, *float_shapes)
     with pytest.raises(ValueError, match="d_out"):
         attnkit.ms_deform_attn_backward(d_out[:, :2], value, shapes, starts, loc, weights)

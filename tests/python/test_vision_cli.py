@@ -90,7 +90,7 @@ def test_classify_reads_pgm_png_and_idx(data, tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["train", "cnn", "--out", "X", "--attention", "transformer"], "--attention"),
     (["train", "cnn", "--out", "X", "--data-dir", "/nonexistent"], "/nonexistent"),
-    (["classify", "--model", "/nonexistent", "x.png"], "config.json"),
+    (["classify", "--model", "/nonexistent", "x.png"], "/nonexistent"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message, tmp_path):
     r = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)

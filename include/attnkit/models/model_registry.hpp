@@ -34,7 +34,8 @@ const ModelType& model_type_of_config(const std::string& config_json, const std:
 // model_type_of_config(dir/config.json).
 const ModelType& model_type_of_dir(const std::string& dir);
 // model_type_of_dir(dir), which must be of `kind`; else throws
-// "`<command>` needs a GPT model; <dir> holds a bert model".
-const ModelType& require_model_kind(const std::string& dir, ModelKind kind, const char* command);
+// "`<command>` needs a GPT model; [<flag> ]<dir> holds a bert model".
+const ModelType& require_model_kind(const std::string& dir, ModelKind kind, const char* command,
+                                    const std::string& flag = "");
 
 }  // namespace attnkit
