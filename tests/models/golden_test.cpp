@@ -108,7 +108,10 @@ void check_or_write(const fs::path& dir, const Outputs& out) {
       EXPECT_EQ(std::memcmp(want.data(), v.second.data(), want.size() * sizeof(float)), 0)
           << "max abs difference " << worst;
     else
-      EXPECT_LE(worst, 1e-5f * std::max(scale, 1e-30f)) << "largest magnitude " << scale;
+      // Floor 1e-6 on the scale: tensors whose exact gradient is zero (attention key biases: the
+      // softmax ignores them) hold only rounding noise after training (1e-16..1e-12), which other
+      // compiler flags (-O1 under ASan) round differently. A real change moves weights by ~lr.
+      EXPECT_LE(worst, 1e-5f * std::max(scale, 1e-6f)) << "largest magnitude " << scale;
   }
   EXPECT_EQ(int64_t(file.tensors().size()), expected_count) << path << " has other tensors";
 }
