@@ -71,6 +71,20 @@ nlohmann::json profile_json(const ProfileCli& cli, const SinkProfile& p) {
     layers.push_back(lj);
   }
   j["layers"] = layers;
+  const size_t n = size_t(p.query_pos + 1);
+  nlohmann::json hidden = nlohmann::json::array(), keys = nlohmann::json::array();
+  for (int64_t l = 0; l <= p.layers; ++l)
+    hidden.push_back(std::vector<double>(p.hidden_norm.begin() + l * n, p.hidden_norm.begin() + (l + 1) * n));
+  for (int64_t l = 0; l < p.layers; ++l) {
+    nlohmann::json per_head = nlohmann::json::array();
+    for (int64_t g = 0; g < p.kv_heads; ++g) {
+      const auto b = p.key_norm.begin() + (l * p.kv_heads + g) * n;
+      per_head.push_back(std::vector<double>(b, b + n));
+    }
+    keys.push_back(per_head);
+  }
+  j["hidden_norm"] = hidden;  // [L + 1][N + 1]: row l enters layer l, row L leaves the last layer
+  j["key_norm"] = keys;       // [L][Hkv][N + 1]
   j["gate_mean"] = p.has_gate ? nlohmann::json(gate_all) : nlohmann::json(nullptr);
   return j;
 }

@@ -36,6 +36,8 @@ void bind_tools(py::module_& m) {
         d["sink_share"] = doubles(p.sink_share, {L, H});
         d["gate_mean"] = doubles(p.gate_mean, {L, H});
         d["gate_hist"] = doubles(p.gate_hist, {L, H, py::ssize_t(p.gate_bins)});
+        d["hidden_norm"] = doubles(p.hidden_norm, {L + 1, n});
+        d["key_norm"] = doubles(p.key_norm, {L, py::ssize_t(p.kv_heads), n});
         return d;
       },
       "model"_a, "tokens"_a, "query_pos"_a, "windows"_a, "recent"_a, "gate_bins"_a);

@@ -224,7 +224,9 @@ class Model:
     def sink_profile(self, tokens, query_pos, windows=1, recent=64, gate_bins=10):
         """Attention of query ``query_pos`` averaged over ``windows`` windows of ``tokens``:
         dict of float64 arrays mass [L, H, query_pos + 1], sink_share [L, H], gate_mean [L, H],
-        gate_hist [L, H, gate_bins] (see include/attnkit/tools/sink_profile.hpp)."""
+        gate_hist [L, H, gate_bins], and the mean L2 norms by position of the residual stream,
+        hidden_norm [L + 1, query_pos + 1] (row l enters layer l; row L leaves the last layer), and
+        of the keys, key_norm [L, Hkv, query_pos + 1] (see include/attnkit/tools/sink_profile.hpp)."""
         return _attnkit._sink_profile(self._impl, _np.asarray(tokens), query_pos, windows, recent,
                                       gate_bins)
 

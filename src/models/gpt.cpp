@@ -213,6 +213,13 @@ AttentionBlockCache GptModel::attention_cache(int64_t layer) {
   return acts_->block[size_t(layer)].cache();
 }
 
+ConstView2 GptModel::residual(int64_t layer) const {
+  check(acts_ != nullptr, "GptModel.residual: call logits() or forward() first");
+  check(layer >= 0 && layer <= config_.num_hidden_layers, "GptModel.residual: layer ", layer,
+        " out of range [0, ", config_.num_hidden_layers, "]");
+  return acts_->resid[size_t(layer)].view();
+}
+
 void GptModel::zero_grad() { store_.zero_grad(); }
 
 void GptModel::run_layers(const GptBatch& batch) {

@@ -39,6 +39,12 @@ SinkBuckets bucket_mass(std::span<const double> p, double sink, int64_t recent) 
 
 namespace {
 
+double row_norm(const float* x, int64_t n) {  // ‖x[0, n)‖₂ in float64
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+  return std::sqrt(s);
+}
+
 void accumulate(SinkBuckets& a, const SinkBuckets& b, double w) {
   a.first += w * b.first, a.next3 += w * b.next3, a.middle += w * b.middle;
   a.recent += w * b.recent, a.sink += w * b.sink;
@@ -121,13 +127,17 @@ SinkProfile sink_profile(GptModel& model, std::span<const int32_t> tokens,
   const int64_t N = opts.query_pos, n = N + 1, bins = opts.gate_bins;
   const AttentionBlockOptions bo = model.block_options();
   SinkProfile r;
-  r.layers = L, r.heads = H, r.query_pos = N, r.windows = opts.windows, r.gate_bins = bins;
+  const int64_t Hkv = bo.kv();
+  r.layers = L, r.heads = H, r.kv_heads = Hkv, r.query_pos = N, r.windows = opts.windows;
+  r.gate_bins = bins;
   r.has_sink_logit = c.sink != SinkMode::kNone;
   r.has_gate = c.gate != GateMode::kNone;
   r.mass.assign(size_t(L * H * n), 0.0);
   r.sink_share.assign(size_t(L * H), 0.0);
   r.gate_mean.assign(size_t(L * H), 0.0);
   r.gate_hist.assign(size_t(L * H * bins), 0.0);
+  r.hidden_norm.assign(size_t((L + 1) * n), 0.0);
+  r.key_norm.assign(size_t(L * Hkv * n), 0.0);
   std::vector<double> probs(static_cast<size_t>(H * n)), share(static_cast<size_t>(H));
   Tensor<float, 2> logits({n, c.vocab_size});
   const std::vector<int32_t> regs = gpt_register_ids(c);  // registers take positions 0..k-1
@@ -142,8 +152,15 @@ SinkProfile sink_profile(GptModel& model, std::span<const int32_t> tokens,
     const int64_t start = opts.windows == 1 ? 0 : w * span / (opts.windows - 1);
     std::copy_n(tokens.begin() + start, n - k, window.begin() + k);
     model.logits({window, {}}, logits.view());
+    for (int64_t l = 0; l <= L; ++l) {
+      const ConstView2 x = model.residual(l);
+      for (int64_t j = 0; j < n; ++j) r.hidden_norm[size_t(l * n + j)] += inv_w * row_norm(&x(j, 0), x.shape[1]);
+    }
     for (int64_t l = 0; l < L; ++l) {
       const AttentionBlockCache cache = model.attention_cache(l);
+      for (int64_t g = 0; g < Hkv; ++g)
+        for (int64_t j = 0; j < n; ++j)
+          r.key_norm[size_t((l * Hkv + g) * n + j)] += inv_w * row_norm(&cache.qkv(j, (H + g) * D), D);
       const AttentionBlockParams params = model.block_params(l);
       attention_row_probabilities(probs, share, cache.qkv, N, bo, params.sinks);
       for (int64_t h = 0; h < H; ++h) {

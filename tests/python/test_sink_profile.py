@@ -41,7 +41,9 @@ def make_model(tmp_path, extra, rng):
 
 def torch_profile(w, cfg, tokens, query, dtype):
     """Per layer: probabilities [H, query+1] and sink share [H] of query `query`, gates [T, H]
-    (or None), and the logits [T, V]; the network of test_gpt.py plus sinks, window and gates."""
+    (or None), the logits [T, V], and the L2 norms by position of the residual stream entering
+    each layer and leaving the last [L + 1, T] and of the keys [L, Hkv, T]; the network of
+    test_gpt.py plus sinks, window and gates."""
     t = {k: torch.tensor(x, dtype=dtype) for k, x in w.items()}
     c, h, hkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     d, eps, theta = c // h, cfg["rms_norm_eps"], cfg["rope_theta"]
@@ -53,12 +55,14 @@ def torch_profile(w, cfg, tokens, query, dtype):
         return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * weight
 
     x = t["model.embed_tokens.weight"][torch.tensor(tokens, dtype=torch.long)]
-    rows, gates = [], []
+    rows, gates, hidden, keys = [], [], [], []
     for layer in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{layer}."
+        hidden.append(x.norm(dim=-1))
         hn = rms(x, t[p + "input_layernorm.weight"])
         q = ta.rope((hn @ t[p + "self_attn.q_proj.weight"].T).reshape(-1, h, d), pos, theta)
         k = ta.rope((hn @ t[p + "self_attn.k_proj.weight"].T).reshape(-1, hkv, d), pos, theta)
+        keys.append(k.norm(dim=-1).T)
         v = (hn @ t[p + "self_attn.v_proj.weight"].T).reshape(-1, hkv, d)
         sinks = (t[p + "self_attn.sinks"] if sink == "learned"
                  else torch.zeros(h, dtype=dtype) if sink == "off_by_one" else None)
@@ -80,8 +84,9 @@ def torch_profile(w, cfg, tokens, query, dtype):
         h2 = rms(x, t[p + "post_attention_layernorm.weight"])
         m = F.silu(h2 @ t[p + "mlp.gate_proj.weight"].T) * (h2 @ t[p + "mlp.up_proj.weight"].T)
         x = x + m @ t[p + "mlp.down_proj.weight"].T
+    hidden.append(x.norm(dim=-1))
     logits = rms(x, t["model.norm.weight"]) @ t["model.embed_tokens.weight"].T
-    return rows, gates, logits
+    return rows, gates, logits, (torch.stack(hidden), torch.stack(keys))
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -104,6 +109,12 @@ def test_profile_matches_torch_softmax(tmp_path, variant):
         ta.assert_within_bar(ours, mean_rows(torch.float64, part), mean_rows(torch.float32, part), 2,
                              f"{variant} {'mass' if part == 0 else 'sink share'}")
     np.testing.assert_allclose(prof["mass"].sum(-1) + prof["sink_share"], 1.0, rtol=0, atol=1e-12)
+    for part, name in ((0, "hidden_norm"), (1, "key_norm")):
+        norms = {dt: np.mean([run[3][part].double().numpy() for run in ref[dt]], axis=0)
+                 for dt in ref}
+        assert prof[name].shape == norms[torch.float64].shape
+        ta.assert_within_bar(prof[name], norms[torch.float64], norms[torch.float32], 2,
+                             f"{variant} {name}")
     if "attnkit_sink" in cfg:
         assert prof["sink_share"].min() > 0
     else:
@@ -140,3 +151,27 @@ def test_bad_arguments_raise_value_error(tmp_path):
         m.stream_eval(tokens, policy="lru")
     with pytest.raises(ValueError, match="tokens"):
         m.stream_eval(tokens, policy="sink", window=4, count=21)
+
+
+def test_cli_json_has_the_norms_of_the_python_profile(tmp_path):
+    """`attnkit sink-profile --json` prints hidden_norm [L + 1][N + 1] and key_norm [L][Hkv][N + 1]
+    equal to the Python profile over the same windows (one text file: the whole file is the text)."""
+    import os
+    import subprocess
+    cli = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
+    rng = np.random.default_rng(6)
+    cfg, _ = make_model(tmp_path, {"vocab_size": 261}, rng)  # byte tokens + <|endoftext|>
+    text = bytes(rng.integers(32, 127, 60).astype(np.uint8))
+    (tmp_path / "text.txt").write_bytes(text)
+    p = subprocess.run([cli, "sink-profile", "--model", str(tmp_path), "--data", str(tmp_path / "text.txt"),
+                        "--split", "all", "--query-pos", "11", "--windows", "3", "--json", "--threads", "1"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    tokens = np.concatenate([[256], np.frombuffer(text, np.uint8)]).astype(np.int32)  # <|endoftext|> first
+    prof = attnkit.load_model(tmp_path).sink_profile(tokens, 11, windows=3)
+    L, hkv = cfg["num_hidden_layers"], cfg["num_key_value_heads"]
+    assert np.asarray(j["hidden_norm"]).shape == (L + 1, 12)
+    assert np.asarray(j["key_norm"]).shape == (L, hkv, 12)
+    np.testing.assert_array_equal(np.asarray(j["hidden_norm"]), prof["hidden_norm"])
+    np.testing.assert_array_equal(np.asarray(j["key_norm"]), prof["key_norm"])

@@ -151,5 +151,44 @@ TEST(SinkProfile, RejectsBadOptions) {
   EXPECT_THROW(sink_profile(model, tokens, {.query_pos = -1}), Error);
 }
 
+// hidden_norm row 0 is the embedding's norm (residual stream entering layer 0), key_norm the norm
+// of the forward's own keys, both averaged over the windows; residual() needs a forward first.
+TEST(SinkProfile, NormsAreThoseOfTheEmbeddingAndTheForwardsKeys) {
+  GptModel fresh(kConfigs[0]);
+  EXPECT_THROW(fresh.residual(0), Error);
+  const GptConfig& cfg = kConfigs[1];
+  GptModel model = random_model(cfg);
+  const int64_t N = 10, L = cfg.num_hidden_layers, C = cfg.hidden_size, Hkv = cfg.num_key_value_heads;
+  const int64_t H = cfg.num_attention_heads, D = cfg.head_dim, n = N + 1;
+  const auto tokens = text(40);
+  const SinkProfile p = sink_profile(model, tokens, {.query_pos = N, .windows = 2});
+  ASSERT_EQ(p.hidden_norm.size(), size_t((L + 1) * n));
+  ASSERT_EQ(p.key_norm.size(), size_t(L * Hkv * n));
+  EXPECT_THROW(model.residual(L + 1), Error);
+  const ConstView2 emb = model.matrix("model.embed_tokens.weight");
+  std::vector<double> key(static_cast<size_t>(L * Hkv * n), 0.0);
+  for (int64_t start : {int64_t(0), int64_t(40 - n)}) {  // the two windows: first and last
+    const std::vector<int32_t> w(tokens.begin() + start, tokens.begin() + start + n);
+    Tensor<float, 2> logits({n, cfg.vocab_size});
+    model.logits({w, {}}, logits.view());
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t g = 0; g < Hkv; ++g)
+        for (int64_t j = 0; j < n; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < D; ++d) s += std::pow(double(model.attention_cache(l).qkv(j, (H + g) * D + d)), 2);
+          key[size_t((l * Hkv + g) * n + j)] += 0.5 * std::sqrt(s);
+        }
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    double e0 = 0, e1 = 0;  // the token at position j of window 0 and of window 1
+    for (int64_t c = 0; c < C; ++c) {
+      e0 += std::pow(double(emb(tokens[size_t(j)], c)), 2);
+      e1 += std::pow(double(emb(tokens[size_t(40 - n + j)], c)), 2);
+    }
+    EXPECT_NEAR(p.hidden_norm[size_t(j)], 0.5 * (std::sqrt(e0) + std::sqrt(e1)), 1e-12 * (1 + std::sqrt(e0 + e1)));
+  }
+  for (size_t i = 0; i < key.size(); ++i) EXPECT_NEAR(p.key_norm[i], key[i], 1e-9 * (1 + key[i]));
+}
+
 }  // namespace
 }  // namespace attnkit

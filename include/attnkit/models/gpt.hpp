@@ -97,6 +97,9 @@ class GptModel {
   // qkv [T, (H + 2·Hkv)·D] after RoPE, attn [T, H·D] before the gate, lse [H, T], gate [T, Hg]
   // (sigmoid values; empty without a gate). Throws attnkit::Error before any forward.
   AttentionBlockCache attention_cache(int64_t layer);
+  // The residual stream [T, C] entering layer `layer` from the last logits()/forward(); layer L
+  // is the last layer's output (before the final norm). Throws attnkit::Error before any forward.
+  ConstView2 residual(int64_t layer) const;
 
  private:
   void build_layout();

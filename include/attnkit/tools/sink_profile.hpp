@@ -11,6 +11,8 @@
 //   s_j = scale · q_N·k_j   for the keys j the block's mask lets query N see
 //   p_j = exp(s_j) / (Σ_j' exp(s_j') + exp(b_h))       b_h: learned sink, 0 (off-by-one), or absent
 // PyTorch: softmax(cat([scale·q@kᵀ, b]))[:-1] in float64 (tests/python/test_sink_profile.py).
+// Massive activations (Sun et al. 2024) over the same windows: the L2 norm of the residual stream
+// and of every key (after RoPE, which keeps norms) by position.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -39,13 +41,16 @@ struct SinkBuckets {
 SinkBuckets bucket_mass(std::span<const double> probs, double sink, int64_t recent);
 
 struct SinkProfile {
-  int64_t layers = 0, heads = 0, query_pos = 0, windows = 0, gate_bins = 0;
+  int64_t layers = 0, heads = 0, kv_heads = 0, query_pos = 0, windows = 0, gate_bins = 0;
   bool has_sink_logit = false;       // learned sinks or off-by-one softmax
   bool has_gate = false;
   std::vector<double> mass;          // [L, H, N + 1] mean probability of key j (window average)
   std::vector<double> sink_share;    // [L, H] mean probability of the sink logit (0 without one)
   std::vector<double> gate_mean;     // [L, H] mean sigmoid gate over every token (and element)
   std::vector<double> gate_hist;     // [L, H, bins] fraction of gate values per bin of [0, 1]
+  std::vector<double> hidden_norm;   // [L + 1, N + 1] mean ‖residual‖₂ entering layer l at position j
+                                     // (row L: the last layer's output, before the final norm)
+  std::vector<double> key_norm;      // [L, Hkv, N + 1] mean ‖k_j‖₂ of KV head g in layer l
 
   // Mean over windows of probability rows for layer l, head h: [N + 1].
   std::span<const double> row(int64_t l, int64_t h) const;
