@@ -8,16 +8,14 @@
 #include <cstdint>
 #include <string>
 
+#include "attnkit/core/parallel.hpp"
 #include "attnkit/models/gpt_config.hpp"
 #include "attnkit/models/model_registry.hpp"
 
 namespace attnkit::cli {
 
-// --threads bound: 0 (all cores) or 1..kMaxThreads. A fixed bound (not a multiple of this
-// machine's cores) so that a command line means the same on every machine.
-inline constexpr int kMaxThreads = 1024;
-
-// --threads N: 0 = all cores, else N threads (at most kMaxThreads).
+// --threads N: 0 = all cores, else N threads (at most attnkit::kMaxThreads, core/parallel.hpp: a
+// fixed bound, not a multiple of this machine's cores, so a command line means the same anywhere).
 CLI::Option* add_threads_flag(CLI::App& cmd, int& threads);
 // --seed N: an integer in [0, 2^64 - 1]; negative values are refused (never wrapped).
 CLI::Option* add_seed_flag(CLI::App& cmd, uint64_t& seed, const std::string& help);

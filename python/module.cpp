@@ -24,7 +24,8 @@ PYBIND11_MODULE(_attnkit, m) {
   m.def(
       "set_num_threads",
       [](int n) {
-        attnkit::check(n <= 1024, "set_num_threads: n must be <= 1024 (<= 0: default), got ", n);
+        attnkit::check(n <= attnkit::kMaxThreads, "set_num_threads: n must be <= ", attnkit::kMaxThreads,
+                       " (<= 0: default), got ", n);
         attnkit::set_num_threads(n);
       },
       pybind11::arg("n"), "Sets attnkit's thread count (<= 0: default; at most 1024).");
