@@ -62,6 +62,31 @@ void BertModel::build_layout() {
     case BertArchitecture::kMaskedLM: break;
   }
   store_.allocate();
+  resolve_ids();
+}
+
+void BertModel::resolve_ids() {
+  const auto& s = store_;
+  const int64_t C = config_.hidden_size;
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l)
+    layers_.push_back({.attn = {.qkv_weight = s.id(lname(l, "attention.self.query.weight")),
+                                .qkv_bias = s.id(lname(l, "attention.self.query.bias")),
+                                .qkv_rows = 3 * C,
+                                .o_proj = s.layer(lname(l, "attention.output.dense"))},
+                       .attn_norm = s.layer(lname(l, "attention.output.LayerNorm")),
+                       .intermediate = s.layer(lname(l, "intermediate.dense")),
+                       .output = s.layer(lname(l, "output.dense")),
+                       .out_norm = s.layer(lname(l, "output.LayerNorm"))});
+  word_ = s.id("bert.embeddings.word_embeddings.weight");
+  position_ = s.id("bert.embeddings.position_embeddings.weight");
+  token_type_ = s.id("bert.embeddings.token_type_embeddings.weight");
+  emb_norm_ = s.layer("bert.embeddings.LayerNorm");
+  pooler_ = s.find_layer("bert.pooler.dense");
+  mlm_dense_ = s.find_layer("cls.predictions.transform.dense");
+  mlm_norm_ = s.find_layer("cls.predictions.transform.LayerNorm");
+  mlm_bias_ = s.find("cls.predictions.bias");
+  for (const char* head : {"cls.seq_relationship", "classifier", "qa_outputs"})
+    if (s.has(std::string(head) + ".weight")) head_ = s.layer(head);
 }
 
 AttentionBlockOptions BertModel::block_options(int64_t l) const {
@@ -78,28 +103,6 @@ AttentionBlockOptions BertModel::block_options(int64_t l) const {
     o.dropout_seed = bert_detail::attention_seed(seed_, l);
   }
   return o;
-}
-
-AttentionBlockParams BertModel::block_params(int64_t l) const {
-  const int64_t C = config_.hidden_size;
-  AttentionBlockParams p;
-  p.qkv_proj_weight = ConstView2::contiguous(
-      store_.parameters().data() + info(lname(l, "attention.self.query.weight")).offset, {3 * C, C});
-  p.qkv_proj_bias = {store_.parameters().data() + info(lname(l, "attention.self.query.bias")).offset, size_t(3 * C)};
-  p.o_proj_weight = matrix(lname(l, "attention.output.dense.weight"));
-  p.o_proj_bias = vec(lname(l, "attention.output.dense.bias"));
-  return p;
-}
-
-AttentionBlockGrads BertModel::block_grads(int64_t l) {
-  const int64_t C = config_.hidden_size;
-  AttentionBlockGrads g;
-  g.qkv_proj_weight = View2::contiguous(
-      store_.gradients().data() + info(lname(l, "attention.self.query.weight")).offset, {3 * C, C});
-  g.qkv_proj_bias = {store_.gradients().data() + info(lname(l, "attention.self.query.bias")).offset, size_t(3 * C)};
-  g.o_proj_weight = grad_matrix(lname(l, "attention.output.dense.weight"));
-  g.o_proj_bias = grad_vec(lname(l, "attention.output.dense.bias"));
-  return g;
 }
 
 float BertModel::dropout_p() const { return training_ ? float(config_.hidden_dropout_prob) : 0.0f; }

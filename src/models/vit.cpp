@@ -58,6 +58,21 @@ void VitModel::build_layout() {
   norm("vit.layernorm");
   dense("classifier", c.num_labels, C);
   store_.allocate();
+  const auto& s = store_;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    layers_.push_back({.attn = {.qkv_weight = s.id(lname(l, "attention.attention.query.weight")),
+                                .qkv_bias = s.find(lname(l, "attention.attention.query.bias")),
+                                .qkv_rows = 3 * C,
+                                .o_proj = s.layer(lname(l, "attention.output.dense"))},
+                       .norm_before = s.layer(lname(l, "layernorm_before")),
+                       .norm_after = s.layer(lname(l, "layernorm_after")),
+                       .intermediate = s.layer(lname(l, "intermediate.dense")),
+                       .output = s.layer(lname(l, "output.dense"))});
+  cls_ = s.id("vit.embeddings.cls_token");
+  position_ = s.id("vit.embeddings.position_embeddings");
+  patch_ = s.layer("vit.embeddings.patch_embeddings.projection");
+  final_norm_ = s.layer("vit.layernorm");
+  classifier_ = s.layer("classifier");
 }
 
 AttentionBlockOptions VitModel::block_options(int64_t l) const {
@@ -73,32 +88,6 @@ AttentionBlockOptions VitModel::block_options(int64_t l) const {
     o.dropout_seed = vit_detail::attention_seed(seed_, l);
   }
   return o;
-}
-
-AttentionBlockParams VitModel::block_params(int64_t l) const {
-  const int64_t C = config_.hidden_size;
-  AttentionBlockParams p;
-  p.qkv_proj_weight = ConstView2::contiguous(
-      store_.parameters().data() + info(lname(l, "attention.attention.query.weight")).offset, {3 * C, C});
-  if (config_.qkv_bias)
-    p.qkv_proj_bias = {store_.parameters().data() + info(lname(l, "attention.attention.query.bias")).offset,
-                       size_t(3 * C)};
-  p.o_proj_weight = matrix(lname(l, "attention.output.dense.weight"));
-  p.o_proj_bias = vec(lname(l, "attention.output.dense.bias"));
-  return p;
-}
-
-AttentionBlockGrads VitModel::block_grads(int64_t l) {
-  const int64_t C = config_.hidden_size;
-  AttentionBlockGrads g;
-  g.qkv_proj_weight = View2::contiguous(
-      store_.gradients().data() + info(lname(l, "attention.attention.query.weight")).offset, {3 * C, C});
-  if (config_.qkv_bias)
-    g.qkv_proj_bias = {store_.gradients().data() + info(lname(l, "attention.attention.query.bias")).offset,
-                       size_t(3 * C)};
-  g.o_proj_weight = grad_matrix(lname(l, "attention.output.dense.weight"));
-  g.o_proj_bias = grad_vec(lname(l, "attention.output.dense.bias"));
-  return g;
 }
 
 float VitModel::dropout_p() const {

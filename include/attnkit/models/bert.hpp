@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "attnkit/core/tensor.hpp"
+#include "attnkit/models/attention_ids.hpp"
 #include "attnkit/models/bert_config.hpp"
 #include "attnkit/models/parameter_info.hpp"
 #include "attnkit/models/parameter_store.hpp"
@@ -116,22 +117,30 @@ class BertModel {
 
  private:
   void build_layout();
+  void resolve_ids();  // the handles below, from the names
   void run_encoder(const BertBatch& batch);
   void run_heads(const BertTargets& targets, BertLosses& losses);
   void encoder_backward();
   void heads_backward(float d_loss);
   AttentionBlockOptions block_options(int64_t layer) const;
-  AttentionBlockParams block_params(int64_t layer) const;
-  AttentionBlockGrads block_grads(int64_t layer);
   std::string lname(int64_t layer, const char* rest) const;
-  ConstView2 matrix(const std::string& name) const { return store_.matrix(name); }
-  std::span<const float> vec(const std::string& name) const { return store_.parameter(name); }
-  View2 grad_matrix(const std::string& name) { return store_.grad_matrix(name); }
-  std::span<float> grad_vec(const std::string& name) { return store_.gradient(name); }
+  // views by the handles resolved once in build_layout()
+  ConstView2 matrix(TensorId t) const { return store_.matrix(t); }
+  std::span<const float> vec(TensorId t) const { return store_.vec(t); }
+  View2 grad_matrix(TensorId t) { return store_.grad_matrix(t); }
+  std::span<float> grad_vec(TensorId t) { return store_.grad_vec(t); }
   float dropout_p() const;
 
   BertConfig config_;
   ParameterStore store_{"BertModel"};
+  struct EncoderLayerIds {  // one encoder layer's tensors
+    AttentionIds attn;
+    LayerIds attn_norm, intermediate, output, out_norm;
+  };
+  std::vector<EncoderLayerIds> layers_;
+  TensorId word_, position_, token_type_, mlm_bias_;
+  LayerIds emb_norm_, pooler_, mlm_dense_, mlm_norm_;
+  LayerIds head_;  // cls.seq_relationship, classifier or qa_outputs (absent for BertForMaskedLM)
   bool training_ = false;
   uint64_t seed_ = 0;
   std::unique_ptr<BertActivations> acts_;

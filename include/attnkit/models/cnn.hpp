@@ -75,12 +75,18 @@ class CnnModel final : public ImageClassifier {
   void backward(ConstView2 d_logits) override;
 
  private:
+  struct StageIds {  // one residual stage's tensors (stages_[0]: the stem's conv1 and bn1)
+    TensorId conv1, conv2, shortcut_conv;       // shortcut absent without a projection
+    BatchNormIds bn1, bn2, shortcut_bn;
+    LayerIds fc1, fc2, spatial;                 // SE / CBAM (absent without attention)
+  };
   void build_layout();
-  std::span<float> param(const std::string& name) { return store_.parameter(name); }
-  std::span<float> grad(const std::string& name) { return store_.gradient(name); }
-  std::span<float> buffer(const std::string& name) { return store_.buffer(name); }
+  std::span<float> param(TensorId t) { return store_.parameter(t); }
+  std::span<float> grad(TensorId t) { return store_.grad_vec(t); }
 
   CnnConfig config_;
+  std::vector<StageIds> stages_;
+  LayerIds fc_;
   bool training_ = false;
   std::unique_ptr<CnnActivations> acts_;
 };

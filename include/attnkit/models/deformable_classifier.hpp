@@ -109,17 +109,29 @@ class DeformableClassifier final : public ImageClassifier {
   void tokens_backward();
   void backbone_backward();
   MsDeformAttnBlockInputs block_inputs(int64_t layer) const;
-  ConstView2 matrix(const std::string& name) const { return store_.matrix(name); }
-  View2 grad_matrix(const std::string& name) { return store_.grad_matrix(name); }
   MsDeformAttnBlockOptions block_options() const;
   MsDeformAttnBlockParams block_params(int64_t layer) const;
   MsDeformAttnBlockGrads block_grads(int64_t layer);
-  const ParameterInfo& param_info(const std::string& name) const { return store_.info(name); }
-  std::span<float> param(const std::string& name) { return store_.parameter(name); }
-  std::span<const float> param(const std::string& name) const { return store_.parameter(name); }
-  std::span<float> grad(const std::string& name) { return store_.gradient(name); }
-  std::span<float> buffer(const std::string& name) { return store_.buffer(name); }
+  // views by the handles resolved once in build_layout()
+  ConstView2 matrix(TensorId t) const { return store_.matrix(t); }
+  View2 grad_matrix(TensorId t) { return store_.grad_matrix(t); }
+  std::span<float> param(TensorId t) { return store_.parameter(t); }
+  std::span<const float> param(TensorId t) const { return store_.vec(t); }
+  std::span<float> grad(TensorId t) { return store_.grad_vec(t); }
 
+  struct BackboneIds {  // one backbone stage: conv3×3 + batch norm
+    TensorId conv;
+    BatchNormIds bn;
+  };
+  struct EncoderLayerIds {  // one encoder layer: MSDeformAttn, norm1, FFN, norm2
+    LayerIds value_proj, sampling_offsets, attention_weights, output_proj;
+    LayerIds norm1, linear1, linear2, norm2;
+  };
+  std::vector<BackboneIds> backbone_;
+  std::vector<LayerIds> input_proj_;  // one per level
+  std::vector<EncoderLayerIds> layers_;
+  TensorId level_embed_;
+  LayerIds classifier_;
   DeformableConfig config_;
   std::vector<int64_t> spatial_shapes_, level_start_;  // [Lv, 2] (H_l, W_l); [Lv]
   std::vector<float> sine_;                            // [T, C] fixed position embedding

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "attnkit/core/tensor.hpp"
+#include "attnkit/models/attention_ids.hpp"
 #include "attnkit/models/gpt_config.hpp"
 #include "attnkit/models/parameter_info.hpp"
 #include "attnkit/models/parameter_store.hpp"
@@ -60,7 +61,8 @@ class GptModel {
 
   // "model.layers.<layer>.<rest>": the Hugging Face name of a layer's tensor.
   static std::string layer_name(int64_t layer, const char* rest);
-  // The named 2-D tensor / 1-D tensor as a view of the parameter buffer; throws if unknown.
+  // The named 2-D tensor / 1-D tensor as a view of the parameter buffer; throws if unknown
+  // (a look-up by name: forward and backward use the handles resolved at construction).
   ConstView2 matrix(const std::string& name) const { return store_.matrix(name); }
   std::span<const float> vec(const std::string& name) const { return store_.parameter(name); }
   // The attention block's options and its weights in layer `layer` (q/k/v rows fused).
@@ -102,14 +104,17 @@ class GptModel {
   ConstView2 residual(int64_t layer) const;
 
  private:
+  struct LayerIds {  // one decoder layer's tensors, resolved once
+    TensorId input_norm, post_norm, gate_proj, up_proj, down_proj;
+    AttentionIds attn;
+  };
   void build_layout();
   void run_layers(const GptBatch& batch);  // embedding → layers → final norm, into activations
-  AttentionBlockGrads block_grads(int64_t layer);
-  View2 grad_matrix(const std::string& name) { return store_.grad_matrix(name); }
-  std::span<float> grad_vec(const std::string& name) { return store_.gradient(name); }
 
   GptConfig config_;
   ParameterStore store_{"GptModel"};
+  std::vector<LayerIds> layers_;
+  TensorId embed_, final_norm_, head_;  // head_ is embed_ when tie_word_embeddings
   std::unique_ptr<GptActivations> acts_;  // rebuilt when the token count changes
   std::function<void(std::span<float>)> tp_sum_;  // empty: not a tensor-parallel shard
 };

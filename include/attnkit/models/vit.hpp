@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "attnkit/models/attention_ids.hpp"
 #include "attnkit/models/image_classifier.hpp"
 #include "attnkit/models/vit_config.hpp"
 #include "attnkit/nn/attention_block.hpp"
@@ -90,20 +91,26 @@ class VitModel final : public ImageClassifier {
   void encoder_backward();
   void embed_backward();
   AttentionBlockOptions block_options(int64_t layer) const;
-  AttentionBlockParams block_params(int64_t layer) const;
-  AttentionBlockGrads block_grads(int64_t layer);
   std::string lname(int64_t layer, const char* rest) const;
-  // rank-2 views (the conv weight as [C, Cin·P·P]) and vectors of the parameters and gradients
-  ConstView2 matrix(const std::string& name) const { return store_.matrix(name); }
-  std::span<const float> vec(const std::string& name) const { return store_.parameter(name); }
-  View2 grad_matrix(const std::string& name) { return store_.grad_matrix(name); }
-  std::span<float> grad_vec(const std::string& name) { return store_.gradient(name); }
+  // rank-2 views (the conv weight as [C, Cin·P·P]) and vectors of the parameters and gradients,
+  // by the handles resolved once in build_layout()
+  ConstView2 matrix(TensorId t) const { return store_.matrix(t); }
+  std::span<const float> vec(TensorId t) const { return store_.vec(t); }
+  View2 grad_matrix(TensorId t) { return store_.grad_matrix(t); }
+  std::span<float> grad_vec(TensorId t) { return store_.grad_vec(t); }
   float dropout_p() const;
 
   VitConfig config_;
   bool training_ = false;
   uint64_t seed_ = 0;
   std::unique_ptr<VitActivations> acts_;
+  struct EncoderLayerIds {  // one encoder layer's tensors
+    AttentionIds attn;
+    LayerIds norm_before, norm_after, intermediate, output;
+  };
+  std::vector<EncoderLayerIds> layers_;
+  TensorId cls_, position_;
+  LayerIds patch_, final_norm_, classifier_;
 };
 
 // A VitModel (as an ImageClassifier) from config.json text (zero weights); throws
