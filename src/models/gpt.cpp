@@ -118,7 +118,7 @@ std::vector<ParameterInfo> gpt_parameter_layout(const GptConfig& c) {
       add(layer_name(l, "self_attn.v_proj.bias"), {Hkv * D});
     }
     add(layer_name(l, "self_attn.o_proj.weight"), {C, H * D});
-    if (c.sink == SinkMode::kLearned) add(layer_name(l, "self_attn.sinks"), {H});
+    if (c.sink_logits == SinkLogits::kLearned) add(layer_name(l, "self_attn.sinks"), {H});
     if (c.gate != GateMode::kNone) {
       const int64_t in = c.gate_source == GateSource::kInput ? C : D;
       add(layer_name(l, "self_attn.output_gate.weight"), {gate_width, in});
@@ -165,7 +165,7 @@ AttentionBlockOptions GptModel::block_options() const {
   o.causal = true;
   o.window_left = int(c.window);
   o.window_right = 0;
-  o.sink = c.sink;
+  o.sink_logits = c.sink_logits;
   o.gate = c.gate;
   o.gate_source = c.gate_source;
   o.gate_bias = true;
