@@ -2,29 +2,49 @@
 #include "attnkit/models/attention_ids.hpp"
 
 namespace attnkit {
+namespace {
 
-AttentionBlockParams attention_params(const ParameterStore& store, const AttentionIds& ids) {
-  AttentionBlockParams p;
-  p.qkv_proj_weight = store.matrix(ids.qkv_weight, ids.qkv_rows);
-  p.qkv_proj_bias = store.vec(ids.qkv_bias, ids.qkv_rows);
-  p.o_proj_weight = store.matrix(ids.o_proj.weight);
-  p.o_proj_bias = store.vec(ids.o_proj.bias);
-  p.sinks = store.vec(ids.sinks);
-  p.gate_proj_weight = store.matrix(ids.gate_proj.weight);
-  p.gate_proj_bias = store.vec(ids.gate_proj.bias);
-  return p;
+// Fills the weight views (Block = AttentionBlockParams) or the gradient views (AttentionBlockGrads,
+// same fields) through matrix(id, rows) and vec(id, rows).
+template <class Block, class Matrix, class Vec>
+Block views(const AttentionIds& ids, Matrix matrix, Vec vec) {
+  Block b;
+  b.qkv_proj_weight = matrix(ids.qkv_weight, ids.qkv_rows);
+  b.qkv_proj_bias = vec(ids.qkv_bias, ids.qkv_rows);
+  b.o_proj_weight = matrix(ids.o_proj.weight, 0);
+  b.o_proj_bias = vec(ids.o_proj.bias, 0);
+  b.sinks = vec(ids.sinks, 0);
+  b.gate_proj_weight = matrix(ids.gate_proj.weight, 0);
+  b.gate_proj_bias = vec(ids.gate_proj.bias, 0);
+  return b;
 }
 
-AttentionBlockGrads attention_grads(ParameterStore& store, const AttentionIds& ids) {
-  AttentionBlockGrads g;
-  g.qkv_proj_weight = store.grad_matrix(ids.qkv_weight, ids.qkv_rows);
-  g.qkv_proj_bias = store.grad_vec(ids.qkv_bias, ids.qkv_rows);
-  g.o_proj_weight = store.grad_matrix(ids.o_proj.weight);
-  g.o_proj_bias = store.grad_vec(ids.o_proj.bias);
-  g.sinks = store.grad_vec(ids.sinks);
-  g.gate_proj_weight = store.grad_matrix(ids.gate_proj.weight);
-  g.gate_proj_bias = store.grad_vec(ids.gate_proj.bias);
-  return g;
+}  // namespace
+
+void add_encoder_qkv(ParameterStore& store, const std::string& prefix, int64_t c, bool bias) {
+  for (const char* p : {".query", ".key", ".value"}) store.add(prefix + p + ".weight", {c, c});
+  if (bias)
+    for (const char* p : {".query", ".key", ".value"}) store.add(prefix + p + ".bias", {c});
+}
+
+AttentionIds encoder_attention_ids(const ParameterStore& store, const std::string& qkv_prefix,
+                                   const std::string& o_prefix, int64_t c) {
+  return {.qkv_weight = store.id(qkv_prefix + ".query.weight"),
+          .qkv_bias = store.find(qkv_prefix + ".query.bias"),
+          .qkv_rows = 3 * c,
+          .o_proj = store.layer(o_prefix)};
+}
+
+AttentionBlockParams attention_params(const ParameterStore& s, const AttentionIds& ids) {
+  return views<AttentionBlockParams>(
+      ids, [&](TensorId t, int64_t rows) { return s.matrix(t, rows); },
+      [&](TensorId t, int64_t rows) { return s.vec(t, rows); });
+}
+
+AttentionBlockGrads attention_grads(ParameterStore& s, const AttentionIds& ids) {
+  return views<AttentionBlockGrads>(
+      ids, [&](TensorId t, int64_t rows) { return s.grad_matrix(t, rows); },
+      [&](TensorId t, int64_t rows) { return s.grad_vec(t, rows); });
 }
 
 }  // namespace attnkit

@@ -36,12 +36,7 @@ void BertModel::build_layout() {
   add("bert.embeddings.token_type_embeddings.weight", {c.type_vocab_size, C});
   norm("bert.embeddings.LayerNorm");
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    add(lname(l, "attention.self.query.weight"), {C, C});  // q, k, v rows consecutive: one
-    add(lname(l, "attention.self.key.weight"), {C, C});    // fused [3C, C] matrix
-    add(lname(l, "attention.self.value.weight"), {C, C});
-    add(lname(l, "attention.self.query.bias"), {C});       // and one fused [3C] bias
-    add(lname(l, "attention.self.key.bias"), {C});
-    add(lname(l, "attention.self.value.bias"), {C});
+    add_encoder_qkv(store_, lname(l, "attention.self"), C, true);
     dense(lname(l, "attention.output.dense"), C, C);
     norm(lname(l, "attention.output.LayerNorm"));
     dense(lname(l, "intermediate.dense"), F, C);
@@ -69,10 +64,7 @@ void BertModel::resolve_ids() {
   const auto& s = store_;
   const int64_t C = config_.hidden_size;
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l)
-    layers_.push_back({.attn = {.qkv_weight = s.id(lname(l, "attention.self.query.weight")),
-                                .qkv_bias = s.id(lname(l, "attention.self.query.bias")),
-                                .qkv_rows = 3 * C,
-                                .o_proj = s.layer(lname(l, "attention.output.dense"))},
+    layers_.push_back({.attn = encoder_attention_ids(s, lname(l, "attention.self"), lname(l, "attention.output.dense"), C),
                        .attn_norm = s.layer(lname(l, "attention.output.LayerNorm")),
                        .intermediate = s.layer(lname(l, "intermediate.dense")),
                        .output = s.layer(lname(l, "output.dense")),

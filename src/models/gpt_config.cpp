@@ -87,10 +87,8 @@ GptConfig parse_gpt_config(const std::string& text, const std::string& source) {
 }
 
 std::string gpt_config_to_json(const GptConfig& c) {
-  const std::string architectures[] = {"LlamaForCausalLM"};
   ConfigWriter w;
-  w.set("architectures", std::span<const std::string>(architectures))
-      .set("model_type", "llama")
+  w.architecture("LlamaForCausalLM", "llama")
       .set("vocab_size", c.vocab_size)
       .set("hidden_size", c.hidden_size)
       .set("intermediate_size", c.intermediate_size)

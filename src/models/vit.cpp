@@ -42,14 +42,7 @@ void VitModel::build_layout() {
   add("vit.embeddings.patch_embeddings.projection.bias", {C});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     norm(lname(l, "layernorm_before"));
-    add(lname(l, "attention.attention.query.weight"), {C, C});  // q, k, v rows consecutive:
-    add(lname(l, "attention.attention.key.weight"), {C, C});    // one fused [3C, C] matrix
-    add(lname(l, "attention.attention.value.weight"), {C, C});
-    if (c.qkv_bias) {
-      add(lname(l, "attention.attention.query.bias"), {C});  // and one fused [3C] bias
-      add(lname(l, "attention.attention.key.bias"), {C});
-      add(lname(l, "attention.attention.value.bias"), {C});
-    }
+    add_encoder_qkv(store_, lname(l, "attention.attention"), C, c.qkv_bias);
     dense(lname(l, "attention.output.dense"), C, C);
     norm(lname(l, "layernorm_after"));
     dense(lname(l, "intermediate.dense"), F, C);
@@ -60,10 +53,8 @@ void VitModel::build_layout() {
   store_.allocate();
   const auto& s = store_;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    layers_.push_back({.attn = {.qkv_weight = s.id(lname(l, "attention.attention.query.weight")),
-                                .qkv_bias = s.find(lname(l, "attention.attention.query.bias")),
-                                .qkv_rows = 3 * C,
-                                .o_proj = s.layer(lname(l, "attention.output.dense"))},
+    layers_.push_back({.attn = encoder_attention_ids(s, lname(l, "attention.attention"),
+                                                     lname(l, "attention.output.dense"), C),
                        .norm_before = s.layer(lname(l, "layernorm_before")),
                        .norm_after = s.layer(lname(l, "layernorm_after")),
                        .intermediate = s.layer(lname(l, "intermediate.dense")),

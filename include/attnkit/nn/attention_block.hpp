@@ -78,7 +78,7 @@ struct AttentionBlockParams {                // views of the caller's weights (H
   std::span<const float> qkv_proj_bias;      // [(H + 2·Hkv)·D] iff qkv_bias
   ConstView2 o_proj_weight;                  // [C, H·D]
   std::span<const float> o_proj_bias;        // [C] iff o_bias
-  std::span<const float> sinks;              // [H] iff sink == kLearned
+  std::span<const float> sinks;              // [H] iff sink_logits == kLearned
   ConstView2 gate_proj_weight;               // input: [Hg, C]; query: [H, D] or [H·D, D]
   std::span<const float> gate_proj_bias;     // [Hg] iff gate and gate_bias
 };
