@@ -26,34 +26,30 @@ std::string BertModel::lname(int64_t l, const char* rest) const {
 void BertModel::build_layout() {
   const auto& c = config_;
   const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
-  auto add = [&](std::string name, std::vector<int64_t> shape) {
-    store_.add(std::move(name), std::move(shape));
-  };
-  auto dense = [&](const std::string& p, int64_t out, int64_t in) { store_.add_linear(p, out, in); };
-  auto norm = [&](const std::string& p) { store_.add_norm(p, C); };
-  add("bert.embeddings.word_embeddings.weight", {V, C});
-  add("bert.embeddings.position_embeddings.weight", {c.max_position_embeddings, C});
-  add("bert.embeddings.token_type_embeddings.weight", {c.type_vocab_size, C});
-  norm("bert.embeddings.LayerNorm");
+  ParameterStore& s = store_;
+  s.add("bert.embeddings.word_embeddings.weight", {V, C});
+  s.add("bert.embeddings.position_embeddings.weight", {c.max_position_embeddings, C});
+  s.add("bert.embeddings.token_type_embeddings.weight", {c.type_vocab_size, C});
+  s.add_norm("bert.embeddings.LayerNorm", C);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    add_encoder_qkv(store_, lname(l, "attention.self"), C, true);
-    dense(lname(l, "attention.output.dense"), C, C);
-    norm(lname(l, "attention.output.LayerNorm"));
-    dense(lname(l, "intermediate.dense"), F, C);
-    dense(lname(l, "output.dense"), C, F);
-    norm(lname(l, "output.LayerNorm"));
+    add_encoder_qkv(s, lname(l, "attention.self"), C, true);
+    s.add_linear(lname(l, "attention.output.dense"), C, C);
+    s.add_norm(lname(l, "attention.output.LayerNorm"), C);
+    s.add_linear(lname(l, "intermediate.dense"), F, C);
+    s.add_linear(lname(l, "output.dense"), C, F);
+    s.add_norm(lname(l, "output.LayerNorm"), C);
   }
-  if (c.has_pooler()) dense("bert.pooler.dense", C, C);
+  if (c.has_pooler()) s.add_linear("bert.pooler.dense", C, C);
   if (c.has_mlm()) {
-    dense("cls.predictions.transform.dense", C, C);
-    norm("cls.predictions.transform.LayerNorm");
-    add("cls.predictions.bias", {V});
+    s.add_linear("cls.predictions.transform.dense", C, C);
+    s.add_norm("cls.predictions.transform.LayerNorm", C);
+    s.add("cls.predictions.bias", {V});
   }
   switch (c.architecture) {
-    case BertArchitecture::kPreTraining: dense("cls.seq_relationship", 2, C); break;
+    case BertArchitecture::kPreTraining: s.add_linear("cls.seq_relationship", 2, C); break;
     case BertArchitecture::kSequenceClassification:
-    case BertArchitecture::kTokenClassification: dense("classifier", c.num_labels, C); break;
-    case BertArchitecture::kQuestionAnswering: dense("qa_outputs", 2, C); break;
+    case BertArchitecture::kTokenClassification: s.add_linear("classifier", c.num_labels, C); break;
+    case BertArchitecture::kQuestionAnswering: s.add_linear("qa_outputs", 2, C); break;
     case BertArchitecture::kMaskedLM: break;
   }
   store_.allocate();
@@ -64,7 +60,8 @@ void BertModel::resolve_ids() {
   const auto& s = store_;
   const int64_t C = config_.hidden_size;
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l)
-    layers_.push_back({.attn = encoder_attention_ids(s, lname(l, "attention.self"), lname(l, "attention.output.dense"), C),
+    layers_.push_back({.attn = encoder_attention_ids(s, lname(l, "attention.self"),
+                                                     lname(l, "attention.output.dense"), C),
                        .attn_norm = s.layer(lname(l, "attention.output.LayerNorm")),
                        .intermediate = s.layer(lname(l, "intermediate.dense")),
                        .output = s.layer(lname(l, "output.dense")),

@@ -93,11 +93,6 @@ class CnnActivations {
   bool training = false;
 };
 
-std::unique_ptr<ImageClassifier> make_cnn_classifier(const std::string& config_json,
-                                                  const std::string& source) {
-  return std::make_unique<CnnModel>(parse_cnn_config(config_json, source));
-}
-
 CnnModel::CnnModel(const CnnConfig& config) : ImageClassifier("CnnModel"), config_(config) {
   validate(config_);
   build_layout();

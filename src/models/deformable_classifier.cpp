@@ -16,11 +16,6 @@ namespace attnkit {
 
 using deformable_detail::T4;
 
-std::unique_ptr<ImageClassifier> make_deformable_classifier(const std::string& config_json,
-                                                  const std::string& source) {
-  return std::make_unique<DeformableClassifier>(parse_deformable_config(config_json, source));
-}
-
 DeformableClassifier::DeformableClassifier(const DeformableConfig& config) : ImageClassifier("DeformableClassifier"), config_(config) {
   validate(config_);
   build_layout();

@@ -31,27 +31,22 @@ std::string VitModel::lname(int64_t l, const char* rest) const {
 void VitModel::build_layout() {
   const VitConfig& c = config_;
   const int64_t C = c.hidden_size, F = c.intermediate_size, P = c.patch_size;
-  auto add = [&](std::string name, std::vector<int64_t> shape) {
-    store_.add(std::move(name), std::move(shape));
-  };
-  auto dense = [&](const std::string& p, int64_t out, int64_t in) { store_.add_linear(p, out, in); };
-  auto norm = [&](const std::string& p) { store_.add_norm(p, C); };
-  add("vit.embeddings.cls_token", {1, 1, C});
-  add("vit.embeddings.position_embeddings", {1, c.seq_len(), C});
-  add("vit.embeddings.patch_embeddings.projection.weight", {C, c.num_channels, P, P});
-  add("vit.embeddings.patch_embeddings.projection.bias", {C});
+  ParameterStore& s = store_;
+  s.add("vit.embeddings.cls_token", {1, 1, C});
+  s.add("vit.embeddings.position_embeddings", {1, c.seq_len(), C});
+  s.add("vit.embeddings.patch_embeddings.projection.weight", {C, c.num_channels, P, P});
+  s.add("vit.embeddings.patch_embeddings.projection.bias", {C});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    norm(lname(l, "layernorm_before"));
-    add_encoder_qkv(store_, lname(l, "attention.attention"), C, c.qkv_bias);
-    dense(lname(l, "attention.output.dense"), C, C);
-    norm(lname(l, "layernorm_after"));
-    dense(lname(l, "intermediate.dense"), F, C);
-    dense(lname(l, "output.dense"), C, F);
+    s.add_norm(lname(l, "layernorm_before"), C);
+    add_encoder_qkv(s, lname(l, "attention.attention"), C, c.qkv_bias);
+    s.add_linear(lname(l, "attention.output.dense"), C, C);
+    s.add_norm(lname(l, "layernorm_after"), C);
+    s.add_linear(lname(l, "intermediate.dense"), F, C);
+    s.add_linear(lname(l, "output.dense"), C, F);
   }
-  norm("vit.layernorm");
-  dense("classifier", c.num_labels, C);
-  store_.allocate();
-  const auto& s = store_;
+  s.add_norm("vit.layernorm", C);
+  s.add_linear("classifier", c.num_labels, C);
+  s.allocate();
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     layers_.push_back({.attn = encoder_attention_ids(s, lname(l, "attention.attention"),
                                                      lname(l, "attention.output.dense"), C),
@@ -120,11 +115,6 @@ void VitModel::init_random(uint64_t seed) {
     const bool random = (weight && !norm) || embedding;
     for (int64_t i = 0; i < p.numel; ++i) x[i] = random ? trunc_normal() : norm && weight ? 1.0f : 0.0f;
   }
-}
-
-std::unique_ptr<ImageClassifier> make_vit_classifier(const std::string& config_json,
-                                                  const std::string& source) {
-  return std::make_unique<VitModel>(parse_vit_config(config_json, source));
 }
 
 int64_t vit_parameter_count(const VitConfig& config) {

@@ -49,10 +49,6 @@ std::string cnn_config_to_json(const CnnConfig& config);
 // Checks ranges; throws attnkit::Error naming the key.
 void validate(const CnnConfig& config);
 
-// A CnnModel with zero weights for config.json text (the "cnn" entry of make_image_classifier).
-std::unique_ptr<ImageClassifier> make_cnn_classifier(const std::string& config_json,
-                                                  const std::string& source = "config.json");
-
 class CnnActivations;  // cnn.cpp: saved activations and backward scratch for one batch size
 
 class CnnModel final : public ImageClassifier {

@@ -67,11 +67,6 @@ void validate(const DeformableConfig& config);
 // Side of every backbone map: [image_size, ⌈image_size/2⌉, ...] (len(widths) entries).
 std::vector<int64_t> deformable_map_sizes(const DeformableConfig& config);
 
-// A DeformableClassifier with zero weights for config.json text (make_image_classifier's
-// "deformable" entry).
-std::unique_ptr<ImageClassifier> make_deformable_classifier(const std::string& config_json,
-                                                  const std::string& source = "config.json");
-
 class DeformableActivations;  // deformable_activations.hpp: saved activations for one batch size
 
 class DeformableClassifier final : public ImageClassifier {

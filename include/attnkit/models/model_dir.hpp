@@ -22,6 +22,10 @@ struct TensorGroup {
 void save_model_dir(const std::string& dir, const std::string& config_json,
                     std::span<const TensorGroup> groups, const char* who);
 
+// Writes dir/config.json (config_json verbatim) atomically (config.json.tmp, then rename);
+// throws attnkit::Error prefixed with `who`.
+void write_model_config(const std::string& dir, const std::string& config_json, const char* who);
+
 // The text of dir/config.json; throws attnkit::Error prefixed with `who` if unreadable.
 std::string read_model_config(const std::string& dir, const char* who);
 

@@ -113,11 +113,6 @@ class VitModel final : public ImageClassifier {
   LayerIds patch_, final_norm_, classifier_;
 };
 
-// A VitModel (as an ImageClassifier) from config.json text (zero weights); throws
-// attnkit::Error naming the invalid key. make_image_classifier calls it for model_type "vit".
-std::unique_ptr<ImageClassifier> make_vit_classifier(const std::string& config_json,
-                                                  const std::string& source = "config.json");
-
 // Number of trainable parameters of the model a config describes.
 int64_t vit_parameter_count(const VitConfig& config);
 
