@@ -11,7 +11,7 @@
 
 namespace attnkit {
 
-BertModel::BertModel(const BertConfig& config) : config_(config) {
+BertModel::BertModel(const BertConfig& config) : ParameterModel("BertModel"), config_(config) {
   validate(config_);
   build_layout();
 }
@@ -112,8 +112,6 @@ void BertModel::init_random(uint64_t seed) {
   }
 }
 
-void BertModel::zero_grad() { store_.zero_grad(); }
-
 int64_t BertModel::copy_matching(const BertModel& other) {
   int64_t n = 0;
   for (const auto& p : store_.info())
@@ -130,9 +128,7 @@ void BertModel::save(const std::string& dir) const {
 }
 
 BertModel BertModel::load(const std::string& dir) {
-  BertModel model(parse_bert_config(read_model_config(dir, "BertModel.load"), dir + "/config.json"));
-  model.store_.load(dir);
-  return model;
+  return load_model_dir<BertModel>(dir, parse_bert_config, "BertModel.load");
 }
 
 ConstView2 BertModel::sequence_output() const {

@@ -306,7 +306,7 @@ void CnnModel::backward(ConstView2 d_logits) {
                      bool relu = false) {
     BatchNormOptions o = bno;
     o.relu = relu;
-    batch_norm2d_backward(d_x.view(), grad(ids.affine.weight), grad(ids.affine.bias), d_y.view(),
+    batch_norm2d_backward(d_x.view(), grad_vec(ids.affine.weight), grad_vec(ids.affine.bias), d_y.view(),
                           x.view(), param(ids.affine.weight), param(ids.affine.bias), st.mean,
                           st.rstd, o);
   };
@@ -317,7 +317,7 @@ void CnnModel::backward(ConstView2 d_logits) {
   // Head.
   const int64_t cl = w.back();
   a.d_features = T2({n, cl});
-  linear_backward(a.d_features.view(), as2(grad(fc_.weight), k, cl), grad(fc_.bias), d_logits,
+  linear_backward(a.d_features.view(), as2(grad_vec(fc_.weight), k, cl), grad_vec(fc_.bias), d_logits,
                   a.features.view(), as2(param(fc_.weight), k, cl));
   CnnStage& last = a.stages.empty() ? a.stem : a.stages.back();
   T4* d_next = nullptr;  // gradient of the tensor the following layer read
@@ -348,8 +348,8 @@ void CnnModel::backward(ConstView2 d_logits) {
     const int64_t hidden = std::max<int64_t>(1, c / config_.reduction);
     if (config_.attention == ChannelAttention::kSe) {
       se_block_backward(g.d_r.view(),
-                        SeGrads{as2(grad(ids.fc1.weight), hidden, c), grad(ids.fc1.bias),
-                                as2(grad(ids.fc2.weight), c, hidden), grad(ids.fc2.bias)},
+                        SeGrads{as2(grad_vec(ids.fc1.weight), hidden, c), grad_vec(ids.fc1.bias),
+                                as2(grad_vec(ids.fc2.weight), c, hidden), grad_vec(ids.fc2.bias)},
                         d_s.view(), g.r.view(),
                         SeWeights{as2(param(ids.fc1.weight), hidden, c), param(ids.fc1.bias),
                                   as2(param(ids.fc2.weight), c, hidden), param(ids.fc2.bias)},
@@ -357,10 +357,10 @@ void CnnModel::backward(ConstView2 d_logits) {
     } else if (config_.attention == ChannelAttention::kCbam) {
       const int64_t ks = config_.spatial_kernel;
       cbam_backward(g.d_r.view(),
-                    CbamGrads{as2(grad(ids.fc1.weight), hidden, c), grad(ids.fc1.bias),
-                              as2(grad(ids.fc2.weight), c, hidden), grad(ids.fc2.bias),
-                              as4(grad(ids.spatial.weight), 1, 2, ks, ks),
-                              grad(ids.spatial.bias)},
+                    CbamGrads{as2(grad_vec(ids.fc1.weight), hidden, c), grad_vec(ids.fc1.bias),
+                              as2(grad_vec(ids.fc2.weight), c, hidden), grad_vec(ids.fc2.bias),
+                              as4(grad_vec(ids.spatial.weight), 1, 2, ks, ks),
+                              grad_vec(ids.spatial.bias)},
                     d_s.view(), g.r.view(),
                     CbamWeights{as2(param(ids.fc1.weight), hidden, c), param(ids.fc1.bias),
                                 as2(param(ids.fc2.weight), c, hidden), param(ids.fc2.bias),
@@ -372,18 +372,18 @@ void CnnModel::backward(ConstView2 d_logits) {
     }
     bn_back(g.d_r, g.d_r, g.c2, g.bn2, ids.bn2);  // now the gradient of c2
     like(g.d_h1, g.h1);
-    conv2d_backward(g.d_h1.view(), as4(grad(ids.conv2), c, c, 3, 3), {}, g.d_r.view(),
+    conv2d_backward(g.d_h1.view(), as4(grad_vec(ids.conv2), c, c, 3, 3), {}, g.d_r.view(),
                     g.h1.view(), as4(param(ids.conv2), c, c, 3, 3), {.stride = 1, .padding = 1});
     bn_back(g.d_h1, g.d_h1, g.c1, g.bn1, ids.bn1, /*relu=*/true);  // now the gradient of c1
     const T4& in = i == 1 ? a.stem.pooled : a.stages[i - 2].pool ? a.stages[i - 2].pooled : a.stages[i - 2].o;
     like(g.d_in, in);
-    conv2d_backward(g.d_in.view(), as4(grad(ids.conv1), c, g.in_c, 3, 3), {}, g.d_h1.view(),
+    conv2d_backward(g.d_in.view(), as4(grad_vec(ids.conv1), c, g.in_c, 3, 3), {}, g.d_h1.view(),
                     in.view(), as4(param(ids.conv1), c, g.in_c, 3, 3), {.stride = 1, .padding = 1});
     // Shortcut.
     if (g.project) {
       bn_back(d_s, d_s, g.scc, g.bnsc, ids.shortcut_bn);  // d_s's last use: now the gradient of scc
       like(g.d_tmp, in);
-      conv2d_backward(g.d_tmp.view(), as4(grad(ids.shortcut_conv), c, g.in_c, 1, 1), {},
+      conv2d_backward(g.d_tmp.view(), as4(grad_vec(ids.shortcut_conv), c, g.in_c, 1, 1), {},
                       d_s.view(), in.view(), as4(param(ids.shortcut_conv), c, g.in_c, 1, 1), {});
       add_into(g.d_in, g.d_tmp);
     } else {
@@ -397,7 +397,7 @@ void CnnModel::backward(ConstView2 d_logits) {
   like(st.d_o, st.h1);
   max_pool2d_backward(st.d_o.view(), d_next->view(), st.argmax);
   bn_back(st.d_o, st.d_o, st.c1, st.bn1, stages_[0].bn1);  // now the gradient of c1
-  conv2d_backward(View4{}, as4(grad(stages_[0].conv1), w[0], st.in_c, 3, 3), {}, st.d_o.view(),
+  conv2d_backward(View4{}, as4(grad_vec(stages_[0].conv1), w[0], st.in_c, 3, 3), {}, st.d_o.view(),
                   a.x.view(), as4(param(stages_[0].conv1), w[0], st.in_c, 3, 3), {.stride = 1, .padding = 1});
 }
 

@@ -229,7 +229,7 @@ void DeformableClassifier::backbone_backward() {
     float* g = s.d_act.data();
     const float* h = s.act.data();
     for (int64_t e = 0; e < s.act.numel(); ++e) g[e] = h[e] > 0.0f ? g[e] : 0.0f;
-    batch_norm2d_backward(s.d_conv.view(), grad(ids.bn.affine.weight), grad(ids.bn.affine.bias),
+    batch_norm2d_backward(s.d_conv.view(), grad_vec(ids.bn.affine.weight), grad_vec(ids.bn.affine.bias),
                           s.d_act.view(), s.conv.view(), param(ids.bn.affine.weight), param(ids.bn.affine.bias),
                           s.mean, s.rstd, bno);
     const T4& in = i == 0 ? a.x : a.stages[i - 1].act;
@@ -237,7 +237,7 @@ void DeformableClassifier::backbone_backward() {
     View4 d_in{};
     if (i > 0) d_in = a.stages[i - 1].d_conv.view();
     conv_bwd(reference_, d_in,
-             View4::contiguous(grad(ids.conv).data(), {s.channels, cin, 3, 3}),
+             View4::contiguous(grad_vec(ids.conv).data(), {s.channels, cin, 3, 3}),
              s.d_conv.view(), in.view(),
              ConstView4::contiguous(param(ids.conv).data(), {s.channels, cin, 3, 3}),
              stage_conv(i));

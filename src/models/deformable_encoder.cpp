@@ -63,7 +63,7 @@ MsDeformAttnBlockOptions DeformableClassifier::block_options() const {
 MsDeformAttnBlockParams DeformableClassifier::block_params(int64_t k) const {
   const EncoderLayerIds& y = layers_[size_t(k)];
   auto m = [&](const LayerIds& t) { return matrix(t.weight); };
-  auto v = [&](const LayerIds& t) { return param(t.bias); };
+  auto v = [&](const LayerIds& t) { return vec(t.bias); };
   return {m(y.value_proj),        v(y.value_proj),        m(y.sampling_offsets), v(y.sampling_offsets),
           m(y.attention_weights), v(y.attention_weights), m(y.output_proj),      v(y.output_proj)};
 }
@@ -71,7 +71,7 @@ MsDeformAttnBlockParams DeformableClassifier::block_params(int64_t k) const {
 MsDeformAttnBlockGrads DeformableClassifier::block_grads(int64_t k) {
   const EncoderLayerIds& y = layers_[size_t(k)];
   auto m = [&](const LayerIds& t) { return grad_matrix(t.weight); };
-  auto v = [&](const LayerIds& t) { return grad(t.bias); };
+  auto v = [&](const LayerIds& t) { return grad_vec(t.bias); };
   return {m(y.value_proj),        v(y.value_proj),        m(y.sampling_offsets), v(y.sampling_offsets),
           m(y.attention_weights), v(y.attention_weights), m(y.output_proj),      v(y.output_proj)};
 }
@@ -178,7 +178,7 @@ void DeformableClassifier::head_backward(ConstView2 d_logits) {
   DeformableActivations& a = *acts_;
   const int64_t t = a.tokens, C = config_.d_model;
   linear_bwd(reference_, a.d_pooled.view(), grad_matrix(classifier_.weight),
-             grad(classifier_.bias), d_logits, a.pooled.view(), matrix(classifier_.weight));
+             grad_vec(classifier_.bias), d_logits, a.pooled.view(), matrix(classifier_.weight));
   parallel_for(a.n, [&](int64_t i) {
     for (int64_t q = 0; q < t; ++q)
       for (int64_t ch = 0; ch < C; ++ch)
@@ -193,18 +193,18 @@ void DeformableClassifier::layer_backward(int64_t k) {
   const EncoderLayerIds& ly = layers_[size_t(k)];
   const int64_t n = a.n, t = a.tokens, C = config_.d_model;
   // d_sum2 (in d_a) from LN₂; it reaches h1 directly and through the FFN.
-  ln_bwd(reference_, a.d_a.view(), grad(ly.norm2.weight), grad(ly.norm2.bias),
+  ln_bwd(reference_, a.d_a.view(), grad_vec(ly.norm2.weight), grad_vec(ly.norm2.bias),
          a.d_src.view(), y.sum2.view(), param(ly.norm2.weight), y.mean2, y.rstd2);
   std::copy_n(a.d_a.data(), a.d_a.numel(), a.d_h.data());
-  linear_bwd(reference_, a.d_f.view(), grad_matrix(ly.linear2.weight), grad(ly.linear2.bias),
+  linear_bwd(reference_, a.d_f.view(), grad_matrix(ly.linear2.weight), grad_vec(ly.linear2.bias),
              a.d_a.view(), y.u.view(), matrix(ly.linear2.weight));
   (reference_ ? gelu_backward_reference : gelu_backward)(a.d_f.view(), a.d_f.view(), y.pre.view(),
                                                          GeluApproximation::kNone);
-  linear_bwd(reference_, a.d_x.view(), grad_matrix(ly.linear1.weight), grad(ly.linear1.bias),
+  linear_bwd(reference_, a.d_x.view(), grad_matrix(ly.linear1.weight), grad_vec(ly.linear1.bias),
              a.d_f.view(), y.h1.view(), matrix(ly.linear1.weight));
   add_into(a.d_h, a.d_x);
   // d_sum1 (in d_src, whose old value is no longer needed) from LN₁: the residual's gradient.
-  ln_bwd(reference_, a.d_src.view(), grad(ly.norm1.weight), grad(ly.norm1.bias),
+  ln_bwd(reference_, a.d_src.view(), grad_vec(ly.norm1.weight), grad_vec(ly.norm1.bias),
          a.d_h.view(), y.sum1.view(), param(ly.norm1.weight), y.mean1, y.rstd1);
   ms_deform_attn_block_backward(as3(a.d_a, n), as3(a.d_x, n), View<float, 4>{}, block_grads(k),
                                 as3(std::as_const(a.d_src), n), block_inputs(k), y.attn,
@@ -223,7 +223,7 @@ void DeformableClassifier::layer_backward(int64_t k) {
 void DeformableClassifier::tokens_backward() {
   DeformableActivations& a = *acts_;
   const int64_t n = a.n, t = a.tokens, C = config_.d_model, Lv = config_.levels();
-  const std::span<float> g_level = grad(level_embed_);
+  const std::span<float> g_level = grad_vec(level_embed_);
   std::fill_n(a.stages[0].d_act.data(), a.stages[0].d_act.numel(), 0.0f);
   for (int64_t l = 0; l < Lv; ++l) {
     DeformableStage& s = a.stages[size_t(l + 1)];
@@ -238,7 +238,7 @@ void DeformableClassifier::tokens_backward() {
       std::copy_n(a.d_src.data() + (i * t + start) * C, hw * C, d_proj.data() + i * hw * C);
     const LayerIds& proj = input_proj_[size_t(l)];
     T2& d_tok = a.d_tok[size_t(l)];
-    linear_bwd(reference_, d_tok.view(), grad_matrix(proj.weight), grad(proj.bias),
+    linear_bwd(reference_, d_tok.view(), grad_matrix(proj.weight), grad_vec(proj.bias),
                d_proj.view(), a.tok[size_t(l)].view(), matrix(proj.weight));
     parallel_for(n, [&](int64_t i) {  // [pixels, channels] → NCHW
       for (int64_t ch = 0; ch < w; ++ch) {

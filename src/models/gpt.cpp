@@ -81,7 +81,7 @@ void shard_sum(const std::function<void(std::span<float>)>& sum, Tensor<float, 2
 
 }  // namespace
 
-GptModel::GptModel(const GptConfig& config) : config_(config) {
+GptModel::GptModel(const GptConfig& config) : ParameterModel("GptModel"), config_(config) {
   validate(config_);
   build_layout();
 }
@@ -206,8 +206,6 @@ ConstView2 GptModel::residual(int64_t layer) const {
   return acts_->resid[size_t(layer)].view();
 }
 
-void GptModel::zero_grad() { store_.zero_grad(); }
-
 void GptModel::run_layers(const GptBatch& batch) {
   const auto& c = config_;
   const int64_t t = int64_t(batch.tokens.size());
@@ -311,9 +309,7 @@ void GptModel::save(const std::string& dir) const {
 }
 
 GptModel GptModel::load(const std::string& dir) {
-  GptModel model(parse_gpt_config(read_model_config(dir, "GptModel.load"), dir + "/config.json"));
-  model.store_.load(dir);
-  return model;
+  return load_model_dir<GptModel>(dir, parse_gpt_config, "GptModel.load");
 }
 
 }  // namespace attnkit

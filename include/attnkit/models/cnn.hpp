@@ -77,8 +77,6 @@ class CnnModel final : public ImageClassifier {
     LayerIds fc1, fc2, spatial;                 // SE / CBAM (absent without attention)
   };
   void build_layout();
-  std::span<float> param(TensorId t) { return store_.parameter(t); }
-  std::span<float> grad(TensorId t) { return store_.grad_vec(t); }
 
   CnnConfig config_;
   std::vector<StageIds> stages_;

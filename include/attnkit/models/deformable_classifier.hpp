@@ -107,12 +107,6 @@ class DeformableClassifier final : public ImageClassifier {
   MsDeformAttnBlockOptions block_options() const;
   MsDeformAttnBlockParams block_params(int64_t layer) const;
   MsDeformAttnBlockGrads block_grads(int64_t layer);
-  // views by the handles resolved once in build_layout()
-  ConstView2 matrix(TensorId t) const { return store_.matrix(t); }
-  View2 grad_matrix(TensorId t) { return store_.grad_matrix(t); }
-  std::span<float> param(TensorId t) { return store_.parameter(t); }
-  std::span<const float> param(TensorId t) const { return store_.vec(t); }
-  std::span<float> grad(TensorId t) { return store_.grad_vec(t); }
 
   struct BackboneIds {  // one backbone stage: conv3×3 + batch norm
     TensorId conv;

@@ -60,11 +60,6 @@ class VitModel final : public ImageClassifier {
   // vit_config_to_json(config()).
   std::string config_json() const override;
 
-  // The named tensor's (Hugging Face names; see the file comment) parameter slice; throws attnkit::Error if unknown.
-  std::span<float> parameter(const std::string& name) { return store_.parameter(name); }
-  // The named tensor's entry of parameter_info(); throws attnkit::Error if unknown.
-  const ParameterInfo& info(const std::string& name) const { return store_.info(name); }
-
   // config().initializer kTruncNormal: Hugging Face ViT's _init_weights: truncated normal
   // (±2σ, σ = initializer_range) for every matrix, the patch projection, cls token and position
   // embeddings; zero biases. kFanIn: PyTorch's nn.Linear / nn.Conv2d defaults for the matrices,
@@ -92,12 +87,6 @@ class VitModel final : public ImageClassifier {
   void embed_backward();
   AttentionBlockOptions block_options(int64_t layer) const;
   std::string lname(int64_t layer, const char* rest) const;
-  // rank-2 views (the conv weight as [C, Cin·P·P]) and vectors of the parameters and gradients,
-  // by the handles resolved once in build_layout()
-  ConstView2 matrix(TensorId t) const { return store_.matrix(t); }
-  std::span<const float> vec(TensorId t) const { return store_.vec(t); }
-  View2 grad_matrix(TensorId t) { return store_.grad_matrix(t); }
-  std::span<float> grad_vec(TensorId t) { return store_.grad_vec(t); }
   float dropout_p() const;
 
   VitConfig config_;
