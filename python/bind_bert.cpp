@@ -5,6 +5,7 @@
 #include "array_views.hpp"
 #include "attnkit/core/error.hpp"
 #include "attnkit/models/bert.hpp"
+#include "bind_text_model.hpp"
 #include "bindings.hpp"
 
 namespace attnkit::python {
@@ -32,17 +33,8 @@ py::dict named(const BertModel& m, const float* base) {
 
 void bind_bert(py::module_& m) {
   using namespace pybind11::literals;
-  py::class_<BertModel>(m, "_BertModel")
-      .def(py::init([](const std::string& config_json) {
-             return std::make_unique<BertModel>(parse_bert_config(config_json));
-           }),
-           "config_json"_a)
-      .def_static("load", &BertModel::load, "dir"_a, "Loads config.json + model.safetensors.")
-      .def("save", &BertModel::save, "dir"_a, "Writes config.json + model.safetensors atomically.")
-      .def(
-          "init_random", [](BertModel& b, const py::object& seed) { b.init_random(unsigned_arg(seed, "seed")); },
-          "seed"_a)
-      .def("config_json", [](const BertModel& b) { return bert_config_to_json(b.config()); })
+  py::class_<BertModel> cls(m, "_BertModel");
+  def_text_model_io(cls, parse_bert_config, bert_config_to_json)
       .def("parameters", [](const BertModel& b) { return named(b, b.parameters().data()); })
       .def(
           "run",

@@ -7,6 +7,7 @@
 #include "attnkit/models/model_registry.hpp"
 #include "attnkit/tools/convert_gqa.hpp"
 #include "attnkit/train/gpt_trainer.hpp"
+#include "bind_text_model.hpp"
 #include "bindings.hpp"
 
 namespace attnkit::python {
@@ -45,17 +46,8 @@ void bind_models(py::module_& m) {
         require_model_kind(dir, k, who.c_str());
       },
       "dir"_a, "kind"_a, "who"_a, "Raises ValueError unless dir holds a model of that kind.");
-  py::class_<GptModel>(m, "_GptModel")
-      .def(py::init([](const std::string& config_json) {
-             return std::make_unique<GptModel>(parse_gpt_config(config_json));
-           }),
-           "config_json"_a)
-      .def_static("load", &GptModel::load, "dir"_a, "Loads config.json + model.safetensors.")
-      .def("save", &GptModel::save, "dir"_a, "Writes config.json + model.safetensors atomically.")
-      .def(
-          "init_random", [](GptModel& g, const py::object& seed) { g.init_random(unsigned_arg(seed, "seed")); },
-          "seed"_a)
-      .def("config_json", [](const GptModel& g) { return gpt_config_to_json(g.config()); })
+  py::class_<GptModel> cls(m, "_GptModel");
+  def_text_model_io(cls, parse_gpt_config, gpt_config_to_json)
       .def(
           "logits",
           [](GptModel& g, const py::object& tokens, const py::object& cu) {
