@@ -18,16 +18,6 @@ py::array_t<float> copy_of(ConstView2 v) {
   return out;
 }
 
-py::dict named(const BertModel& m, const float* base) {
-  py::dict out;
-  for (const auto& p : m.parameter_info()) {
-    std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
-    py::array_t<float> a(shape);
-    std::copy_n(base + p.offset, p.numel, a.mutable_data());
-    out[py::str(p.name)] = a;
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -35,7 +25,7 @@ void bind_bert(py::module_& m) {
   using namespace pybind11::literals;
   py::class_<BertModel> cls(m, "_BertModel");
   def_text_model_io(cls, parse_bert_config, bert_config_to_json)
-      .def("parameters", [](const BertModel& b) { return named(b, b.parameters().data()); })
+      .def("parameters", [](const BertModel& b) { return named_copies(b, b.parameters().data()); })
       .def(
           "run",
           [](BertModel& b, const py::object& tokens, const py::object& types, const py::object& cu,
@@ -74,7 +64,7 @@ void bind_bert(py::module_& m) {
               b.mlm_logits(mutable_view<2>(z));
               out["mlm_logits"] = z;
             }
-            if (backward) out["grads"] = named(b, b.gradients().data());
+            if (backward) out["grads"] = named_copies(b, b.gradients().data());
             return out;
           },
           "tokens"_a, "token_type_ids"_a = py::none(), "cu_seqlens"_a = py::none(),

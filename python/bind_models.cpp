@@ -74,14 +74,7 @@ void bind_models(py::module_& m) {
               loss = g.forward({ids, cus}, tg);
               g.backward();
             }
-            py::dict grads;
-            for (const auto& p : g.parameter_info()) {
-              std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
-              py::array_t<float> a(shape);
-              std::copy_n(g.gradients().data() + p.offset, p.numel, a.mutable_data());
-              grads[py::str(p.name)] = a;
-            }
-            return py::make_tuple(loss, grads);
+            return py::make_tuple(loss, named_copies(g, g.gradients().data()));
           },
           "tokens"_a, "targets"_a, "cu_seqlens"_a = py::none(),
           "Mean next-token loss and every parameter's gradient (dict by Hugging Face name).")
@@ -107,16 +100,7 @@ void bind_models(py::module_& m) {
           "tokens"_a, "targets"_a, "cu_seqlens"_a, "steps"_a, "lr"_a, "beta1"_a, "beta2"_a, "eps"_a,
           "weight_decay"_a,
           "Losses of `steps` AdamW steps on one batch (norms and biases without weight decay), and the final loss.")
-      .def("parameters", [](const GptModel& g) {
-        py::dict out;
-        for (const auto& p : g.parameter_info()) {
-          std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
-          py::array_t<float> a(shape);
-          std::copy_n(g.parameters().data() + p.offset, p.numel, a.mutable_data());
-          out[py::str(p.name)] = a;
-        }
-        return out;
-      });
+      .def("parameters", [](const GptModel& g) { return named_copies(g, g.parameters().data()); });
 }
 
 }  // namespace attnkit::python

@@ -1,12 +1,27 @@
 #pragma once
 // The part of the GPT and BERT bindings that is the same for both: construction from config.json
-// text, load, save, init_random and config_json.
+// text, load, save, init_random and config_json, and dicts of tensor copies by name.
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "array_views.hpp"
+#include "attnkit/models/parameter_model.hpp"
 
 namespace attnkit::python {
+
+// {Hugging Face name: a float32 copy [shape]} of every trainable tensor, read from `base`
+// (m.parameters() or m.gradients(), which share the layout).
+inline py::dict named_copies(const ParameterModel& m, const float* base) {
+  py::dict out;
+  for (const auto& p : m.parameter_info()) {
+    py::array_t<float> a(std::vector<py::ssize_t>(p.shape.begin(), p.shape.end()));
+    std::copy_n(base + p.offset, p.numel, a.mutable_data());
+    out[py::str(p.name)] = a;
+  }
+  return out;
+}
 
 // Defines __init__(config_json), load(dir), save(dir), init_random(seed) and config_json() on
 // `cls`; parse(text, source) and to_json(config) are the model's config functions.
