@@ -14,6 +14,7 @@
 #include "attnkit/io/tokenizer.hpp"
 #include "attnkit/models/model_registry.hpp"
 #include "attnkit/train/bert_trainer.hpp"
+#include "attnkit/train/presets.hpp"
 #include "attnkit/train/run_dir.hpp"
 #include "attnkit/train/train_checks.hpp"
 #include "cli_data.hpp"
@@ -23,24 +24,6 @@
 
 namespace attnkit::cli {
 namespace {
-
-// Named encoder shapes (byte vocabulary, context 128).
-BertConfig bert_preset(const std::string& name) {
-  BertConfig c;
-  c.vocab_size = ByteTokenizer::vocab_size();
-  c.pad_token_id = ByteTokenizer::kPad;
-  c.max_position_embeddings = 128;
-  if (name == "tiny") {
-    c.hidden_size = 64, c.num_hidden_layers = 2, c.num_attention_heads = 4, c.intermediate_size = 256;
-  } else if (name == "mini") {
-    c.hidden_size = 128, c.num_hidden_layers = 4, c.num_attention_heads = 4, c.intermediate_size = 512;
-  } else if (name == "small") {
-    c.hidden_size = 256, c.num_hidden_layers = 6, c.num_attention_heads = 8, c.intermediate_size = 1024;
-  } else {
-    fail("--preset: unknown preset '", name, "' (tiny, mini, small)");
-  }
-  return c;
-}
 
 // A fine-tuning task's examples and the architecture and objective that fit it.
 struct Task {

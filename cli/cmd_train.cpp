@@ -2,62 +2,35 @@
 // corpora Debian ships (fortunes, the King James Bible), with the byte-level tokenizer.
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
-#include "attnkit/core/file_io.hpp"
-#include "attnkit/io/idx.hpp"
+#include "attnkit/io/idx.hpp"  // kFashionMnistDir
 #include "attnkit/io/text_corpus.hpp"
-#include "attnkit/io/tokenizer.hpp"
 #include "attnkit/models/model_registry.hpp"
-#include "attnkit/train/gpt_trainer.hpp"
+#include "attnkit/train/gpt_run.hpp"
 #include "attnkit/train/run_dir.hpp"
-#include "attnkit/train/train_checks.hpp"
 #include "cli_data.hpp"
 #include "commands.hpp"
 #include "run_flags.hpp"
 #include "flags.hpp"
 #if ATTNKIT_HAVE_MPI
-#include "attnkit/dist/mpi.hpp"
+#include "attnkit/dist/dp_train.hpp"
 #include "attnkit/dist/tp_train.hpp"
 #endif
 
 namespace attnkit::cli {
 namespace {
 
-// Named model shapes (byte vocabulary). "small" is the benchmark shape of issue 5.
-GptConfig gpt_preset(const std::string& name) {
-  GptConfig c;
-  c.vocab_size = ByteTokenizer::vocab_size();
-  if (name == "tiny") {
-    c.hidden_size = 64, c.intermediate_size = 172, c.num_hidden_layers = 2;
-    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 16;
-    c.max_position_embeddings = 128;
-  } else if (name == "small") {
-    c.hidden_size = 256, c.intermediate_size = 688, c.num_hidden_layers = 6;
-    c.num_attention_heads = 8, c.num_key_value_heads = 2, c.head_dim = 32;
-    c.max_position_embeddings = 256;
-  } else {
-    fail("--preset: unknown preset '", name, "' (tiny, small)");
-  }
-  return c;
-}
-
 struct TrainCli {
-  std::string config_file, preset = "small", out, init;
-  int64_t tokens = 0;  // > 0: steps = ceil(tokens / (batch · seq))
+  GptModelSource model;
+  std::string out;
   std::vector<std::string> data{"fortunes"};
   TrainOptions opts;
-  double lr = 1e-3, min_lr = 1e-4;
-  int64_t warmup = 100;
+  GptScheduleSpec schedule;
   bool resume = false, overwrite = false, quiet = false, dp = false;
-  bool preset_given = false, config_given = false, warmup_given = false;  // set on the command line
   int64_t tp = 1;  // > 1: tensor parallel over that many MPI processes
-  int threads = 0;
   TrainCli() {  // the default run: about 16 minutes on 2 cores (docs/models.md)
     opts.steps = 2000;
     opts.batch = 8;
@@ -67,31 +40,8 @@ struct TrainCli {
 
 RunStart run_start(const TrainCli& cli) { return cli::run_start(cli.resume, cli.overwrite); }
 
-// The model to train: with --resume the run's own config (weights come from its checkpoint;
-// a --preset/--config that differs is an error); with --init DIR that model (architecture and
-// weights) with a fresh optimizer; otherwise --config or --preset, initialised from `seed`.
-GptModel initial_model(const TrainCli& cli, uint64_t seed, const RunDir& run) {
-  auto given = [&] { return cli.config_file.empty() ? gpt_preset(cli.preset) : parse_gpt_config(read_file(cli.config_file, "--config"), cli.config_file); };
-  if (run.start() == RunStart::kResume) {
-    check(cli.init.empty(), "--init: not with --resume (a resumed run continues from its own checkpoint)");
-    GptModel model(parse_gpt_config(run.checkpoint_config()));
-    if (cli.preset_given || cli.config_given) run.check_config(gpt_config_to_json(given()));
-    return model;
-  }
-  if (cli.init.empty()) {
-    GptModel model(given());
-    model.init_random(seed);
-    return model;
-  }
-  namespace fs = std::filesystem;
-  check(!fs::exists(cli.out) || !fs::equivalent(cli.init, cli.out),
-        "--out: must differ from --init (the initial checkpoint is never overwritten)");
-  require_model_kind(cli.init, ModelKind::kGpt, "train gpt --init");
-  return GptModel::load(cli.init);
-}
-
-// Data parallelism under mpirun (--dp): MPI for the run's lifetime, the rank's share of every
-// batch, gradients averaged over ranks; rank 0 writes. Without --dp: nothing.
+// Data parallelism under mpirun (--dp, dist/dp_train.hpp): MPI for the run's lifetime. Without
+// --dp: nothing.
 struct DataParallel {
 #if ATTNKIT_HAVE_MPI
   std::unique_ptr<dist::MpiWorld> world;
@@ -104,41 +54,24 @@ struct DataParallel {
     fail("--dp: this attnkit was built without MPI (ATTNKIT_MPI=OFF or Open MPI not found)");
 #endif
   }
+#if ATTNKIT_HAVE_MPI
   void configure(TrainOptions& o) const {
-#if ATTNKIT_HAVE_MPI
-    if (!world) return;
-    o.dp_rank = world->rank();
-    o.dp_size = world->size();
-    const float inv = 1.0f / float(world->size());
-    o.dp_average = [inv](std::span<float> x) {
-      dist::all_reduce_sum(x);
-      for (float& v : x) v *= inv;
-    };
-#endif
+    if (world) dist::configure_data_parallel(*world, o);
   }
-  // Throws unless every rank holds the same parameters (the all-reduce gave every rank one sum).
   void check_in_sync(std::span<const float> params) const {
-#if ATTNKIT_HAVE_MPI
-    if (!world) return;
-    double sum = 0;
-    for (float p : params) sum += double(p);
-    const double total = dist::all_reduce_sum(sum);
-    check(total == sum * world->size(), "--dp: ranks ended with different parameters");
-#endif
+    if (world) dist::check_replicas_in_sync(*world, params);
   }
   // An error on one rank: end every rank (others may wait in an all-reduce forever otherwise).
   void abort_if_parallel(const std::exception& e) const {
-#if ATTNKIT_HAVE_MPI
     if (world) world->abort_all_if_parallel(e.what());
-#endif
   }
-  bool writer() const {
-#if ATTNKIT_HAVE_MPI
-    return !world || world->rank() == 0;
+  bool writer() const { return !world || world->rank() == 0; }
 #else
-    return true;
+  void configure(TrainOptions&) const {}
+  void check_in_sync(std::span<const float>) const {}
+  void abort_if_parallel(const std::exception&) const {}
+  bool writer() const { return true; }
 #endif
-  }
 };
 
 void run_train_ranks(const TrainCli& cli, const DataParallel& dp);
@@ -159,23 +92,9 @@ void run_train(const TrainCli& cli) {
 
 // The trainer's options from the command line (any rank, any parallelism), every flag checked.
 TrainOptions train_options(const TrainCli& cli, const GptConfig& cfg) {
-  check(cli.tokens >= 0, "--tokens: must be >= 0");
-  check(cfg.vocab_size - cfg.registers >= ByteTokenizer::vocab_size(),
-        "config: vocab_size - attnkit_registers must be >= ", ByteTokenizer::vocab_size(),
-        " for the byte tokenizer (registers take the last ids)");
-  TrainOptions o = cli.opts;
-  check(o.batch >= 1, "--batch: must be >= 1, got ", o.batch);
-  check(o.seq_len >= 1, "--seq: must be >= 1, got ", o.seq_len);
-  if (cli.tokens > 0) o.steps = (cli.tokens + o.batch * o.seq_len - 1) / (o.batch * o.seq_len);
-  check(o.steps >= 1, "--steps: must be >= 1, got ", o.steps);
-  check_optim_flags({.lr = cli.lr, .min_lr = cli.min_lr, .weight_decay = o.adamw.weight_decay, .clip = o.clip,
-                     .threads = cli.threads});
-  check_non_negative(o.eval_every, "--eval-every");
-  check_non_negative(o.checkpoint_every, "--checkpoint-every");
-  const int64_t warmup = checked_warmup(cli.warmup, cli.warmup_given, o.steps, "--warmup", "--steps");
+  TrainOptions o = checked_gpt_train_options(cli.opts, cli.schedule, cfg);
   o.out_dir = cli.out;
   o.start = run_start(cli);
-  o.schedule = {.max_lr = cli.lr, .min_lr = cli.min_lr, .warmup_steps = warmup, .total_steps = o.steps};
   return o;
 }
 
@@ -193,10 +112,10 @@ void print_summary(const TrainStepResult& last, double val, const std::string& o
 // The training run on this rank (all of it without --dp).
 void run_train_ranks(const TrainCli& cli, const DataParallel& dp) {
   const RunDir run(cli.out, run_start(cli), "gpt", dp.writer());  // refusals before any work
-  GptModel model = initial_model(cli, cli.opts.seed, run);
+  GptModel model = initial_gpt_model(cli.model, cli.opts.seed, run);
   const GptConfig cfg = model.config();
   TrainOptions o = train_options(cli, cfg);
-  ThreadCountScope threads(cli.threads);
+  ThreadCountScope threads(cli.schedule.threads);
   TextCorpus corpus(load_documents(cli.data));
   o.progress = !cli.quiet && dp.writer();
   dp.configure(o);
@@ -238,12 +157,12 @@ void run_train_tp_ranks(const TrainCli& cli, const dist::MpiWorld& world) {
   std::unique_ptr<dist::TpTraining> tp;
   GptConfig cfg;
   {  // the whole model lives only until its shard is cut
-    const GptModel full = initial_model(cli, cli.opts.seed, run);
+    const GptModel full = initial_gpt_model(cli.model, cli.opts.seed, run);
     cfg = full.config();
     tp = std::make_unique<dist::TpTraining>(full, world.rank(), world.size());
   }
   TrainOptions o = train_options(cli, cfg);
-  ThreadCountScope threads(cli.threads);
+  ThreadCountScope threads(cli.schedule.threads);
   TextCorpus corpus(load_documents(cli.data));
   o.progress = !cli.quiet && world.rank() == 0;
   tp->configure(o);
@@ -275,22 +194,22 @@ void add_train_command(CLI::App& app) {
   train->require_subcommand(1);
   auto cli = std::make_shared<TrainCli>();
   auto* gpt = train->add_subcommand("gpt", "Causal-LM training of a GPT (Llama architecture) on byte-level text");
-  auto* config = gpt->add_option("--config", cli->config_file, "config.json (Hugging Face Llama keys) instead of --preset");
-  auto* preset = gpt->add_option("--preset", cli->preset, "Model shape: tiny, small")->capture_default_str();
-  gpt->add_option("--init", cli->init,
+  auto* config = gpt->add_option("--config", cli->model.config_file, "config.json (Hugging Face Llama keys) instead of --preset");
+  auto* preset = gpt->add_option("--preset", cli->model.preset, "Model shape: tiny, small")->capture_default_str();
+  gpt->add_option("--init", cli->model.init,
                   "Continue from this model directory (e.g. a convert-gqa output): its config and weights, "
                   "a fresh optimizer")
       ->excludes(config)
       ->excludes(preset);
-  auto* tokens = gpt->add_option("--tokens", cli->tokens, "Training tokens; sets --steps to ceil(tokens / (batch * seq))");
+  auto* tokens = gpt->add_option("--tokens", cli->schedule.tokens, "Training tokens; sets --steps to ceil(tokens / (batch * seq))");
   gpt->add_option("--data", cli->data, "Text files, or 'fortunes' / 'bible' (Debian's corpora)")->capture_default_str();
   gpt->add_option("--out", cli->out, "Run directory (model, checkpoints, log.csv; see docs/reliability.md)")->required();
   gpt->add_option("--steps", cli->opts.steps, "Optimizer steps")->capture_default_str()->excludes(tokens);
   gpt->add_option("--batch", cli->opts.batch, "Windows per step")->capture_default_str();
   gpt->add_option("--seq", cli->opts.seq_len, "Tokens per window")->capture_default_str();
-  gpt->add_option("--lr", cli->lr, "Peak learning rate")->capture_default_str();
-  gpt->add_option("--min-lr", cli->min_lr, "Final learning rate of the cosine decay")->capture_default_str();
-  gpt->add_option("--warmup", cli->warmup, "Linear warmup steps")->capture_default_str();
+  gpt->add_option("--lr", cli->schedule.lr, "Peak learning rate")->capture_default_str();
+  gpt->add_option("--min-lr", cli->schedule.min_lr, "Final learning rate of the cosine decay")->capture_default_str();
+  gpt->add_option("--warmup", cli->schedule.warmup, "Linear warmup steps")->capture_default_str();
   gpt->add_option("--weight-decay", cli->opts.adamw.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
   gpt->add_option("--clip", cli->opts.clip, "Global gradient-norm bound (0 = off)")->capture_default_str();
   gpt->add_option("--eval-every", cli->opts.eval_every, "Steps between validation evaluations")->capture_default_str();
@@ -309,12 +228,11 @@ void add_train_command(CLI::App& app) {
                   "the MLP (Megatron split) and runs the whole batch; rank 0 writes an ordinary one-process "
                   "checkpoint (gathered). 1 = off; not with --dp")
       ->capture_default_str();
-  add_threads_flag(*gpt, cli->threads);
+  add_threads_flag(*gpt, cli->schedule.threads);
   gpt->add_flag("--quiet", cli->quiet, "No progress output");
   gpt->callback([cli, gpt] {
-    cli->preset_given = gpt->count("--preset") > 0;
-    cli->config_given = gpt->count("--config") > 0;
-    cli->warmup_given = gpt->count("--warmup") > 0;
+    cli->model.shape_given = gpt->count("--preset") + gpt->count("--config") > 0;
+    cli->schedule.warmup_given = gpt->count("--warmup") > 0;
     run_train(*cli);
   });
 
