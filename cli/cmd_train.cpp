@@ -28,7 +28,8 @@ struct TrainCli {
   std::string out;
   std::vector<std::string> data{"fortunes"};
   TrainOptions opts;
-  GptScheduleSpec schedule;
+  ScheduleFlags schedule{.lr = 1e-3, .min_lr = 1e-4, .warmup = 100};
+  int64_t tokens = 0;  // > 0: steps = ceil(tokens / (batch · seq))
   bool resume = false, overwrite = false, quiet = false, dp = false;
   int64_t tp = 1;  // > 1: tensor parallel over that many MPI processes
   TrainCli() {  // the default run: about 16 minutes on 2 cores (docs/models.md)
@@ -92,7 +93,7 @@ void run_train(const TrainCli& cli) {
 
 // The trainer's options from the command line (any rank, any parallelism), every flag checked.
 TrainOptions train_options(const TrainCli& cli, const GptConfig& cfg) {
-  TrainOptions o = checked_gpt_train_options(cli.opts, cli.schedule, cfg);
+  TrainOptions o = checked_gpt_train_options(cli.opts, cli.schedule, cli.tokens, cfg);
   o.out_dir = cli.out;
   o.start = run_start(cli);
   return o;
@@ -121,12 +122,7 @@ void run_train_ranks(const TrainCli& cli, const DataParallel& dp) {
   dp.configure(o);
   GptTrainer trainer(model, corpus, o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
-  if (start >= o.steps) {  // a finished run resumed again: nothing to train
-    if (dp.writer())
-      std::printf("%s is at step %lld of --steps %lld: nothing to train\n", o.out_dir.c_str(), (long long)start,
-                  (long long)o.steps);
-    return;
-  }
+  if (nothing_to_train(o.out_dir, start, o.steps, dp.writer())) return;
   if (o.progress) print_start(cfg, corpus, start, o.steps, "");
   const TrainStepResult last = trainer.run();
   dp.check_in_sync(model.parameters());
@@ -168,12 +164,7 @@ void run_train_tp_ranks(const TrainCli& cli, const dist::MpiWorld& world) {
   tp->configure(o);
   GptTrainer trainer(tp->shard(), corpus, o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
-  if (start >= o.steps) {  // a finished run resumed again: nothing to train
-    if (world.rank() == 0)
-      std::printf("%s is at step %lld of --steps %lld: nothing to train\n", o.out_dir.c_str(), (long long)start,
-                  (long long)o.steps);
-    return;
-  }
+  if (nothing_to_train(o.out_dir, start, o.steps, world.rank() == 0)) return;
   if (o.progress)
     print_start(cfg, corpus, start, o.steps,
                 (", tensor parallel over " + std::to_string(world.size()) + " processes").c_str());
@@ -201,7 +192,7 @@ void add_train_command(CLI::App& app) {
                   "a fresh optimizer")
       ->excludes(config)
       ->excludes(preset);
-  auto* tokens = gpt->add_option("--tokens", cli->schedule.tokens, "Training tokens; sets --steps to ceil(tokens / (batch * seq))");
+  auto* tokens = gpt->add_option("--tokens", cli->tokens, "Training tokens; sets --steps to ceil(tokens / (batch * seq))");
   gpt->add_option("--data", cli->data, "Text files, or 'fortunes' / 'bible' (Debian's corpora)")->capture_default_str();
   gpt->add_option("--out", cli->out, "Run directory (model, checkpoints, log.csv; see docs/reliability.md)")->required();
   gpt->add_option("--steps", cli->opts.steps, "Optimizer steps")->capture_default_str()->excludes(tokens);

@@ -8,7 +8,6 @@
 #include "attnkit/io/tokenizer.hpp"
 #include "attnkit/models/model_registry.hpp"
 #include "attnkit/train/presets.hpp"
-#include "attnkit/train/train_checks.hpp"
 
 namespace attnkit {
 
@@ -35,21 +34,19 @@ GptModel initial_gpt_model(const GptModelSource& source, uint64_t seed, const Ru
   return GptModel::load(source.init);
 }
 
-TrainOptions checked_gpt_train_options(TrainOptions o, const GptScheduleSpec& spec, const GptConfig& cfg) {
-  check(spec.tokens >= 0, "--tokens: must be >= 0");
+TrainOptions checked_gpt_train_options(TrainOptions o, const ScheduleFlags& flags, int64_t tokens,
+                                       const GptConfig& cfg) {
+  check(tokens >= 0, "--tokens: must be >= 0");
   check(cfg.vocab_size - cfg.registers >= ByteTokenizer::vocab_size(),
         "config: vocab_size - attnkit_registers must be >= ", ByteTokenizer::vocab_size(),
         " for the byte tokenizer (registers take the last ids)");
   check(o.batch >= 1, "--batch: must be >= 1, got ", o.batch);
   check(o.seq_len >= 1, "--seq: must be >= 1, got ", o.seq_len);
-  if (spec.tokens > 0) o.steps = (spec.tokens + o.batch * o.seq_len - 1) / (o.batch * o.seq_len);
+  if (tokens > 0) o.steps = (tokens + o.batch * o.seq_len - 1) / (o.batch * o.seq_len);
   check(o.steps >= 1, "--steps: must be >= 1, got ", o.steps);
-  check_optim_flags({.lr = spec.lr, .min_lr = spec.min_lr, .weight_decay = o.adamw.weight_decay, .clip = o.clip,
-                     .threads = spec.threads});
   check_non_negative(o.eval_every, "--eval-every");
   check_non_negative(o.checkpoint_every, "--checkpoint-every");
-  const int64_t warmup = checked_warmup(spec.warmup, spec.warmup_given, o.steps, "--warmup", "--steps");
-  o.schedule = {.max_lr = spec.lr, .min_lr = spec.min_lr, .warmup_steps = warmup, .total_steps = o.steps};
+  o.schedule = checked_schedule(flags, o.steps, o.adamw.weight_decay, o.clip);
   return o;
 }
 

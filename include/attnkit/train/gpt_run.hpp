@@ -8,6 +8,7 @@
 #include "attnkit/models/gpt.hpp"
 #include "attnkit/train/gpt_trainer.hpp"
 #include "attnkit/train/run_dir.hpp"
+#include "attnkit/train/train_checks.hpp"
 
 namespace attnkit {
 
@@ -25,18 +26,10 @@ struct GptModelSource {
 // `seed`.
 GptModel initial_gpt_model(const GptModelSource& source, uint64_t seed, const RunDir& run);
 
-// The learning-rate schedule and length of a run as given, before checking.
-struct GptScheduleSpec {
-  double lr = 1e-3, min_lr = 1e-4;  // peak and final learning rate
-  int64_t warmup = 100;             // warmup steps
-  bool warmup_given = false;        // warmup set explicitly (then it must lie in [0, steps])
-  int64_t tokens = 0;               // > 0: steps = ceil(tokens / (batch · seq_len))
-  int threads = 0;                  // the thread count the run will use (checked only)
-};
-
-// `options` for training a model of `config`: steps from spec.tokens, the schedule from spec,
-// every setting checked (byte vocabulary fits, batch, seq, steps, learning rates, weight decay,
-// clip, threads, cadences, warmup); throws attnkit::Error naming the flag.
-TrainOptions checked_gpt_train_options(TrainOptions options, const GptScheduleSpec& spec, const GptConfig& config);
+// `options` for training a model of `config`: steps = ceil(tokens / (batch · seq_len)) if tokens
+// > 0, the schedule from `flags`, every setting checked (byte vocabulary fits, batch, seq, steps,
+// cadences, learning rates, weight decay, clip, threads, warmup); throws attnkit::Error naming the flag.
+TrainOptions checked_gpt_train_options(TrainOptions options, const ScheduleFlags& flags, int64_t tokens,
+                                       const GptConfig& config);
 
 }  // namespace attnkit
