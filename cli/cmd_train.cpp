@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
@@ -41,55 +42,76 @@ struct TrainCli {
 
 RunStart run_start(const TrainCli& cli) { return cli::run_start(cli.resume, cli.overwrite); }
 
-// Data parallelism under mpirun (--dp, dist/dp_train.hpp): MPI for the run's lifetime. Without
-// --dp: nothing.
-struct DataParallel {
+// --dp or --tp P under mpirun (dist/dp_train.hpp, dist/tp_train.hpp): MPI for the run's lifetime,
+// this rank's model (--tp: its shard) and the trainer's hooks; rank 0 writes. Neither: one process.
+class Parallel {
+ public:
+  explicit Parallel(const TrainCli& cli) {
+    check(cli.tp >= 1, "--tp: must be >= 1");
+    check(cli.tp == 1 || !cli.dp, "--tp and --dp together are not supported: use one of them");
+    if (!cli.dp && cli.tp == 1) return;
 #if ATTNKIT_HAVE_MPI
-  std::unique_ptr<dist::MpiWorld> world;
-#endif
-  explicit DataParallel(bool on) {
-    if (!on) return;
-#if ATTNKIT_HAVE_MPI
-    world = std::make_unique<dist::MpiWorld>();
+    world_ = std::make_unique<dist::MpiWorld>();
+    tp_ = cli.tp > 1;
 #else
-    fail("--dp: this attnkit was built without MPI (ATTNKIT_MPI=OFF or Open MPI not found)");
+    fail(cli.dp ? "--dp" : "--tp", ": this attnkit was built without MPI (ATTNKIT_MPI=OFF or Open MPI not found)");
 #endif
   }
+  bool writer() const { return rank() == 0; }
+  int processes() const {
 #if ATTNKIT_HAVE_MPI
+    if (world_) return world_->size();
+#endif
+    return 1;
+  }
+  // The model this rank trains: `whole`, or with --tp this rank's shard of it (every rank built the
+  // same whole model; it is freed once cut).
+  GptModel& adopt(GptModel whole) {
+#if ATTNKIT_HAVE_MPI
+    if (tp_) return (tp_training_ = std::make_unique<dist::TpTraining>(whole, rank(), world_->size()))->shard();
+#endif
+    return model_.emplace(std::move(whole));
+  }
   void configure(TrainOptions& o) const {
-    if (world) dist::configure_data_parallel(*world, o);
-  }
-  void check_in_sync(std::span<const float> params) const {
-    if (world) dist::check_replicas_in_sync(*world, params);
-  }
-  // An error on one rank: end every rank (others may wait in an all-reduce forever otherwise).
-  void abort_if_parallel(const std::exception& e) const {
-    if (world) world->abort_all_if_parallel(e.what());
-  }
-  bool writer() const { return !world || world->rank() == 0; }
-#else
-  void configure(TrainOptions&) const {}
-  void check_in_sync(std::span<const float>) const {}
-  void abort_if_parallel(const std::exception&) const {}
-  bool writer() const { return true; }
+#if ATTNKIT_HAVE_MPI
+    if (tp_training_) tp_training_->configure(o);
+    else if (world_) dist::configure_data_parallel(*world_, o);
 #endif
-};
-
-void run_train_ranks(const TrainCli& cli, const DataParallel& dp);
-void run_train_tp(const TrainCli& cli);
-
-void run_train(const TrainCli& cli) {
-  check(cli.tp >= 1, "--tp: must be >= 1");
-  check(cli.tp == 1 || !cli.dp, "--tp and --dp together are not supported: use one of them");
-  if (cli.tp > 1) return run_train_tp(cli);
-  const DataParallel dp(cli.dp);
-  try {
-    run_train_ranks(cli, dp);
-  } catch (const std::exception& e) {
-    dp.abort_if_parallel(e);
-    throw;
   }
-}
+  // After training: --dp checks that every rank holds the same parameters (--tp: the last
+  // checkpoint's gather did).
+  void check_in_sync(std::span<const float> params) const {
+#if ATTNKIT_HAVE_MPI
+    if (world_ && !tp_) dist::check_replicas_in_sync(*world_, params);
+#endif
+  }
+  // An error on one rank: end every rank (others may wait in a collective forever otherwise).
+  void abort_if_parallel(const std::exception& e) const {
+#if ATTNKIT_HAVE_MPI
+    if (world_) world_->abort_all_if_parallel(e.what());
+#endif
+  }
+  std::string description() const {
+#if ATTNKIT_HAVE_MPI
+    if (tp_) return ", tensor parallel over " + std::to_string(world_->size()) + " processes";
+#endif
+    return "";
+  }
+
+ private:
+  int rank() const {
+#if ATTNKIT_HAVE_MPI
+    if (world_) return world_->rank();
+#endif
+    return 0;
+  }
+#if ATTNKIT_HAVE_MPI
+  std::unique_ptr<dist::MpiWorld> world_;
+  std::unique_ptr<dist::TpTraining> tp_training_;
+  bool tp_ = false;
+#endif
+  std::optional<GptModel> model_;
+};
 
 // The trainer's options from the command line (any rank, any parallelism), every flag checked.
 TrainOptions train_options(const TrainCli& cli, const GptConfig& cfg) {
@@ -110,73 +132,37 @@ void print_summary(const TrainStepResult& last, double val, const std::string& o
               (long long)(last.step + 1), last.loss, val, val / std::log(2.0), out.c_str());
 }
 
-// The training run on this rank (all of it without --dp).
-void run_train_ranks(const TrainCli& cli, const DataParallel& dp) {
-  const RunDir run(cli.out, run_start(cli), "gpt", dp.writer());  // refusals before any work
-  GptModel model = initial_gpt_model(cli.model, cli.opts.seed, run);
+// The training run on this rank (all of it without --dp / --tp).
+void run_train_rank(const TrainCli& cli, Parallel& par) {
+  check(cli.tp == 1 || par.processes() == cli.tp, "--tp: ", cli.tp, " processes requested but MPI started ",
+        par.processes(), " (launch with mpirun -np ", cli.tp, ")");
+  const RunDir run(cli.out, run_start(cli), "gpt", par.writer());  // refusals before any work
+  GptModel& model = par.adopt(initial_gpt_model(cli.model, cli.opts.seed, run));
   const GptConfig cfg = model.config();
   TrainOptions o = train_options(cli, cfg);
   ThreadCountScope threads(cli.schedule.threads);
   TextCorpus corpus(load_documents(cli.data));
-  o.progress = !cli.quiet && dp.writer();
-  dp.configure(o);
+  o.progress = !cli.quiet && par.writer();
+  par.configure(o);
   GptTrainer trainer(model, corpus, o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
-  if (nothing_to_train(o.out_dir, start, o.steps, dp.writer())) return;
-  if (o.progress) print_start(cfg, corpus, start, o.steps, "");
+  if (nothing_to_train(o.out_dir, start, o.steps, par.writer())) return;
+  if (o.progress) print_start(cfg, corpus, start, o.steps, par.description().c_str());
   const TrainStepResult last = trainer.run();
-  dp.check_in_sync(model.parameters());
-  if (!dp.writer()) return;
-  print_summary(last, trainer.evaluate(o.eval_windows), o.out_dir);
+  par.check_in_sync(model.parameters());
+  const double val = trainer.evaluate(o.eval_windows);  // --tp: collective, every rank runs its shard
+  if (par.writer()) print_summary(last, val, o.out_dir);
 }
 
-#if ATTNKIT_HAVE_MPI
-void run_train_tp_ranks(const TrainCli& cli, const dist::MpiWorld& world);
-
-void run_train_tp(const TrainCli& cli) {
-  dist::MpiWorld world;
+void run_train(const TrainCli& cli) {
+  Parallel par(cli);
   try {
-    run_train_tp_ranks(cli, world);
+    run_train_rank(cli, par);
   } catch (const std::exception& e) {
-    world.abort_all_if_parallel(e.what());  // the other ranks may wait in a collective
+    par.abort_if_parallel(e);
     throw;
   }
 }
-
-// Tensor-parallel training on this rank (--tp P): every rank builds the same whole model (same
-// seed or --init), keeps its shard and runs every step's whole batch; rank 0 logs and writes
-// whole-model checkpoints (gathered; a gather also checks that replicas agree bitwise).
-void run_train_tp_ranks(const TrainCli& cli, const dist::MpiWorld& world) {
-  check(world.size() == cli.tp, "--tp: ", cli.tp, " processes requested but MPI started ", world.size(),
-        " (launch with mpirun -np ", cli.tp, ")");
-  const RunDir run(cli.out, run_start(cli), "gpt", world.rank() == 0);  // refusals before any work
-  std::unique_ptr<dist::TpTraining> tp;
-  GptConfig cfg;
-  {  // the whole model lives only until its shard is cut
-    const GptModel full = initial_gpt_model(cli.model, cli.opts.seed, run);
-    cfg = full.config();
-    tp = std::make_unique<dist::TpTraining>(full, world.rank(), world.size());
-  }
-  TrainOptions o = train_options(cli, cfg);
-  ThreadCountScope threads(cli.schedule.threads);
-  TextCorpus corpus(load_documents(cli.data));
-  o.progress = !cli.quiet && world.rank() == 0;
-  tp->configure(o);
-  GptTrainer trainer(tp->shard(), corpus, o);
-  const int64_t start = cli.resume ? trainer.resume() : 0;
-  if (nothing_to_train(o.out_dir, start, o.steps, world.rank() == 0)) return;
-  if (o.progress)
-    print_start(cfg, corpus, start, o.steps,
-                (", tensor parallel over " + std::to_string(world.size()) + " processes").c_str());
-  const TrainStepResult last = trainer.run();  // its last checkpoint gathered and checked the replicas
-  const double val = trainer.evaluate(o.eval_windows);  // collective: every rank runs its shard
-  if (world.rank() == 0) print_summary(last, val, o.out_dir);
-}
-#else
-void run_train_tp(const TrainCli&) {
-  fail("--tp: this attnkit was built without MPI (ATTNKIT_MPI=OFF or Open MPI not found)");
-}
-#endif
 
 }  // namespace
 

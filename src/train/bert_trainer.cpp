@@ -24,14 +24,6 @@ BertObjective parse_bert_objective(const std::string& name) {
   fail("--objective: expected mlm or mlm+nsp, got '", name, "'");
 }
 
-std::vector<NamedParameter> bert_named_parameters(BertModel& m) {
-  std::vector<NamedParameter> out;
-  for (const auto& p : m.parameter_info())
-    out.push_back({p.name, m.parameters().subspan(size_t(p.offset), size_t(p.numel)),
-                   std::span<const float>(m.gradients()).subspan(size_t(p.offset), size_t(p.numel))});
-  return out;
-}
-
 double majority_baseline(const BertTaskData& t) {
   std::map<int32_t, int64_t> counts;
   auto labels_of = [](const BertExample& e) {
@@ -52,7 +44,7 @@ double majority_baseline(const BertTaskData& t) {
 }
 
 BertTrainer::BertTrainer(BertModel& model, BertDocuments docs, const BertTrainOptions& o)
-    : model_(model), docs_(std::move(docs)), options_(o), optimizer_(bert_named_parameters(model), o.adamw),
+    : model_(model), docs_(std::move(docs)), options_(o), optimizer_(named_parameters(model), o.adamw),
       loop_(*this, optimizer_, loop_options()) {
   check(!fine_tuning(), "--objective: a task objective needs task examples, not documents");
   check(!docs_.train.empty(), "--data: the training split has no documents");
@@ -66,7 +58,7 @@ BertTrainer::BertTrainer(BertModel& model, BertDocuments docs, const BertTrainOp
 }
 
 BertTrainer::BertTrainer(BertModel& model, BertTaskData task, const BertTrainOptions& o)
-    : model_(model), task_(std::move(task)), options_(o), optimizer_(bert_named_parameters(model), o.adamw),
+    : model_(model), task_(std::move(task)), options_(o), optimizer_(named_parameters(model), o.adamw),
       loop_(*this, optimizer_, loop_options()) {
   check(fine_tuning(), "--objective: pretraining objectives need documents, not task examples");
   check(!task_.train.empty() && !task_.validation.empty(), "task: need training and validation examples");

@@ -36,15 +36,6 @@ Windows split_windows(const Tensor<int32_t, 2>& rows, const std::vector<int32_t>
 
 }  // namespace
 
-std::vector<NamedParameter> gpt_named_parameters(GptModel& m) {
-  std::vector<NamedParameter> out;
-  // Tied embeddings are one tensor: each name appears once in the layout.
-  for (const auto& p : m.parameter_info())
-    out.push_back({p.name, m.parameters().subspan(size_t(p.offset), size_t(p.numel)),
-                   std::span<const float>(m.gradients()).subspan(size_t(p.offset), size_t(p.numel))});
-  return out;
-}
-
 double evaluate_loss(GptModel& model, std::span<const int32_t> tokens, int64_t seq_len,
                      int64_t max_windows) {
   const std::vector<int32_t> regs = gpt_register_ids(model.config());
@@ -64,7 +55,7 @@ double evaluate_loss(GptModel& model, std::span<const int32_t> tokens, int64_t s
 
 GptTrainer::GptTrainer(GptModel& model, const TextCorpus& corpus, const TrainOptions& options)
     : model_(model), corpus_(corpus), options_(options),
-      optimizer_(gpt_named_parameters(model), options.adamw),
+      optimizer_(named_parameters(model), options.adamw),
       loop_(*this, optimizer_,
             {.steps = options.steps, .eval_every = options.eval_every,
              .checkpoint_every = options.checkpoint_every, .clip = options.clip, .seed = options.seed,

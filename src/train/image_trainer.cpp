@@ -59,15 +59,6 @@ double batch_loss(ConstView2 logits, std::span<const int32_t> labels, View2 d_lo
 
 }  // namespace
 
-std::vector<NamedParameter> image_named_parameters(ImageClassifier& model) {
-  std::vector<NamedParameter> out;
-  const std::span<float> p = model.parameters(), g = model.gradients();
-  for (const auto& t : model.parameter_info())
-    out.push_back({t.name, p.subspan(size_t(t.offset), size_t(t.numel)),
-                   g.subspan(size_t(t.offset), size_t(t.numel))});
-  return out;
-}
-
 void save_image_normalization(const std::string& dir, const ImageNormalization& norm,
                               const ImageShape& shape) {
   nlohmann::ordered_json j;
@@ -141,7 +132,7 @@ ImageTrainer::ImageTrainer(ImageClassifier& model, const ImageDataset& train, co
       train_(train),
       test_(test),
       options_(options),
-      optimizer_(image_named_parameters(model), options.adamw, no_decay_for(model)) {
+      optimizer_(named_parameters(model), options.adamw, no_decay_for(model)) {
   check(options_.epochs >= 1, "--epochs: must be >= 1, got ", options_.epochs);
   check(options_.batch >= 1, "--batch: must be >= 1, got ", options_.batch);
   check(std::isfinite(options_.max_lr) && options_.max_lr > 0, "--lr: must be a finite number > 0, got ",

@@ -117,9 +117,6 @@ class BertTrainer : private TrainingTask {
   BertEvalResult val_;
 };
 
-// The model's tensors as AdamW parameters.
-std::vector<NamedParameter> bert_named_parameters(BertModel& model);
-
 // Accuracy of always predicting the most frequent training class (sequence labels, or token
 // labels over labelled tokens), on the validation examples.
 double majority_baseline(const BertTaskData& task);

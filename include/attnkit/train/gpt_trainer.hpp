@@ -108,9 +108,6 @@ class GptTrainer : private TrainingTask {
   double val_loss_ = 0;
 };
 
-// The model's tensors as AdamW parameters (names, value and gradient slices of the flat buffers).
-std::vector<NamedParameter> gpt_named_parameters(GptModel& model);
-
 // Mean next-token loss of `model` over up to `max_windows` consecutive windows of `tokens`
 // (each seq_len + 1 long); also returns bits per byte = loss / ln 2 for the byte tokenizer.
 // With k registers (attnkit_registers) each window is the k register ids then seq_len - k text

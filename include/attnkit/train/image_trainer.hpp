@@ -142,7 +142,4 @@ class ImageTrainer : private TrainingTask {
   std::optional<TrainingLoop> loop_;
 };
 
-// The model's tensors as AdamW parameters (weight decay on matrices and conv kernels only).
-std::vector<NamedParameter> image_named_parameters(ImageClassifier& model);
-
 }  // namespace attnkit
