@@ -1,17 +1,14 @@
 // `attnkit train bert`, `attnkit finetune bert` and BERT directories in `attnkit eval`: masked-LM
 // (+ NSP) pretraining with pad / bucket / pack batching, fine-tuning on the fortunes tasks of
 // train/bert_tasks.hpp (file classification, attribution tagging and span), and their evaluation.
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/core/file_io.hpp"
 #include "attnkit/io/text_corpus.hpp"
-#include "attnkit/io/tokenizer.hpp"
 #include "attnkit/models/model_registry.hpp"
 #include "attnkit/train/bert_run.hpp"
 #include "attnkit/train/run_dir.hpp"

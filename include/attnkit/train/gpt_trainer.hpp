@@ -6,7 +6,6 @@
 // for bit (the data position is the step: no hidden sampler state).
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
