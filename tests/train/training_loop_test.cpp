@@ -9,27 +9,15 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "attnkit/core/error.hpp"
+#include "test_dirs.hpp"
+#include "attnkit/core/file_io.hpp"
 
 namespace attnkit {
 namespace {
 namespace fs = std::filesystem;
-
-std::string fresh_dir(const std::string& name) {
-  const std::string d = ::testing::TempDir() + "/training_loop_" + name + "_" + std::to_string(::getpid());
-  fs::remove_all(d);
-  return d;
-}
-
-std::string read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 class Quadratic : public TrainingTask {
  public:
@@ -81,13 +69,13 @@ TrainingLoopOptions options(const std::string& dir, int64_t steps) {
 }
 
 TEST(TrainingLoop, EvaluatesLogsAndCheckpointsAtItsCadence) {
-  const std::string dir = fresh_dir("cadence");
+  const std::string dir = fresh_dir("training_loop_cadence");
   ToyRun run(options(dir, 7));
   const StepRecord last = run.loop.run();
   EXPECT_EQ(last.step, 6);
   EXPECT_EQ(run.task.evaluated_after, (std::vector<int64_t>{3, 6, 7}));  // every 3, and the end
-  EXPECT_EQ(read(dir + "/latest"), "checkpoint-7\n");                    // 4, then the end
-  const std::string log = read(dir + "/log.csv");
+  EXPECT_EQ(read_file(dir + "/latest"), "checkpoint-7\n");                    // 4, then the end
+  const std::string log = read_file(dir + "/log.csv");
   EXPECT_EQ(log.substr(0, 10), "step,loss\n");
   EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 8);
   int evals = 0;
@@ -97,7 +85,7 @@ TEST(TrainingLoop, EvaluatesLogsAndCheckpointsAtItsCadence) {
 }
 
 TEST(TrainingLoop, ClipsToTheBoundAndReportsTheNormBefore) {
-  const std::string dir = fresh_dir("clip");
+  const std::string dir = fresh_dir("training_loop_clip");
   ToyRun run(options(dir, 1));
   const StepRecord r = run.loop.step(0);
   EXPECT_DOUBLE_EQ(r.grad_norm, std::sqrt(9.0 + 16 + 1 + 4));
@@ -108,7 +96,7 @@ TEST(TrainingLoop, ClipsToTheBoundAndReportsTheNormBefore) {
 }
 
 TEST(TrainingLoop, ResumeContinuesToTheSameParameters) {
-  const std::string a = fresh_dir("full"), b = fresh_dir("resumed");
+  const std::string a = fresh_dir("training_loop_full"), b = fresh_dir("training_loop_resumed");
   ToyRun full(options(a, 8));
   full.loop.run();
   {
@@ -125,17 +113,17 @@ TEST(TrainingLoop, ResumeContinuesToTheSameParameters) {
     for (size_t at; (at = log.find(",eval")) != std::string::npos;) log.erase(at, 5);
     return log;
   };
-  EXPECT_EQ(losses(read(a + "/log.csv")), losses(read(b + "/log.csv")));
+  EXPECT_EQ(losses(read_file(a + "/log.csv")), losses(read_file(b + "/log.csv")));
   fs::remove_all(a), fs::remove_all(b);
 }
 
 TEST(TrainingLoop, NonFiniteLossStopsAndKeepsTheLastCheckpoint) {
-  const std::string dir = fresh_dir("nan");
+  const std::string dir = fresh_dir("training_loop_nan");
   {
     ToyRun first(options(dir, 4));
     first.loop.run();
   }
-  const std::string before = read(dir + "/model.safetensors");
+  const std::string before = read_file(dir + "/model.safetensors");
   ToyRun second(options(dir, 8));
   second.loop.resume();
   second.task.poison = NAN;
@@ -145,8 +133,8 @@ TEST(TrainingLoop, NonFiniteLossStopsAndKeepsTheLastCheckpoint) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("training diverged at step 4: loss = nan"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(read(dir + "/model.safetensors"), before);
-  EXPECT_EQ(read(dir + "/latest"), "checkpoint-4\n");
+  EXPECT_EQ(read_file(dir + "/model.safetensors"), before);
+  EXPECT_EQ(read_file(dir + "/latest"), "checkpoint-4\n");
   fs::remove_all(dir);
 }
 
