@@ -1,14 +1,12 @@
-# Imported targets for attnkit's link dependencies that have no usable CMake package on Debian 12:
+# Imported targets for attnkit's two link dependencies that have no CMake package on Debian 12:
 #   attnkit::openblas  OpenBLAS built with OpenMP (libopenblas-openmp-dev), with its <cblas.h>
-#   attnkit::dnnl      oneDNN (libdnnl-dev), with <dnnl.hpp>; its own dnnl-config.cmake demands the
-#                      OpenCL headers (Debian's build has the OpenCL GPU runtime), so it is found here
 #   attnkit::stb       stb_image (libstb-dev), included as <stb/stb_image.h>
 # Included by CMakeLists.txt and by the installed attnkitConfig.cmake, so the exported targets name
 # these targets instead of absolute paths and each consumer finds the libraries on its own system.
 # Debian installs several OpenBLAS builds side by side; the OpenMP one is chosen so that BLAS called
 # inside attnkit's parallel regions runs single-threaded instead of oversubscribing. Setting the
-# cache variables ATTNKIT_OPENBLAS / ATTNKIT_CBLAS_INCLUDE / ATTNKIT_DNNL / ATTNKIT_DNNL_INCLUDE /
-# ATTNKIT_STB beforehand overrides the search. Sets ATTNKIT_IMPORTED_LIBS_FOUND.
+# cache variables ATTNKIT_OPENBLAS / ATTNKIT_CBLAS_INCLUDE / ATTNKIT_STB beforehand overrides the
+# search. Sets ATTNKIT_IMPORTED_LIBS_FOUND.
 set(ATTNKIT_OPENBLAS_DIR "/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp")
 
 if(NOT TARGET attnkit::openblas)
@@ -22,16 +20,6 @@ if(NOT TARGET attnkit::openblas)
   endif()
 endif()
 
-if(NOT TARGET attnkit::dnnl)
-  find_library(ATTNKIT_DNNL dnnl)
-  find_path(ATTNKIT_DNNL_INCLUDE dnnl.hpp)
-  if(ATTNKIT_DNNL AND ATTNKIT_DNNL_INCLUDE)
-    add_library(attnkit::dnnl UNKNOWN IMPORTED)
-    set_target_properties(attnkit::dnnl PROPERTIES
-      IMPORTED_LOCATION "${ATTNKIT_DNNL}" INTERFACE_INCLUDE_DIRECTORIES "${ATTNKIT_DNNL_INCLUDE}")
-  endif()
-endif()
-
 if(NOT TARGET attnkit::stb)
   find_library(ATTNKIT_STB stb)
   find_path(ATTNKIT_STB_INCLUDE stb/stb_image.h)
@@ -42,7 +30,7 @@ if(NOT TARGET attnkit::stb)
   endif()
 endif()
 
-if(TARGET attnkit::openblas AND TARGET attnkit::dnnl AND TARGET attnkit::stb)
+if(TARGET attnkit::openblas AND TARGET attnkit::stb)
   set(ATTNKIT_IMPORTED_LIBS_FOUND TRUE)
 else()
   set(ATTNKIT_IMPORTED_LIBS_FOUND FALSE)

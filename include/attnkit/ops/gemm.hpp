@@ -1,6 +1,5 @@
 #pragma once
-// Single-precision GEMM: the only place attnkit calls a GEMM library (OpenBLAS, OpenMP build, or
-// oneDNN's matmul, chosen per shape class: see sgemm_library).
+// Single-precision GEMM: the only place attnkit calls BLAS (OpenBLAS, OpenMP build).
 // PyTorch: C = alpha · op(A) @ op(B) + beta · C, row-major, op(X) = X or X.T.
 #include <cstdint>
 #include <string>
@@ -17,11 +16,6 @@ const std::string& blas_kernels();
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
            int64_t ldc);
-
-// The library sgemm uses for this shape: "oneDNN" or "OpenBLAS" (a function of the shape only,
-// never of the thread count; ATTNKIT_SGEMM_LIBRARY=openblas in the environment selects OpenBLAS
-// for every shape).
-const char* sgemm_library(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k);
 
 // The same product computed with scalar loops in double: the reference for sgemm.
 void sgemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
