@@ -16,6 +16,8 @@ struct Problem {
   int64_t m = 0, n = 0, k = 0;
   float beta = 0;       // 0 or 1 (accumulating products)
   bool b_is_weight = false;  // op(B) changes once per optimizer step: a library may pack it once
+  int64_t ldb = 0, ldc = 0;  // row strides of B and C when they are views into wider matrices
+                             // (one tile of parallel_sgemm); 0 = dense
   double flops() const { return 2.0 * double(m) * double(n) * double(k); }
 };
 

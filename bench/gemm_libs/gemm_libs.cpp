@@ -47,6 +47,16 @@ std::vector<Problem> problems() {
     add("linear", std::string(l.name) + " d_x", false, false, kTokens, l.in, l.out, 0, true);
     add("linear", std::string(l.name) + " d_W", true, false, l.out, l.in, kTokens, 1, false);
   }
+  // One 512 × 512 tile of C as nn::parallel_sgemm computes it (one thread per tile): C, and B for
+  // d_x, are views into the layer's wider matrices (row strides ldb, ldc).
+  auto tile = [&](std::string name, bool tb, int64_t k, int64_t ldb, int64_t ldc) {
+    add("linear tile", std::move(name), false, tb, 512, 512, k, 0, true);
+    ps.back().ldb = ldb, ps.back().ldc = ldc;
+  };
+  tile("GPT-s mlp up y, tile of [2048, 688]", true, 256, 0, 688);
+  tile("d768 fc1 y, tile of [2048, 3072]", true, 768, 0, 3072);
+  tile("d768 fc1 d_x, tile of [2048, 768]", false, 3072, 768, 768);
+  tile("d1024 fc1 d_x, tile of [2048, 1024]", false, 4096, 1024, 1024);
   // conv2d.cpp im2col GEMMs of the CNN (widths 32/64/128, 28×28 input), images per GEMM as
   // images_per_gemm chooses: y = w·col, d_W += d_y·colᵀ, d_col = wᵀ·d_y.
   struct Conv { const char* name; int64_t o, kk, cols; };
@@ -72,10 +82,11 @@ std::vector<ConvShape> convs() {  // the CNN's convolutions, batch 32
 
 Operands operands(const Problem& p, uint32_t seed) {
   Operands o;
-  o.lda = p.ta ? p.m : p.k, o.ldb = p.tb ? p.k : p.n, o.ldc = p.n;
+  o.lda = p.ta ? p.m : p.k, o.ldb = std::max(p.tb ? p.k : p.n, p.ldb), o.ldc = std::max(p.n, p.ldc);
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  o.a.resize(size_t(p.m * p.k)), o.b.resize(size_t(p.k * p.n)), o.c.assign(size_t(p.m * p.n), 0.0f);
+  o.a.resize(size_t(p.m * p.k)), o.b.resize(size_t((p.tb ? p.n : p.k) * o.ldb));
+  o.c.assign(size_t(p.m * o.ldc), 0.0f);
   for (float& x : o.a) x = u(rng);
   for (float& x : o.b) x = u(rng);
   return o;
