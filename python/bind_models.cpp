@@ -85,7 +85,7 @@ void bind_models(py::module_& m) {
             const auto ids = token_ids(tokens, "tokens");
             const auto tg = int32_vector(targets, "targets");
             const auto cus = int32_vector(cu, "cu_seqlens");
-            AdamW opt(gpt_named_parameters(g), {.beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay});
+            AdamW opt(named_parameters(g), {.beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay});
             std::vector<float> losses;
             py::gil_scoped_release nogil;
             for (int s = 0; s <= steps; ++s) {

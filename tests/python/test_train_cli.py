@@ -57,3 +57,17 @@ def test_eval_and_streaming_generation(tmp_path):
                        capture_output=True)
     assert g.returncode == 0
     assert b"600 tokens" in g.stderr and b"36 tokens held" in g.stderr, g.stderr
+
+
+def test_python_presets_are_the_cli_presets(tmp_path):
+    import json
+    from attnkit import train as t
+    assert t.GPT_PRESETS == ("tiny", "small") and t.BERT_PRESETS == ("tiny", "mini", "small")
+    out = tmp_path / "run"
+    assert train(out, "--steps", "1").returncode == 0
+    assert t.gpt_preset("tiny") == json.loads((out / "config.json").read_text())
+    small = t.gpt_preset("small")
+    assert (small["hidden_size"], small["num_hidden_layers"], small["vocab_size"]) == (256, 6, t.VOCAB_SIZE)
+    assert t.bert_preset("mini")["hidden_size"] == 128
+    with pytest.raises(ValueError, match="--preset: unknown preset 'huge'"):
+        t.gpt_preset("huge")
