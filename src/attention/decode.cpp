@@ -24,6 +24,7 @@
 #include "attnkit/ops/rope.hpp"
 #include "decode_kernels.hpp"
 #include "decode_plan.hpp"
+#include "decode_wide.hpp"
 #include "flash_common.hpp"
 
 namespace attnkit {
@@ -51,7 +52,8 @@ class Decoder {
                                 DecodeTiles::kBlockTokens)),
         sub_(std::clamp<int64_t>(DecodeTiles::sub_block_bytes() / (hkv_ * d_ * elem_), 4, bt_)),
         ahead_(std::max<int64_t>(DecodeTiles::kPrefetchBytes / (hkv_ * d_ * elem_), sub_)),
-        scale_(effective_scale(o.attention, d_)) {
+        scale_(effective_scale(o.attention, d_)),
+        wide_(decode::wide_supported(rows_, d_) && o.attention.softcap == 0 && a.alibi_slopes.empty()) {
     if (o.rope_theta > 0) {
       const int64_t most = *std::max_element(p.held.begin(), p.held.end());
       rope_ = rope_table_for(d_, o.rope_theta, most);
@@ -59,8 +61,9 @@ class Decoder {
   }
 
   int64_t scratch_bytes() const {
-    const int64_t rope_stage = rope_ ? bt_ * hkv_ * d_ : 0;
-    return int64_t(sizeof(float)) * (hkv_ * rows_ * d_ + hkv_ * rows_ * bt_ + rope_stage) + 3 * 64;
+    const int64_t stage = rope_ || wide_ ? bt_ * hkv_ * d_ : 0;
+    const int64_t queries = (wide_ ? 2 : 1) * hkv_ * rows_ * d_;
+    return int64_t(sizeof(float)) * (queries + hkv_ * rows_ * bt_ + stage) + 4 * 64;
   }
   // Floats of one item's partial result: m and l for each row ([Hkv][n·G]), then O ([Hkv][n·G][D]).
   int64_t partial_floats() const { return hkv_ * rows_ * (d_ + 2); }
@@ -69,6 +72,7 @@ class Decoder {
   void run(const Item& it, Workspace& ws, float* partial) const {
     // With rope the keys are rotated into a float32 stage; V keeps its storage dtype.
     const Kernels kn{score_kernel(rope_ ? DType::f32 : cfg_.dtype), value_kernel(cfg_.dtype)};
+    if (wide_) return run_item_wide(it, ws, partial);
     run_item(it, kn, ws, partial);
   }
 
@@ -178,6 +182,86 @@ class Decoder {
     }
   }
 
+  // run_item for wide groups (decode_wide.hpp): each block's K, then V, is converted (and K
+  // rotated) once into a float32 stage [bt][Hkv][D] that all n·G rows read; scores are kept
+  // transposed, St [Hkv][bt][n·G], so the rows are the vector dimension throughout.
+  void run_item_wide(const Item& it, Workspace& ws, float* partial) const {
+    float* m = partial;
+    float* l = partial + hkv_ * rows_;
+    float* o = partial + 2 * hkv_ * rows_;
+    float* q = ws.alloc<float>(size_t(hkv_ * rows_ * d_));       // [Hkv][n·G][D]
+    float* qt = ws.alloc<float>(size_t(hkv_ * d_ * rows_));      // [Hkv][D][n·G]
+    float* st = ws.alloc<float>(size_t(hkv_ * bt_ * rows_));     // [Hkv][bt][n·G] scores → P
+    float* stage = ws.alloc<float>(size_t(bt_ * hkv_ * d_));     // [bt][Hkv][D] K, then V
+    const int64_t held = p_.held[size_t(it.b)];
+    load_queries(it.b, held, q);
+    for (int64_t hk = 0; hk < hkv_; ++hk)
+      for (int64_t r = 0; r < rows_; ++r)
+        for (int64_t e = 0; e < d_; ++e) qt[(hk * d_ + e) * rows_ + r] = q[(hk * rows_ + r) * d_ + e];
+    std::fill(m, m + hkv_ * rows_, kNegInf);
+    std::fill(l, l + hkv_ * rows_, 0.0f);
+    std::fill(o, o + hkv_ * rows_ * d_, 0.0f);
+    const KeyRange first = vis(0, held), last = vis(n_ - 1, held);
+    const int64_t token_bytes = hkv_ * d_ * elem_, ld = hkv_ * d_;
+    for (int64_t ri = it.run_begin; ri < it.run_end; ++ri) {
+      const Run& run = p_.runs[size_t(ri)];
+      const KVSegment& sg = p_.segs[size_t(it.b)][size_t(run.seg)];
+      for (int64_t t0 = run.start; t0 < run.start + run.count; t0 += bt_) {
+        const int64_t bt = std::min(bt_, run.start + run.count - t0);
+        const int64_t pos0 = sg.logical_start + t0;
+        if (last.hi <= pos0 || first.lo >= pos0 + bt) continue;  // no query sees this block
+        const bool masked = !(last.lo <= pos0 && first.hi >= pos0 + bt);
+        const std::byte* kb = sg.k + t0 * token_bytes;
+        const std::byte* vb = sg.v + t0 * token_bytes;
+        if (t0 == run.start) {  // the first `ahead` tokens; the stages prefetch the rest
+          const int64_t first_bytes = std::min(ahead_, run.count) * token_bytes;
+          prefetch_range(kb, first_bytes);
+          prefetch_range(vb, first_bytes);
+        }
+        const int64_t pf = ahead_ * token_bytes;
+        const Rows k{kb, token_bytes, sg.k_scale ? sg.k_scale + t0 * hkv_ : nullptr, hkv_, pf,
+                     sg.k + (run.start + run.count) * token_bytes};
+        const Rows v{vb, token_bytes, sg.v_scale ? sg.v_scale + t0 * hkv_ : nullptr, hkv_, pf,
+                     sg.v + (run.start + run.count) * token_bytes};
+        if (rope_)
+          rotate_keys(k, bt, pos0, stage);
+        else
+          stage_rows(k, bt, stage);
+        for (int64_t hk = 0; hk < hkv_; ++hk)
+          decode::wide_scores(qt + hk * d_ * rows_, rows_, rows_, stage + hk * d_, ld, bt, d_,
+                              st + hk * bt_ * rows_, rows_);
+        for (int64_t hk = 0; hk < hkv_; ++hk) {
+          float* sh = st + hk * bt_ * rows_;
+          if (masked) mask_columns(sh, bt, pos0, held);
+          decode::wide_online_softmax(sh, rows_, rows_, bt, m + hk * rows_, l + hk * rows_,
+                                      o + hk * rows_ * d_, d_);
+        }
+        stage_rows(v, bt, stage);
+        for (int64_t hk = 0; hk < hkv_; ++hk)
+          decode::wide_values(st + hk * bt_ * rows_, rows_, rows_, stage + hk * d_, ld, bt, d_,
+                              o + hk * rows_ * d_);
+      }
+    }
+  }
+
+  // Stored rows of a block → float32 [bt][Hkv][D] (int8 rows times their scales).
+  void stage_rows(const Rows& r, int64_t bt, float* dst) const {
+    for (int64_t t = 0; t < bt; ++t) {
+      prefetch_ahead(r, r.base + t * r.stride, r.stride);
+      kv_load_rows(r.base + t * r.stride, cfg_.dtype, r.scale ? r.scale + t * hkv_ : nullptr, hkv_,
+                   d_, dst + t * hkv_ * d_, d_);
+    }
+  }
+
+  // St[t, r] = -inf where the key at cache position pos0 + t is outside row r's visible range.
+  void mask_columns(float* st, int64_t bt, int64_t pos0, int64_t held) const {
+    for (int64_t r = 0; r < rows_; ++r) {
+      const KeyRange vr = vis(r / g_, held);
+      for (int64_t t = 0; t < bt; ++t)
+        if (pos0 + t < vr.lo || pos0 + t >= vr.hi) st[t * rows_ + r] = kNegInf;
+    }
+  }
+
   // K rows of a block → float32 [bt][Hkv][D], rotated by their cache positions.
   void rotate_keys(const Rows& k, int64_t bt, int64_t pos0, float* dst) const {
     for (int64_t t = 0; t < bt; ++t) {
@@ -230,6 +314,7 @@ class Decoder {
   int64_t ahead_;  // prefetch distance in tokens
   float scale_;
   std::shared_ptr<const RopeTable> rope_;
+  bool wide_;  // the wide-group kernels serve this call (decode_wide.hpp)
 };
 
 }  // namespace
