@@ -47,30 +47,13 @@ class ForwardTile {
       st_.m[r] = c_.has_sink ? c_.args.sink_logits[size_t(head(r))] : kNegInf;
       st_.l[r] = c_.has_sink ? 1.0f : 0.0f;
     }
-    // Keys every query of the tile sees, [all_lo, all_hi), go in whole-tile blocks; only the
-    // edges (the causal diagonal, a window's left edge) go in masked sub-blocks of positions.
     const int64_t lo = vis(t_.i0).lo, hi = vis(t_.i1 - 1).hi;
-    const int64_t all_lo = std::max(lo, vis(t_.i1 - 1).lo), all_hi = std::min(hi, vis(t_.i0).hi);
-    if (all_lo >= all_hi) {
-      edge_keys(lo, hi);
-    } else {
-      edge_keys(lo, all_lo);
-      for (int64_t j0 = all_lo; j0 < all_hi; j0 += FlashTiles::kKeyTile)
-        block(t_.i0, t_.i1, j0, std::min(j0 + FlashTiles::kKeyTile, all_hi), false);
-      edge_keys(all_hi, hi);
-    }
-    finish(rows);
-  }
-
- private:
-  KeyRange vis(int64_t i) const { return visible_keys(c_.opts, i, lq_, lk_); }
-  int64_t head(int64_t row) const { return t_.hk * c_.g + row % c_.g; }
-
-  // Keys [lo, hi) in key tiles, each in sub-blocks of kDiagonalBlock positions clipped to the
-  // keys they see (masked where a sub-block's rows see different keys).
-  void edge_keys(int64_t lo, int64_t hi) {
     for (int64_t j0 = lo; j0 < hi; j0 += FlashTiles::kKeyTile) {
       const int64_t j1 = std::min(j0 + FlashTiles::kKeyTile, hi);
+      if (vis(t_.i1 - 1).lo <= j0 && vis(t_.i0).hi >= j1) {
+        block(t_.i0, t_.i1, j0, j1, false);  // every query sees every key of the tile
+        continue;
+      }
       for (int64_t p0 = t_.i0; p0 < t_.i1; p0 += FlashTiles::kDiagonalBlock) {
         const int64_t p1 = std::min(p0 + FlashTiles::kDiagonalBlock, t_.i1);
         const int64_t k0 = std::max(j0, vis(p0).lo), k1 = std::min(j1, vis(p1 - 1).hi);
@@ -78,7 +61,12 @@ class ForwardTile {
         block(p0, p1, k0, k1, !(vis(p1 - 1).lo <= k0 && vis(p0).hi >= k1));
       }
     }
+    finish(rows);
   }
+
+ private:
+  KeyRange vis(int64_t i) const { return visible_keys(c_.opts, i, lq_, lk_); }
+  int64_t head(int64_t row) const { return t_.hk * c_.g + row % c_.g; }
 
   // Online-softmax update of query positions [p0, p1) against keys [k0, k1).
   void block(int64_t p0, int64_t p1, int64_t k0, int64_t k1, bool masked) {
