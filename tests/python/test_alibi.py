@@ -35,18 +35,13 @@ def check(q, k, v, dout, slopes, *, causal=False, window=(-1, -1), sinks=None, c
               alibi_slopes=slopes, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
     if reference:
         out, lse = attnkit.attention_reference(q, k, v, return_lse=True, **kw)
-        dq, dk, dv, ds = attnkit.attention_reference_backward(dout, q, k, v, **kw)
+        grads = attnkit.attention_reference_backward(dout, q, k, v, **kw)
     else:
         out, lse = attnkit.flash_attention(q, k, v, return_lse=True, **kw)
-        dq, dk, dv, ds = attnkit.flash_attention_backward(dout, q, k, v, out, lse, **kw)
-    tkw = dict(window=(window[0], 0) if causal else window, scale=scale, softcap=softcap,
-               sinks=sinks, cu_q=cu_q, cu_k=cu_k, alibi=slopes)
-    ref = ta.run(q, k, v, dout, torch.float64, **tkw)
-    pt = ta.run(q, k, v, dout, torch.float32, **tkw)
-    ours = {"out": out, "lse": lse, "dq": dq, "dk": dk, "dv": dv}
-    if sinks is not None:
-        ours["dsink"] = ds
-    ta.assert_all_within_bar(ours, ref, pt)
+        grads = attnkit.flash_attention_backward(dout, q, k, v, out, lse, **kw)
+    ta.assert_matches_torch(q, k, v, dout, out, lse, grads, causal=causal, window=window,
+                            sinks=sinks, scale=scale, softcap=softcap, cu_q=cu_q, cu_k=cu_k,
+                            alibi=slopes)
     return out
 
 

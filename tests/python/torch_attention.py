@@ -123,6 +123,20 @@ def assert_all_within_bar(ours, ref64, ref32):
             assert_within_bar(val, ref64[name], ref32[name], 2, name)
 
 
+def assert_matches_torch(q, k, v, dout, out, lse, grads, *, causal, window, sinks=None, **kw):
+    """Runs `run` in float64 and float32 with the same options and asserts ours (out, lse and
+    grads = (dq, dk, dv, dsink), dsink checked only with sinks) within `assert_all_within_bar`.
+    `causal` turns `window` (left, right) into (left, 0); `kw` passes on to `attention`."""
+    kw = dict(window=(window[0], 0) if causal else window, sinks=sinks, **kw)
+    ref = run(q, k, v, dout, torch.float64, **kw)
+    pt = run(q, k, v, dout, torch.float32, **kw)
+    dq, dk, dv, ds = grads
+    ours = {"out": out, "lse": lse, "dq": dq, "dk": dk, "dv": dv}
+    if sinks is not None:
+        ours["dsink"] = ds
+    assert_all_within_bar(ours, ref, pt)
+
+
 def rope(x, positions, theta):
     """Hugging Face Llama rotate_half RoPE on x [T, H, D] at integer positions [T]."""
     d = x.shape[-1]
