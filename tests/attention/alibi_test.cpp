@@ -24,7 +24,6 @@ namespace {
 
 using testing::Problem;
 using testing::ProblemShape;
-using testing::randn;
 
 // With q = 0 every score is 0, so P_ij = exp(-m|i + Lk - Lq - j|) / Σ_j'; v = one-hot rows of
 // length Lk make out[i, h, :] = P_i. Checks sign, alignment (bottom-right) and per-head slopes.

@@ -30,6 +30,7 @@
 #include "attnkit/models/gpt.hpp"
 #include "attnkit/models/image_classifier.hpp"
 #include "attnkit/models/vit.hpp"
+#include "test_random.hpp"
 
 namespace attnkit {
 namespace {
@@ -58,14 +59,6 @@ struct Outputs {
       add(prefix + p.name, p.shape, data.subspan(size_t(p.offset), size_t(p.numel)));
   }
 };
-
-std::vector<float> normal(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 std::vector<int32_t> ids(size_t n, int32_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -189,7 +182,7 @@ Outputs run_image(const fs::path& dir) {
   std::unique_ptr<ImageClassifier> m = load_image_classifier(dir.string());
   const ImageShape s = m->input_shape();
   const int64_t N = 3, K = m->num_classes();
-  const std::vector<float> x = normal(size_t(N * s.channels * s.height * s.width), 13);
+  const std::vector<float> x = randn(N * s.channels * s.height * s.width, 13);
   const ConstView4 xv = ConstView4::contiguous(x.data(), {N, s.channels, s.height, s.width});
   const std::vector<int32_t> labels{0, int32_t(K - 1), 1};
   Outputs out;

@@ -21,7 +21,7 @@ struct LinearCase {
       : x(Mat(t, in).randn(seed)),
         w(Mat(out, in).randn(seed + 1)),
         d_y(Mat(t, out).randn(seed + 2)),
-        b(bias ? nn_testing::randn_vec(out, seed + 3) : std::vector<float>{}) {}
+        b(bias ? randn(out, seed + 3) : std::vector<float>{}) {}
 };
 
 // Fast path against the reference for one shape (worst-case float-sum bars).
@@ -42,14 +42,14 @@ void expect_matches_reference(int64_t t, int64_t in, int64_t out, bool bias) {
   // Backward into non-zero parameter gradients: checks += (and d_x's =, by pre-filling it).
   Mat d_x(t, in), d_x_ref(t, in), d_w = Mat(out, in).randn(5), d_w_ref = d_w;
   d_x.randn(9);
-  std::vector<float> d_b = bias ? nn_testing::randn_vec(out, 6) : std::vector<float>{};
+  std::vector<float> d_b = bias ? randn(out, 6) : std::vector<float>{};
   std::vector<float> d_b_ref = d_b;
   linear_backward(d_x.view(), d_w.view(), d_b, c.d_y.cview(), c.x.cview(), c.w.cview());
   linear_backward_reference(d_x_ref.view(), d_w_ref.view(), d_b_ref, c.d_y.cview(),
                             c.x.cview(), c.w.cview());
   Mat m_dx(t, in), m_dw = Mat(out, in).randn(5).abs();
   std::vector<float> m_db =
-      nn_testing::abs_vec(bias ? nn_testing::randn_vec(out, 6) : std::vector<float>{});
+      nn_testing::abs_vec(bias ? randn(out, 6) : std::vector<float>{});
   const Mat ady = c.d_y.abs();
   linear_backward_reference(m_dx.view(), m_dw.view(), m_db, ady.cview(), ax.cview(),
                             aw.cview());

@@ -26,8 +26,8 @@ struct NormCase {
   NormCase(int64_t t, int64_t c, uint32_t seed)
       : x(Mat(t, c).randn(seed)),
         d_y(Mat(t, c).randn(seed + 1)),
-        w(nn_testing::randn_vec(c, seed + 2, 0.5f)),
-        b(nn_testing::randn_vec(c, seed + 3)) {
+        w(randn(c, seed + 2, 0.5f)),
+        b(randn(c, seed + 3)) {
     for (int64_t i = 0; i < t; ++i)
       for (int64_t j = 0; j < c; ++j) x.at(i, j) += 0.5f;
     for (auto& v : w) v += 1.0f;
@@ -64,7 +64,7 @@ TEST(NnLayerNorm, FastMatchesReferenceOnTailShapes) {
           "y");
 
       Mat d_x(t, c), d_x_ref(t, c);
-      std::vector<float> d_w = nn_testing::randn_vec(c, 7), d_b = nn_testing::randn_vec(c, 8);
+      std::vector<float> d_w = randn(c, 7), d_b = randn(c, 8);
       std::vector<float> d_w_ref = d_w, d_b_ref = d_b;
       layer_norm_backward(d_x.view(), d_w, d_b, n.d_y.cview(), n.x.cview(), n.w, mean, rstd);
       layer_norm_backward_reference(d_x_ref.view(), d_w_ref, d_b_ref, n.d_y.cview(), n.x.cview(),
@@ -92,7 +92,7 @@ TEST(NnLayerNorm, FastMatchesReferenceOnTailShapes) {
           },
           "d_x");
       // d_w: terms d_y·x̂ with x̂ rounded in float (~3 roundings and m's), summed in double.
-      const auto d_w0 = nn_testing::randn_vec(c, 7), d_b0 = nn_testing::randn_vec(c, 8);
+      const auto d_w0 = randn(c, 7), d_b0 = randn(c, 8);
       nn_testing::expect_within(
           d_w, d_w_ref,
           [&](size_t j) {
@@ -134,7 +134,7 @@ TEST(NnRmsNorm, FastMatchesReferenceOnTailShapes) {
           },
           "y");
       Mat d_x(t, c), d_x_ref(t, c);
-      const auto d_w0 = nn_testing::randn_vec(c, 7);
+      const auto d_w0 = randn(c, 7);
       std::vector<float> d_w = d_w0, d_w_ref = d_w0;
       rms_norm_backward(d_x.view(), d_w, n.d_y.cview(), n.x.cview(), n.w, rstd);
       rms_norm_backward_reference(d_x_ref.view(), d_w_ref, n.d_y.cview(), n.x.cview(), n.w, rstd);

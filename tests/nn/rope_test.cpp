@@ -23,7 +23,7 @@ struct Qkv {
   std::vector<float> buf;
   Qkv(int64_t t_, int64_t h_, int64_t d_, uint32_t seed)
       : t(t_), h(h_), d(d_), ld((3 * h_) * d_ + 5) {
-    buf = nn_testing::randn_vec(t * ld, seed);
+    buf = randn(t * ld, seed);
   }
   View3 q() { return {buf.data(), {t, h, d}, {ld, d, 1}}; }
   View3 k() { return {buf.data() + h * d, {t, h, d}, {ld, d, 1}}; }
