@@ -14,6 +14,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "nn/nn_testing.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
@@ -301,12 +302,7 @@ TEST(Vit, FanInInitIsPyTorchsModuleDefault) {
 }
 
 void expect_error_naming(const std::string& json, const std::string& key) {
-  try {
-    make_image_classifier(json);
-    ADD_FAILURE() << "no error for " << json;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
-  }
+  expect_error([&] { make_image_classifier(json); }, key);
 }
 
 TEST(Vit, BadConfigsThrowNamingTheKey) {

@@ -13,6 +13,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "nn/nn_testing.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
@@ -300,12 +301,10 @@ TEST(AttentionBlockErrors, NamesTheArgument) {
     spoil(b, o);
     AttentionBlockWorkspace ws(b.o, b.t);
     Mat out(b.t, b.c);
-    try {
+    const auto run = [&] {
       attention_block_forward(out.view(), ws.cache(), b.x.cview(), b.batch(), b.params(), o);
-      ADD_FAILURE() << "no error for " << needle;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
+    };
+    attnkit::expect_error(run, needle);
   };
   expect_error([](Block&, AttentionBlockOptions& o) { o.kv_heads = 3; }, "opts.kv_heads");
   expect_error([](Block& b, AttentionBlockOptions&) { b.sinks.clear(); }, "sinks");

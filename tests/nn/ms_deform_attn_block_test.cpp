@@ -18,6 +18,7 @@
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/nn/ms_deform_attn_block.hpp"
 #include "nn/nn_testing.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
@@ -224,13 +225,13 @@ TEST(MsDeformAttnBlock, RejectsBadArguments) {
     spoil(in, o);
     std::vector<float> out(size_t(st.b * st.q * st.opts.d_model));
     MsDeformAttnBlockCache cache;
-    try {
-      ms_deform_attn_block_forward(View3::contiguous(out.data(), {st.b, st.q, st.opts.d_model}),
-                                   cache, in, st.w.params(), o);
-      ADD_FAILURE() << "no error, expected one naming " << needle;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
+    attnkit::expect_error(
+        [&] {
+          ms_deform_attn_block_forward(
+              View3::contiguous(out.data(), {st.b, st.q, st.opts.d_model}), cache, in,
+              st.w.params(), o);
+        },
+        needle);
   };
   expect_error([](auto&, auto& o) { o.heads = 3; }, "opts.d_model");
   expect_error([](auto&, auto& o) { o.points = 3; }, "sampling_offsets_weight");

@@ -11,6 +11,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "nn/nn_testing.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
@@ -144,15 +145,8 @@ TEST(NnRope, RejectsBadArguments) {
   std::vector<float> x(2 * 5);
   View3 odd{x.data(), {2, 1, 5}, {5, 5, 1}};
   const std::vector<int64_t> pos = {0, 1};
-  try {
-    rope_forward(odd, pos, {});
-    ADD_FAILURE() << "odd D accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(
-        std::string(e.what()).find("rope_forward: x: head dimension D must be even, got D = 5"),
-        std::string::npos)
-        << e.what();
-  }
+  expect_error([&] { rope_forward(odd, pos, {}); },
+               "rope_forward: x: head dimension D must be even, got D = 5");
   View3 even{x.data(), {2, 1, 4}, {5, 4, 1}};
   EXPECT_THROW(rope_forward(even, std::vector<int64_t>{0}, {}), Error);
   EXPECT_THROW(rope_forward(even, std::vector<int64_t>{0, -3}, {}), Error);
