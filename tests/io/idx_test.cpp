@@ -15,6 +15,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/io/idx.hpp"
+#include "test_dirs.hpp"
 #include "test_errors.hpp"
 
 namespace attnkit {
@@ -52,26 +53,16 @@ Bytes gzip(const Bytes& raw) {
   return out;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = std::filesystem::temp_directory_path() /
-            ("attnkit_idx_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
+// A scratch directory for the running test that `write`s byte files into it.
+struct TempDir : ScratchDir {
+  TempDir() : ScratchDir("attnkit_idx") {}
   std::string write(const std::string& name, const Bytes& b) const {
-    const auto p = (path_ / name).string();
+    const std::string p = path(name);
     std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()),
                                              std::streamsize(b.size()));
     return p;
   }
-  std::string str() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
+  std::string str() const { return dir().string(); }
 };
 
 void expect_rejected(const Bytes& file, const std::string& phrase) {

@@ -20,6 +20,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/io/safetensors.hpp"
+#include "test_dirs.hpp"
 #include "test_errors.hpp"
 
 namespace attnkit {
@@ -45,19 +46,11 @@ void write_text(const fs::path& p, std::string_view s) {
 // Each test gets a fresh directory, removed afterwards.
 class SafetensorsIo : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("attnkit_st_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(std::string_view name) const { return (dir_ / name).string(); }
+  std::string path(std::string_view name) const { return scratch_.path(name); }
   // Names in the directory that look like our temp files.
   std::vector<std::string> temp_files() const {
     std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(dir_))
+    for (const auto& e : fs::directory_iterator(scratch_.dir()))
       if (e.path().filename().string().find(".tmp.") != std::string::npos)
         out.push_back(e.path().filename().string());
     return out;
@@ -70,7 +63,7 @@ class SafetensorsIo : public ::testing::Test {
                                 {"beta", DType::i8, {2}, byte_span(b)}};
     save_safetensors(p, ts, {{"format", "pt"}});
   }
-  fs::path dir_;
+  ScratchDir scratch_{"attnkit_st"};
 };
 
 TEST_F(SafetensorsIo, RoundTripsDtypesRankZeroEmptyAndMetadata) {
@@ -149,7 +142,7 @@ TEST_F(SafetensorsIo, ReadsUnalignedData) {
   file.append(reinterpret_cast<const char*>(a), 12);
   file.append(reinterpret_cast<const char*>(b), 4);
   file.append(reinterpret_cast<const char*>(c), 4);
-  write_text(dir_ / "odd.safetensors", file);
+  write_text(scratch_.dir() / "odd.safetensors", file);
 
   const SafetensorsFile f(path("odd.safetensors"));
   EXPECT_NE(reinterpret_cast<uintptr_t>(f.bytes(*f.find("a")).data()) % 4, 0u);
@@ -178,7 +171,7 @@ TEST_F(SafetensorsIo, OpenErrorsNameThePath) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()).rfind(missing + ": cannot open", 0), 0u) << e.what();
   }
-  expect_error([&] { SafetensorsFile f(dir_.string()); }, "not a regular file");
+  expect_error([&] { SafetensorsFile f(scratch_.dir().string()); }, "not a regular file");
 }
 
 TEST_F(SafetensorsIo, SaveRejectsInconsistentTensors) {
