@@ -10,9 +10,8 @@ import subprocess
 
 import pytest
 
-import attnkit
+from cli_helpers import CLI
 
-CLI = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--disable-default-apps", "--no-first-run",

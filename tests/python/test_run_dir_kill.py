@@ -11,11 +11,8 @@ import time
 
 import pytest
 
-import attnkit
+from cli_helpers import CLI, FASHION, FORTUNES
 
-CLI = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
-FORTUNES = "/usr/share/games/fortunes"
-FASHION = "/usr/share/datasets/fashion-mnist"
 PHASES = ["model", "rename", "pointer", "publish", "prune"]
 
 
