@@ -9,10 +9,7 @@ LENGTHS = [1, 7, 17, 63, 65, 113]
 
 
 def make(rng, tq, tk, h, hkv, d, sinks=False):
-    q = rng.standard_normal((tq, h, d), dtype=np.float32)
-    k = rng.standard_normal((tk, hkv, d), dtype=np.float32)
-    v = rng.standard_normal((tk, hkv, d), dtype=np.float32)
-    dout = rng.standard_normal((tq, h, d), dtype=np.float32)
+    q, k, v, dout = ta.random_inputs(rng, tq, tk, h, hkv, d)
     s = rng.standard_normal(h).astype(np.float32) if sinks else None
     return q, k, v, dout, s
 

@@ -64,6 +64,15 @@ def attention(q, k, v, *, window=(-1, -1), scale=None, softcap=0.0, sinks=None,
     return torch.cat(outs, dim=0), torch.cat(lses, dim=1)
 
 
+def random_inputs(rng, tq, tk, h, hkv, d):
+    """float32 N(0, 1) draws from `rng`, in this order: q [Tq, H, D], k and v [Tk, Hkv, D], and
+    dout [Tq, H, D]."""
+    return (rng.standard_normal((tq, h, d), dtype=np.float32),
+            rng.standard_normal((tk, hkv, d), dtype=np.float32),
+            rng.standard_normal((tk, hkv, d), dtype=np.float32),
+            rng.standard_normal((tq, h, d), dtype=np.float32))
+
+
 def run(q, k, v, dout, dtype, **kw):
     """Forward and autograd backward in `dtype` from float32 numpy inputs.
 
