@@ -2,6 +2,12 @@
 writes OUT/index.html with PNG figures and tables. Every number in it is measured by the run that
 wrote it; every figure names the command and the machine that produced it.
 
+Every command the page shows is one this run executed, rendered from its argument list (every
+command runs with OUT as its working directory, so the paths shown are the paths used). Where a
+measurement bears on a claim of the notes, the section says whether it agrees or contradicts, and
+the page ends with the claims table (attnkit.report_claims): docs/claims.md's rows, with this run's
+measurement and verdict wherever it measured the claim.
+
 Run through the CLI: ``attnkit report --out DIR [--quick | --tiny]``. Sizes:
   --tiny   seconds; the pipeline check the test suite runs (numbers are not meaningful)
   --quick  under 15 minutes on a 2-core machine
@@ -9,14 +15,20 @@ Run through the CLI: ``attnkit report --out DIR [--quick | --tiny]``. Sizes:
 """
 import argparse
 import datetime
-import html
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
 
+from attnkit import report_claims as rc
+from attnkit import report_page
+
+# The source tree, when this module runs from a build directory inside it (BUILD/python/attnkit):
+# docs/claims.md and scripts/experiments/ are found there.
+SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
 SIZES = {  # mode -> experiment sizes
     "tiny": dict(flash_lens=[64, 128], flash_shape=(4, 2, 32), decode_context=512, gpt_steps=3,
                  stream_tokens=160, sides=[4, 8, 16], vision_images=64, vision_epochs=1, bert_steps=3,
@@ -41,35 +53,65 @@ def stream_points(csv_path, chunk):
             for i in range(0, len(nll), chunk) if nll[i:i + chunk]]
 
 
-class Report:
-    def __init__(self, cli, out, mode):
-        self.cli, self.out, self.mode, self.size = cli, out, mode, SIZES[mode]
-        self.sections = []
-        os.makedirs(out, exist_ok=True)
-        self.work = os.path.join(out, "work")
-        os.makedirs(self.work, exist_ok=True)
-        self.log = open(os.path.join(out, "commands.log"), "w")
+def shown_command(argv):
+    """The command line the page shows for an executed argument list: argv[0] named by its file name
+    (the header gives the full path of attnkit), every argument shell-quoted."""
+    return shlex.join([os.path.basename(argv[0])] + [str(a) for a in argv[1:]])
 
-    def run(self, *args):
-        """Runs `attnkit ARGS`; returns stdout; logs the command. Raises on failure."""
-        args = [str(a) for a in args]
-        if self.size["threads"] and args[0] not in ("kv-plan", "convert-gqa", "eval"):
-            args += ["--threads", str(self.size["threads"])]
-        shown = "attnkit " + " ".join(args)
+
+class Report:
+    def __init__(self, cli, out, mode, claims_path=None):
+        self.cli, self.out, self.mode, self.size = cli, os.path.abspath(out), mode, SIZES[mode]
+        self.sections, self.executed, self.findings = [], [], []
+        self.claims_path = claims_path or os.path.join(SOURCE_ROOT, "docs", "claims.md")
+        os.makedirs(self.out, exist_ok=True)
+        self.work = "work"  # relative to self.out, the working directory of every command
+        os.makedirs(self.path(self.work), exist_ok=True)
+        self.log = open(self.path("commands.log"), "w")
+
+    def path(self, rel):
+        """Absolute path of `rel`, a path relative to the output directory (the commands' cwd)."""
+        return os.path.join(self.out, rel)
+
+    def execute(self, argv, env=None):
+        """Runs argv in the output directory; records and logs the command as shown; returns the
+        CompletedProcess. Raises on failure."""
+        argv = [str(a) for a in argv]
+        shown = shown_command(argv)
         print("$ " + shown, file=sys.stderr, flush=True)
         t0 = time.time()
-        p = subprocess.run([self.cli] + args, capture_output=True, text=True)
+        p = subprocess.run(argv, capture_output=True, text=True, cwd=self.out, env=env)
+        self.executed.append(shown)
         self.log.write(f"$ {shown}\n# exit {p.returncode}, {time.time() - t0:.1f} s\n{p.stderr[-2000:]}\n")
         self.log.flush()
         if p.returncode != 0:
             raise RuntimeError(f"{shown} failed: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ''}")
-        return p.stdout
+        return p
+
+    def run(self, *args):
+        """Runs `attnkit ARGS`; returns stdout. Raises on failure."""
+        args = [str(a) for a in args]
+        if self.size["threads"] and args[0] not in ("kv-plan", "convert-gqa", "eval"):
+            args += ["--threads", str(self.size["threads"])]
+        return self.execute([self.cli] + args).stdout
 
     def json(self, *args):
         return json.loads(self.run(*args, "--json"))
 
-    def section(self, title, text, commands, figure=None, table=None):
-        self.sections.append(dict(title=title, text=text, commands=commands, figure=figure, table=table))
+    def mark(self):
+        """A position in the executed-commands record, for since()."""
+        return len(self.executed)
+
+    def since(self, mark):
+        """The commands executed since mark() returned `mark`, as shown."""
+        return self.executed[mark:]
+
+    def section(self, title, text, commands, figure=None, table=None, findings=()):
+        """Adds a section; `commands` are executed commands as shown (from since()), `findings` the
+        report_claims.Finding objects its measurements give."""
+        self.findings += list(findings)
+        self.sections.append(dict(title=title, text=text, commands=commands, figure=figure, table=table,
+                                  findings=list(findings)))
 
     def figure(self, name, draw):
         import matplotlib
@@ -78,13 +120,14 @@ class Report:
         fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=100)
         draw(ax)
         fig.tight_layout()
-        fig.savefig(os.path.join(self.out, name))
+        fig.savefig(self.path(name))
         plt.close(fig)
         return name
 
     # --- experiments -------------------------------------------------------------------------
     def kv_cache(self):
         contexts = [4096, 32768, 131072]
+        mark = self.mark()
         rows = []
         for s in contexts:
             j = self.json("kv-plan", "--preset", "llama3-70b", "--context", s)
@@ -107,11 +150,12 @@ class Report:
                                                                for s, a, b, c in rows]
         self.section("KV-cache size: MHA vs GQA vs MQA", "Bytes of the K/V cache of one sequence "
                      "(80 layers, 64 query heads of 128, f16), from the planner (exact integers).",
-                     [f"attnkit kv-plan --preset llama3-70b --context S --json (S = {', '.join(map(str, contexts))})"],
-                     fig, table)
+                     self.since(mark), fig, table,
+                     [rc.kv_sizes(*next(r[1:] for r in rows if r[0] == 32768))])
 
     def flash(self):
         h, hkv, d = self.size["flash_shape"]
+        mark = self.mark()
         rows = []
         for n in self.size["flash_lens"]:
             j = self.json("bench", "attention", "--seq", n, "--heads", h, "--kv-heads", hkv, "--head-dim", d,
@@ -138,11 +182,13 @@ class Report:
             for n, a, b, _, s, _, f in rows]
         self.section("Flash vs naive attention", f"Causal forward, H = {h}, Hkv = {hkv}, D = {d}. Time (left axis) "
                      "and memory (right axis): the naive path's score matrix grows as L²; flash never builds it.",
-                     [f"attnkit bench attention --seq L --heads {h} --kv-heads {hkv} --head-dim {d} --causal --json"],
-                     fig, table)
+                     self.since(mark), fig, table,
+                     [rc.flash_faster([(r[0], r[1], r[2]) for r in rows]),
+                      rc.flash_memory([(r[0], r[3], r[4], r[5]) for r in rows])])
 
     def decode(self):
         s = self.size["decode_context"]
+        mark = self.mark()
         j = self.json("bench", "decode", "--kv-heads", "32,8,1", "--context", s)
         rows = [(r["kv_heads"], r["ms_per_token"], r["gbps"], r["fraction_of_bandwidth"]) for r in j]
 
@@ -155,7 +201,7 @@ class Report:
         table = [["Hkv", "ms/token", "GB/s", "% of read bandwidth"]] + [
             [a, f"{b:.3f}", f"{c:.1f}", f"{100 * d:.0f}"] for a, b, c, d in rows]
         self.section("Decode time vs KV heads", "Split-KV decode reads each K/V head once for its whole group.",
-                     [f"attnkit bench decode --kv-heads 32,8,1 --context {s} --json"], fig, table)
+                     self.since(mark), fig, table, [rc.decode_scaling({r[0]: r[1] for r in rows})])
 
     def gpt(self):
         steps = self.size["gpt_steps"]
@@ -166,18 +212,22 @@ class Report:
                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
                "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
                "tie_word_embeddings": True, "attnkit_gate": "headwise"}
-        with open(gated_cfg, "w") as f:
+        with open(self.path(gated_cfg), "w") as f:
             json.dump(cfg, f)
         common = ["--data", "bible", "--steps", steps, "--batch", self.size["gpt_batch"], "--seq", 128, "--lr", "3e-3", "--warmup",
-                  max(1, steps // 10), "--eval-every", 0, "--checkpoint-every", 0, "--quiet"]
+                  max(1, steps // 10), "--eval-every", 0, "--checkpoint-every", 0, "--quiet", "--overwrite"]
+        mark = self.mark()
         self.run("train", "gpt", "--preset", "tiny", "--out", base, *common)
+        [train_base] = self.since(mark)
+        mark = self.mark()
         self.run("train", "gpt", "--config", gated_cfg, "--out", base + "_gated", *common)
-        train_cmd = (f"attnkit train gpt --preset tiny --data bible --steps {steps} --batch {self.size['gpt_batch']} "
-                     "--seq 128 --lr 3e-3")
+        [train_gated] = self.since(mark)
         # Sink mass by key position.
+        mark = self.mark()
         prof = self.json("sink-profile", "--model", base, "--data", "bible", "--query-pos", 127, "--windows", self.size["eval_windows"])
         buckets = {k: prof["overall"][k] for k in ("token0", "tokens1_3", "middle", "recent")}
         names = list(buckets.keys())
+        shares = [h["mass"][0] for layer in prof["layers"] for h in layer["heads"]]
 
         def draw_sink(ax):
             ax.bar(names, [max(float(buckets[n]), 1e-6) for n in names])
@@ -187,16 +237,20 @@ class Report:
         fig = self.figure("sink_mass.png", draw_sink)
         self.section("Attention sinks", "Attention mass of the last query of 128-token windows by key position, "
                      "averaged over layers, heads and windows of the KJV Bible's validation text (float64 from "
-                     "the model's own q and k).",
-                     [train_cmd + " --out M", "attnkit sink-profile --model M --data bible --query-pos 127 --windows 8 --json"],
-                     fig, [["key bucket", "mass"]] + [[n, f"{float(buckets[n]):.4f}"] for n in names])
+                     "the model's own q and k). The model is the 2-layer `tiny` preset trained briefly: the "
+                     "sink study with deeper models at context 512 is scripts/experiments/sink_emergence "
+                     "(docs/claims.md).",
+                     [train_base] + self.since(mark),
+                     fig, [["key bucket", "mass"]] + [[n, f"{float(buckets[n]):.4f}"] for n in names],
+                     [rc.sink_share(sum(shares) / len(shares), max(shares), len(shares), 127)])
         # Perplexity vs tokens streamed.
+        mark = self.mark()
         curves, finals = {}, {}
         for policy in ("dense", "window", "sink"):
             csv_path = os.path.join(self.work, f"stream_{policy}.csv")
             finals[policy] = self.json("eval-stream", "--model", base, "--data", "bible", "--policy", policy,
                                        "--tokens", self.size["stream_tokens"], "--chunk", 64, "--csv", csv_path)
-            curves[policy] = stream_points(csv_path, 64)
+            curves[policy] = stream_points(self.path(csv_path), 64)
 
         def draw_stream(ax):
             for policy, pts in curves.items():
@@ -206,13 +260,16 @@ class Report:
             ax.set_ylabel("perplexity (per 64-token chunk)")
             ax.legend(fontsize=8)
         fig = self.figure("stream_perplexity.png", draw_stream)
+        past = {p: j["ppl_past_context"] for p, j in finals.items()}
         self.section("Perplexity vs tokens streamed", "Perplexity of each 64-token chunk of the KJV Bible's validation text "
                      "streamed through the dense cache, a sliding window, and the sink cache (4 sink tokens + "
                      "recent window); the model was trained on 128-token windows (dotted line).",
-                     [f"attnkit eval-stream --model M --policy P --tokens {self.size['stream_tokens']} --chunk 64 --json"],
+                     [train_base] + self.since(mark),
                      fig, [["policy", "perplexity", "perplexity past the context"]] +
-                     [[p, f"{j['ppl']:.3f}", f"{j['ppl_past_context']:.3f}"] for p, j in finals.items()])
+                     [[p, f"{j['ppl']:.3f}", f"{j['ppl_past_context']:.3f}"] for p, j in finals.items()],
+                     rc.eviction(past["window"], past["sink"], past["dense"]))
         # Gate activations.
+        mark = self.mark()
         gp = self.json("sink-profile", "--model", base + "_gated", "--data", "bible", "--query-pos", 127,
                        "--windows", self.size["eval_windows"], "--gates")
         heads = [h for layer in gp["layers"] for h in layer["heads"]]
@@ -227,56 +284,53 @@ class Report:
             ax.set_title(f"head-wise gate, mean {mean:.3f}")
         fig = self.figure("gates.png", draw_gates)
         self.section("Gate activations", "Histogram of the head-wise output gate's values over the profiled tokens.",
-                     [train_cmd.replace("--preset tiny", "--config gated.json") + " --out G",
-                      "attnkit sink-profile --model G --data bible --query-pos 127 --windows 8 --gates --json"],
-                     fig, [["statistic", "value"], ["mean gate", f"{mean:.4f}"]])
+                     [train_gated] + self.since(mark),
+                     fig, [["statistic", "value"], ["mean gate", f"{mean:.4f}"]], [rc.gate_mean(mean)])
         # MHA -> GQA conversion (the tiny preset has 4 query heads and 2 KV heads).
-        rows = []
-        for n in (2, 1):
-            for method in ("mean", "first"):
-                out = os.path.join(self.work, f"gqa_{n}_{method}")
-                if n < 2:
-                    self.run("convert-gqa", "--in", base, "--out", out, "--kv-heads", n, "--method", method)
-                text = self.run("eval", "--model", out if n < 2 else base, "--data", "bible", "--windows", self.size["eval_windows"])
-                loss = float(text.split()[1])
-                rows.append((n, method if n < 2 else "(trained)", loss))
-                if n == 2:
-                    break
-        self.section("GQA conversion", "Validation loss after converting the trained model's KV heads "
-                     "(no uptraining).", ["attnkit convert-gqa --in M --out C --kv-heads 1 --method METHOD",
-                                         "attnkit eval --model C --data bible --windows 16"], None,
-                     [["KV heads", "method", "validation loss"]] + [[a, b, f"{c:.4f}"] for a, b, c in rows])
+        mark = self.mark()
+        loss = {"base": float(self.run("eval", "--model", base, "--data", "bible",
+                                       "--windows", self.size["eval_windows"]).split()[1])}
+        for method in ("mean", "first"):
+            out = os.path.join(self.work, f"gqa_1_{method}")
+            self.run("convert-gqa", "--in", base, "--out", out, "--kv-heads", 1, "--method", method)
+            loss[method] = float(self.run("eval", "--model", out, "--data", "bible",
+                                          "--windows", self.size["eval_windows"]).split()[1])
+        self.section("GQA conversion", "Validation loss after converting the trained model's 2 KV heads to 1 "
+                     "(no uptraining).", [train_base] + self.since(mark), None,
+                     [["KV heads", "method", "validation loss"], [2, "(trained)", f"{loss['base']:.4f}"]] +
+                     [[1, m, f"{loss[m]:.4f}"] for m in ("mean", "first")],
+                     [rc.conversion(loss["mean"], loss["first"], 1)])
 
     def bert_vs_gpt(self):
-        script = os.path.join(os.path.dirname(self.cli), "..", "scripts", "experiments", "bert_vs_gpt.py")
+        script = os.path.join(SOURCE_ROOT, "scripts", "experiments", "bert_vs_gpt.py")
         steps = self.size["bert_steps"]
         if not os.path.exists(script):
-            self.section("BERT vs GPT supervision", "scripts/experiments/bert_vs_gpt.py not found next to the CLI.",
+            self.section("BERT vs GPT supervision", f"{script} not found (the report runs from a build directory "
+                         "inside the source tree).",
                          [], None, None)
             return
         env = dict(os.environ, ATTNKIT_CLI=self.cli)
         threads = str(self.size["threads"] or os.cpu_count())
-        p = subprocess.run([sys.executable, script, "--steps", str(steps), "--out", os.path.join(self.work, "bert_vs_gpt"),
-                            "--finetune-steps", "0", "--threads", threads, "--eval-windows",
-                            str(self.size["eval_windows"])], capture_output=True, text=True, env=env)
-        self.log.write(f"$ scripts/experiments/bert_vs_gpt.py --steps {steps}\n# exit {p.returncode}\n{p.stderr[-2000:]}\n")
-        if p.returncode != 0:
-            raise RuntimeError("bert_vs_gpt.py failed: " + p.stderr.strip()[-300:])
+        mark = self.mark()
+        p = self.execute([sys.executable, os.path.normpath(script), "--steps", steps, "--out",
+                          os.path.join(self.work, "bert_vs_gpt"), "--finetune-steps", 0, "--threads", threads,
+                          "--eval-windows", self.size["eval_windows"]], env=env)
         table = [[c.strip() for c in line.strip("|").split("|")] for line in p.stdout.splitlines()
                  if line.startswith("|") and not line.startswith("|---")]
         self.section("BERT vs GPT supervision", "Same width, depth and computed tokens per step: the fraction of "
                      "positions that carry a loss and each model's validation loss on its own objective.",
-                     [f"scripts/experiments/bert_vs_gpt.py --steps {steps}"], None, table or None)
+                     self.since(mark), None, table or None)
 
     def vision(self):
         n, epochs = self.size["vision_images"], self.size["vision_epochs"]
+        mark = self.mark()
         rows = []
         for kind, extra in (("cnn", ["--attention", "none"]), ("cnn", ["--attention", "se"]),
                             ("cnn", ["--attention", "cbam"]), ("vit", []), ("deformable", [])):
             out = os.path.join(self.work, kind + ("_" + extra[1] if extra else ""))
             try:
-                j = self.json("train", kind, *extra, "--out", out, "--epochs", epochs, "--train-limit", n,
-                              "--batch", min(128, n // 2),
+                j = self.json("train", kind, *extra, "--out", out, "--overwrite", "--epochs", epochs,
+                              "--train-limit", n, "--batch", min(128, n // 2),
                               "--eval-limit", max(64, n // 6))
             except RuntimeError as e:
                 if "train" in str(e) and ("unknown" in str(e).lower() or "not found" in str(e).lower() or
@@ -294,11 +348,13 @@ class Report:
         self.section("ViT / CNN (none, SE, CBAM) / deformable on Fashion-MNIST",
                      f"{epochs} epoch(s) on the first {n} training images, scored on test images; short runs "
                      "for the report (the README has the full-length results).",
-                     [f"attnkit train MODEL [--attention A] --epochs {epochs} --train-limit {n} --batch {min(128, n // 2)} --json"], fig,
+                     self.since(mark), fig,
                      [["model", "parameters", "test accuracy", "images/s"]] +
-                     [[a, b, f"{c:.4f}", f"{d:.0f}"] for a, b, c, d in rows])
+                     [[a, b, f"{c:.4f}", f"{d:.0f}"] for a, b, c, d in rows],
+                     [rc.cnn_attention({r[0][4:]: r[2] for r in rows if r[0].startswith("cnn ")})])
 
     def deformable(self):
+        mark = self.mark()
         j = self.json("bench", "deformable", "--sides", *self.size["sides"], "--min-seconds", 0.02)
         rows = j["rows"]
 
@@ -313,9 +369,10 @@ class Report:
         fig = self.figure("deformable_vs_dense.png", draw)
         self.section("Deformable vs dense attention", f"Time vs N at fixed K = Lv·P samples; fitted crossover "
                      f"N ≈ {j.get('crossover_n', float('nan')):.0f}.",
-                     ["attnkit bench deformable --sides " + " ".join(map(str, self.size["sides"])) + " --json"], fig,
+                     self.since(mark), fig,
                      [["N", "deformable ms", "dense ms"]] + [[r["n"], f"{r['deform_ms']:.3f}", f"{r['dense_ms']:.3f}"]
-                                                             for r in rows])
+                                                             for r in rows],
+                     [rc.deformable_slope(j["deform_slope"], j["dense_slope"])])
 
     # --- output --------------------------------------------------------------------------------
     def machine(self):
@@ -329,51 +386,30 @@ class Report:
             pass
         return f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
 
-    def write(self, failures, seconds):
-        machine = self.machine()
+    def write(self, failures, seconds, invocation):
+        """Writes OUT/index.html (attnkit.report_page), ending with the claims table."""
+        try:
+            claims = rc.load_claims(self.claims_path)
+        except FileNotFoundError:
+            claims = None
         when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-        parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>attnkit report</title><style>"
-                 "body{font-family:sans-serif;max-width:980px;margin:2em auto;padding:0 1em}"
-                 "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #bbb;padding:2px 8px;"
-                 "text-align:right}th{background:#eee}code{background:#f4f4f4}img{max-width:100%}"
-                 ".cmd{font-size:85%;color:#333}</style></head><body>",
-                 f"<h1>attnkit report ({html.escape(self.mode)} mode)</h1>",
-                 f"<p>Machine: {html.escape(machine)}. Generated {when} in {seconds / 60:.1f} min by "
-                 f"<code>attnkit report --out DIR{'' if self.mode == 'full' else ' --' + self.mode}</code>. "
-                 "Every figure and table below was measured by this run.</p>"]
-        if failures:
-            parts.append("<p><b>Failed sections:</b> " + html.escape("; ".join(failures)) + "</p>")
-        for s in self.sections:
-            parts.append(f"<h2>{html.escape(s['title'])}</h2><p>{html.escape(s['text'])}</p>")
-            if s["figure"]:
-                parts.append(f"<img src='{s['figure']}' alt='{html.escape(s['title'])}'>")
-            if s["table"]:
-                head, *body = s["table"]
-                parts.append("<table><tr>" + "".join(f"<th>{html.escape(str(c))}</th>" for c in head) + "</tr>" +
-                             "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>"
-                                     for r in body) + "</table>")
-            for c in s["commands"]:
-                parts.append(f"<div class='cmd'>Command: <code>{html.escape(c)}</code> on {html.escape(machine)}</div>")
-        # For headless checks: after load, record whether every image decoded.
-        parts.append("<p id='status'>images: not checked</p><script>window.addEventListener('load',()=>{"
-                     "const imgs=[...document.images];const ok=imgs.filter(i=>i.complete&&i.naturalWidth>0).length;"
-                     "document.getElementById('status').textContent='images: '+ok+' of '+imgs.length+' loaded';"
-                     "});</script></body></html>")
-        with open(os.path.join(self.out, "index.html"), "w") as f:
-            f.write("\n".join(parts))
+        page = report_page.render(self, failures, seconds, self.machine(), when, invocation, claims)
+        with open(self.path("index.html"), "w") as f:
+            f.write(page)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="attnkit report", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--cli", required=True, help="the attnkit binary to run")
+    ap.add_argument("--claims", help="claims table to complete (default: docs/claims.md of the source tree)")
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true")
     g.add_argument("--tiny", action="store_true")
     a = ap.parse_args(argv)
     mode = "tiny" if a.tiny else "quick" if a.quick else "full"
     try:
-        r = Report(os.path.abspath(a.cli), a.out, mode)
+        r = Report(os.path.abspath(a.cli), a.out, mode, a.claims)
     except OSError as e:  # one line, as every attnkit command fails
         print(f"attnkit: error: --out: {a.out}: {e.strerror or e}", file=sys.stderr)
         return 2
@@ -385,7 +421,8 @@ def main(argv=None):
         except Exception as e:  # one failed experiment must not lose the others
             failures.append(f"{step.__name__}: {e}")
             print(f"report: {step.__name__} failed: {e}", file=sys.stderr)
-    r.write(failures, time.time() - t0)
+    argv = sys.argv[1:] if argv is None else argv
+    r.write(failures, time.time() - t0, shlex.join([os.path.basename(sys.executable), "-m", "attnkit.report", *argv]))
     print(f"report: wrote {os.path.join(a.out, 'index.html')} ({len(r.sections)} sections, "
           f"{len(failures)} failed) in {(time.time() - t0) / 60:.1f} min")
     return 1 if failures else 0

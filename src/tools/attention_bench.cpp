@@ -40,16 +40,6 @@ std::vector<float> random_floats(int64_t n, uint32_t seed) {
   return x;
 }
 
-template <class F>
-double best_ms(int repeats, F&& f) {
-  double best = 1e300;
-  for (int r = 0; r < repeats; ++r) {
-    const double t0 = now_seconds();
-    f();
-    best = std::min(best, (now_seconds() - t0) * 1e3);
-  }
-  return best;
-}
 
 }  // namespace
 
@@ -83,7 +73,7 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& c) {
 
   flash_attention(opts, args);  // warm-up; also the memory probe
   r.peak_rss_delta_bytes = peak_rss_bytes() - rss_before;
-  r.fwd_ms = best_ms(c.repeats, [&] { flash_attention(opts, args); });
+  r.fwd_ms = 1e3 * best_of(c.repeats, [&] { flash_attention(opts, args); });
   double pairs = 0;
   for (int64_t i = 0; i < c.seq; ++i) {
     const KeyRange kr = visible_keys(opts, i, c.seq, c.seq);
@@ -101,7 +91,7 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& c) {
                      .d_k = View3::contiguous(dk.data(), {t, hkv, d}),
                      .d_v = View3::contiguous(dv.data(), {t, hkv, d})};
     flash_attention_backward(opts, args, g);
-    r.bwd_ms = best_ms(c.repeats, [&] { flash_attention_backward(opts, args, g); });
+    r.bwd_ms = 1e3 * best_of(c.repeats, [&] { flash_attention_backward(opts, args, g); });
     r.bwd_gflops = r.bwd_flops / (r.bwd_ms * 1e6);
   }
   r.naive_scratch_bytes = attention_naive_bytes(args);
@@ -115,7 +105,7 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& c) {
     naive_args.out = View3::contiguous(out2.data(), {t, h, d});
     naive_args.lse = {};
     attention_naive(opts, naive_args);
-    r.naive_ms = best_ms(c.repeats, [&] { attention_naive(opts, naive_args); });
+    r.naive_ms = 1e3 * best_of(c.repeats, [&] { attention_naive(opts, naive_args); });
   }
   r.threads = num_threads();
   r.sgemm_gflops = measure_sgemm_gflops(r.threads);

@@ -68,9 +68,9 @@ TEST(Decode, DenseEqualsFlashAttentionOverTheHistory) {
 }
 
 TEST(Decode, SinkPolicyEqualsAttentionOverSinksAndWindowAtCachePositions) {
-  const int64_t h = 4, hkv = 2, d = 16, n_sink = 4, window = 37, total = 300;
+  const int64_t h = 4, hkv = 2, d = 16, sink_tokens = 4, window = 37, total = 300;
   KVCache cache({.kv_heads = hkv, .head_dim = d, .dtype = DType::f32, .policy = KVPolicy::sink,
-                 .window = window, .n_sink = n_sink});
+                 .window = window, .sink_tokens = sink_tokens});
   const int64_t s = cache.add_sequence();
   const auto k = randn(total * hkv * d, 4), v = randn(total * hkv * d, 5);
   const std::vector<int64_t> seqs{s};
@@ -81,10 +81,10 @@ TEST(Decode, SinkPolicyEqualsAttentionOverSinksAndWindowAtCachePositions) {
     if (t % 41 != 40 && t != total - 1) continue;
     const auto q = randn(h * d, uint32_t(100 + t));
     const auto got = run(true, o, cache, seqs, q, h, d);
-    // Expected: exactly the first n_sink and the last `window` tokens, rotated by cache position.
+    // Expected: exactly the first sink_tokens and the last `window` tokens, rotated by cache position.
     std::vector<int64_t> keep;
     for (int64_t p = 0; p <= t; ++p)
-      if (p < n_sink || p > t - window) keep.push_back(p);
+      if (p < sink_tokens || p > t - window) keep.push_back(p);
     const int64_t m = int64_t(keep.size());
     std::vector<float> kk(static_cast<size_t>(m * hkv * d)), vv(kk.size()), qq = q, out(q.size());
     for (int64_t i = 0; i < m; ++i)

@@ -234,7 +234,7 @@ std::vector<GoldenDir> goldens() {
                  c.vocab_size = 19, c.hidden_size = 8, c.intermediate_size = 12;
                  c.num_hidden_layers = 2, c.num_attention_heads = 2, c.num_key_value_heads = 1;
                  c.head_dim = 4, c.max_position_embeddings = 16, c.tie_word_embeddings = false;
-                 c.gate = GateMode::kHeadwise, c.sink = SinkMode::kLearned;
+                 c.gate = GateMode::kHeadwise, c.sink_logits = SinkLogits::kLearned;
                  GptModel m(c);
                  m.init_random(1);
                  m.save(dir.string());

@@ -51,7 +51,7 @@ struct Block {
     w_o = Mat(c, hd).randn(seed + 3, so);
     if (o.qkv_bias) b_qkv = randn(o.qkv_width(), seed + 4, 0.5f);
     if (o.o_bias) b_o = randn(c, seed + 5, 0.5f);
-    if (o.sink == SinkMode::kLearned) sinks = randn(o.heads, seed + 6);
+    if (o.sink_logits == SinkLogits::kLearned) sinks = randn(o.heads, seed + 6);
     if (hg > 0) {
       const bool query = o.gate_source == GateSource::kQuery;
       const int64_t in = query ? o.head_dim : c;
@@ -134,17 +134,17 @@ std::vector<Case> cases() {
   v.push_back({"MhaCausal", opts(2, 2), 16, {9}});
   {
     auto o = opts(4, 2);
-    o.gate = GateMode::kHeadwise, o.sink = SinkMode::kLearned, o.qkv_bias = o.o_bias = true;
+    o.gate = GateMode::kHeadwise, o.sink_logits = SinkLogits::kLearned, o.qkv_bias = o.o_bias = true;
     v.push_back({"Gqa2HeadwiseInputLearnedSink", o, 24, {7, 17}});
   }
   {
     auto o = opts(4, 1);
-    o.gate = GateMode::kElementwise, o.sink = SinkMode::kOffByOne, o.window_left = 5;
+    o.gate = GateMode::kElementwise, o.sink_logits = SinkLogits::kOffByOne, o.window_left = 5;
     v.push_back({"Gqa4ElementwiseInputOffByOneWindow", o, 24, {7, 17, 3}});
   }
   {
     auto o = opts(4, 2);
-    o.gate = GateMode::kHeadwise, o.gate_source = GateSource::kQuery, o.sink = SinkMode::kLearned;
+    o.gate = GateMode::kHeadwise, o.gate_source = GateSource::kQuery, o.sink_logits = SinkLogits::kLearned;
     v.push_back({"Gqa2HeadwiseQueryRope", o, 20, {6, 11}});
   }
   {
@@ -161,7 +161,7 @@ std::vector<Case> cases() {
   }
   {
     auto o = opts(4, 4);
-    o.causal = false, o.sink = SinkMode::kOffByOne, o.qkv_bias = true;
+    o.causal = false, o.sink_logits = SinkLogits::kOffByOne, o.qkv_bias = true;
     v.push_back({"BidirectionalOffByOne", o, 16, {8, 3}});
   }
   return v;
@@ -238,17 +238,17 @@ std::vector<Case> tiny_cases() {
   const AttentionBlockOptions base{.heads = 2, .kv_heads = 1, .head_dim = 4, .qkv_bias = true,
                                    .o_bias = true};
   std::vector<Case> v;
-  auto add = [&](const std::string& name, GateMode gate, GateSource src, SinkMode sink,
+  auto add = [&](const std::string& name, GateMode gate, GateSource src, SinkLogits sink,
                  bool causal) {
     auto o = base;
-    o.gate = gate, o.gate_source = src, o.sink = sink, o.causal = causal;
+    o.gate = gate, o.gate_source = src, o.sink_logits = sink, o.causal = causal;
     v.push_back({name, o, 6, {3, 2}});
   };
-  add("HeadwiseInputLearned", GateMode::kHeadwise, GateSource::kInput, SinkMode::kLearned, true);
-  add("ElementwiseInputOffByOne", GateMode::kElementwise, GateSource::kInput, SinkMode::kOffByOne,
+  add("HeadwiseInputLearned", GateMode::kHeadwise, GateSource::kInput, SinkLogits::kLearned, true);
+  add("ElementwiseInputOffByOne", GateMode::kElementwise, GateSource::kInput, SinkLogits::kOffByOne,
       true);
-  add("HeadwiseQueryLearned", GateMode::kHeadwise, GateSource::kQuery, SinkMode::kLearned, false);
-  add("ElementwiseQueryNone", GateMode::kElementwise, GateSource::kQuery, SinkMode::kNone, true);
+  add("HeadwiseQueryLearned", GateMode::kHeadwise, GateSource::kQuery, SinkLogits::kLearned, false);
+  add("ElementwiseQueryNone", GateMode::kElementwise, GateSource::kQuery, SinkLogits::kNone, true);
   return v;
 }
 

@@ -41,15 +41,15 @@ def test_dense_equals_attention_over_the_history():
 
 def test_sink_policy_with_rope_through_wraparound():
     rng = np.random.default_rng(1)
-    h, hkv, d, n_sink, window, theta = 4, 1, 16, 4, 50, 10000.0
-    cache = attnkit.KVCache(1, hkv, d, dtype="f32", policy="sink", window=window, n_sink=n_sink)
+    h, hkv, d, sink_tokens, window, theta = 4, 1, 16, 4, 50, 10000.0
+    cache = attnkit.KVCache(1, hkv, d, dtype="f32", policy="sink", window=window, sink_tokens=sink_tokens)
     k = rng.standard_normal((400, hkv, d), dtype=np.float32)
     v = rng.standard_normal((400, hkv, d), dtype=np.float32)
     for t in range(400):
         cache.append(k[t:t + 1], v[t:t + 1])
         if t not in (30, 53, 54, 199, 399):
             continue
-        keep = [p for p in range(t + 1) if p < n_sink or p > t - window]
+        keep = [p for p in range(t + 1) if p < sink_tokens or p > t - window]
         np.testing.assert_array_equal(cache.positions(), keep)
         q = rng.standard_normal((1, h, d), dtype=np.float32)
         out = attnkit.decode_attention(q, cache, rope_theta=theta)

@@ -52,7 +52,7 @@ def test_eval_and_streaming_generation(tmp_path):
     r = subprocess.run([CLI, "eval", "--model", str(out), "--windows", "4"], capture_output=True, text=True)
     assert r.returncode == 0 and "bits per byte" in r.stdout
     g = subprocess.run([CLI, "generate", "--model", str(out), "--prompt", "Q: ", "--max-tokens",
-                        "600", "--sink", "4", "--window", "32", "--no-stop", "--seed", "3"],
+                        "600", "--sink-tokens", "4", "--window", "32", "--no-stop", "--seed", "3"],
                        capture_output=True)
     assert g.returncode == 0
     assert b"600 tokens" in g.stderr and b"36 tokens held" in g.stderr, g.stderr
