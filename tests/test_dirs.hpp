@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 namespace attnkit {
 
@@ -14,5 +16,27 @@ inline std::string fresh_dir(const std::string& name) {
   std::filesystem::remove_all(d);
   return d;
 }
+
+// An empty directory for the running test, TempDir()/<prefix>_<pid>_<test name>: created by the
+// constructor, removed with everything in it by the destructor.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& prefix) {
+    std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(test.begin(), test.end(), '/', '_');  // parametrized tests: "Name/0"
+    dir_ = fresh_dir(prefix + "_" + test);
+    std::filesystem::create_directories(dir_);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(dir_); }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  const std::filesystem::path& dir() const { return dir_; }
+  // The path of `name` inside the directory.
+  std::string path(std::string_view name) const { return (dir_ / name).string(); }
+
+ private:
+  std::filesystem::path dir_;
+};
 
 }  // namespace attnkit

@@ -21,7 +21,6 @@
 namespace attnkit {
 namespace {
 
-using testing::randn;
 
 struct Decoded {
   std::vector<float> out, lse;

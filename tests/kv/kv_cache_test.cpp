@@ -15,7 +15,6 @@
 namespace attnkit {
 namespace {
 
-using testing::randn;
 
 ConstView3 view(const std::vector<float>& x, int64_t n, int64_t hkv, int64_t d) {
   return ConstView3::contiguous(x.data(), {n, hkv, d});

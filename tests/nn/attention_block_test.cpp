@@ -13,13 +13,13 @@
 
 #include "attnkit/core/error.hpp"
 #include "nn/nn_testing.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
 
 using nn_testing::GradCheck;
 using nn_testing::Mat;
-using nn_testing::randn_vec;
 
 struct Case {
   std::string name;
@@ -49,14 +49,14 @@ struct Block {
     r = Mat(t, c).randn(seed + 1);
     w_qkv = Mat(o.qkv_width(), c).randn(seed + 2, sc);
     w_o = Mat(c, hd).randn(seed + 3, so);
-    if (o.qkv_bias) b_qkv = randn_vec(o.qkv_width(), seed + 4, 0.5f);
-    if (o.o_bias) b_o = randn_vec(c, seed + 5, 0.5f);
-    if (o.sink_logits == SinkLogits::kLearned) sinks = randn_vec(o.heads, seed + 6);
+    if (o.qkv_bias) b_qkv = randn(o.qkv_width(), seed + 4, 0.5f);
+    if (o.o_bias) b_o = randn(c, seed + 5, 0.5f);
+    if (o.sink_logits == SinkLogits::kLearned) sinks = randn(o.heads, seed + 6);
     if (hg > 0) {
       const bool query = o.gate_source == GateSource::kQuery;
       const int64_t in = query ? o.head_dim : c;
       w_g = Mat(hg, in).randn(seed + 7, 1 / std::sqrt(float(in)));
-      if (o.gate_bias) b_g = randn_vec(hg, seed + 8, 0.5f);
+      if (o.gate_bias) b_g = randn(hg, seed + 8, 0.5f);
     }
   }
   AttentionBlockParams params() const {
@@ -301,12 +301,10 @@ TEST(AttentionBlockErrors, NamesTheArgument) {
     spoil(b, o);
     AttentionBlockWorkspace ws(b.o, b.t);
     Mat out(b.t, b.c);
-    try {
+    const auto run = [&] {
       attention_block_forward(out.view(), ws.cache(), b.x.cview(), b.batch(), b.params(), o);
-      ADD_FAILURE() << "no error for " << needle;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
+    };
+    attnkit::expect_error(run, needle);
   };
   expect_error([](Block&, AttentionBlockOptions& o) { o.kv_heads = 3; }, "opts.kv_heads");
   expect_error([](Block& b, AttentionBlockOptions&) { b.sinks.clear(); }, "sinks");

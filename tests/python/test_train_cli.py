@@ -8,9 +8,8 @@ import subprocess
 import pytest
 
 import attnkit
+from cli_helpers import CLI, FORTUNES
 
-CLI = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
-FORTUNES = "/usr/share/games/fortunes"
 pytestmark = pytest.mark.skipif(not os.path.isdir(FORTUNES), reason="fortunes not installed")
 
 

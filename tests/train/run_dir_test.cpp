@@ -13,6 +13,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "test_dirs.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
@@ -42,17 +43,6 @@ void commit(RunDir& run, int64_t step, const std::string& tag, uint64_t seed = 7
   write(tmp + "/model.safetensors", "model " + tag);
   write(tmp + "/optimizer.safetensors", "optimizer " + tag);
   run.commit_checkpoint(step, seed);
-}
-
-// The error message of `f`, or "" if it did not throw attnkit::Error.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(RunDir, CommitWritesAStepDirectoryAManifestAndThePointer) {
