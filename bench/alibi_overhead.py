@@ -15,15 +15,12 @@ import time
 import numpy as np
 
 import attnkit
+from bench_common import add_attention_shape_args
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seq", type=int, default=2048)
-    ap.add_argument("--heads", type=int, default=32)
-    ap.add_argument("--kv-heads", type=int, default=8)
-    ap.add_argument("--head-dim", type=int, default=128)
-    ap.add_argument("--rounds", type=int, default=4)
+    add_attention_shape_args(ap, rounds=4)
     a = ap.parse_args()
     attnkit.set_num_threads(1)
     rng = np.random.default_rng(0)

@@ -11,10 +11,11 @@ whatever torch did to OpenMP's default. GFLOP/s count 4·D per visible (query, k
 import argparse
 import datetime
 import json
-import platform
 import statistics
 import subprocess
 import sys
+
+from bench_common import add_attention_shape_args, cpu_model
 
 CHILD = r"""
 import json, sys, time
@@ -39,20 +40,9 @@ print(json.dumps({"ms": best * 1e3, "threads": attnkit.num_threads()}))
 """
 
 
-def cpu_model():
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--seq", type=int, default=2048)
-    p.add_argument("--heads", type=int, default=32)
-    p.add_argument("--kv-heads", type=int, default=8)
-    p.add_argument("--head-dim", type=int, default=128)
+    add_attention_shape_args(p, rounds=5)
     a = p.parse_args()
     if a.rounds < 1:
         p.error("--rounds must be at least 1")

@@ -21,7 +21,6 @@ Usage: PYTHONPATH=build/python /usr/bin/python3 bench/torch_gpt_swap.py [--threa
 import argparse
 import datetime
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import torch.nn.functional as F
 
 import attnkit
 from attnkit.torch import flash_attn_func
+from bench_common import cpu_model
 
 
 def naive_attention(q, k, v):
@@ -193,17 +193,6 @@ def attention_alone(args):
                 times[side].append(time.perf_counter() - t0)
             q.grad = k.grad = v.grad = None
     return {s: statistics.median(t) for s, t in times.items()}
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main():

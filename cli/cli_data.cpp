@@ -1,4 +1,4 @@
-// Shared CLI helpers: --data loading and matplotlib figures.
+// Shared CLI helpers: matplotlib figures.
 #include "cli_data.hpp"
 
 #include <cstdio>
@@ -9,35 +9,6 @@
 #include "attnkit/core/file_io.hpp"
 
 namespace attnkit::cli {
-
-std::vector<std::string> load_documents(const std::vector<std::string>& data) {
-  std::vector<std::string> docs;
-  for (const auto& d : data) {
-    if (d != "fortunes" && d != "bible") check_readable_file(d, "--data");
-    std::vector<std::string> part = d == "fortunes" ? load_fortunes()
-                                    : d == "bible"  ? load_bible_kjv()
-                                                    : load_text_files({d});
-    docs.insert(docs.end(), part.begin(), part.end());
-  }
-  check(!docs.empty(), "--data: no documents");
-  return docs;
-}
-
-std::vector<int32_t> load_split_tokens(const std::vector<std::string>& data, const std::string& split) {
-  check(split == "validation" || split == "train" || split == "all",
-        "--split: expected validation, train or all, got '", split, "'");
-  const TextCorpus corpus(load_documents(data));
-  std::vector<int32_t> out;
-  if (split != "validation") {
-    const auto a = corpus.tokens(Split::train);
-    out.assign(a.begin(), a.end());
-  }
-  if (split != "train") {
-    const auto b = corpus.tokens(Split::validation);
-    out.insert(out.end(), b.begin(), b.end());
-  }
-  return out;
-}
 
 namespace {
 

@@ -1,12 +1,13 @@
 #pragma once
-// Helpers shared by the CLI commands: reading --data into documents and token streams, and
-// drawing figures with Debian's matplotlib.
+// Helpers shared by the CLI commands: drawing figures with Debian's matplotlib (and the --data
+// readers of io/text_sources.hpp).
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/io/text_corpus.hpp"
+#include "attnkit/io/text_sources.hpp"  // load_documents, load_split_tokens (--data)
 
 namespace attnkit::cli {
 
@@ -16,10 +17,6 @@ class ReportedError : public Error {
   using Error::Error;
 };
 
-// Documents from --data: "fortunes", "bible", or text files (one document each).
-std::vector<std::string> load_documents(const std::vector<std::string>& data);
-// The token stream of --split ("validation", "train" or "all" = train then validation) of --data.
-std::vector<int32_t> load_split_tokens(const std::vector<std::string>& data, const std::string& split);
 // Runs the Python `script` (matplotlib) as `python3 - ARGS...` with Debian's /usr/bin/python3
 // (or python3 on PATH) for `flag`. An exception in the script prints one line
 // `attnkit: error: FLAG: ...` and throws ReportedError; other failures throw attnkit::Error.

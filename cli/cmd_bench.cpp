@@ -76,6 +76,8 @@ void add_bench_command(CLI::App& app) {
   att->add_flag("!--no-naive", c->naive, "Skip the naive baseline");
   add_threads_flag(*att, c->threads);
   att->add_option("--repeats", c->repeats, "Timed calls; the best is reported")->capture_default_str()->check(integer_in(1, 1000000));
+  att->add_flag("--cpu-time", c->cpu_time,
+                "Time flash and sgemm on the process's CPU clock (with --threads 1: preempted time on a shared machine is not counted)");
   add_json_flag(*att, *json, "One JSON object (keys: ms, gflops, fraction_of_sgemm, naive_ms, ...)");
   att->callback([c, json] {
     // q, out [B·L, H, D], k, v [B·L, Hkv, D], lse [H, B·L] float32; the backward doubles them.

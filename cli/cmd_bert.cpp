@@ -1,21 +1,17 @@
 // `attnkit train bert`, `attnkit finetune bert` and BERT directories in `attnkit eval`: masked-LM
 // (+ NSP) pretraining with pad / bucket / pack batching, fine-tuning on the fortunes tasks of
 // train/bert_tasks.hpp (file classification, attribution tagging and span), and their evaluation.
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/core/file_io.hpp"
 #include "attnkit/io/text_corpus.hpp"
-#include "attnkit/io/tokenizer.hpp"
 #include "attnkit/models/model_registry.hpp"
-#include "attnkit/train/bert_trainer.hpp"
+#include "attnkit/train/bert_run.hpp"
 #include "attnkit/train/run_dir.hpp"
-#include "attnkit/train/train_checks.hpp"
 #include "cli_data.hpp"
 #include "commands.hpp"
 #include "run_flags.hpp"
@@ -23,44 +19,6 @@
 
 namespace attnkit::cli {
 namespace {
-
-// Named encoder shapes (byte vocabulary, context 128).
-BertConfig bert_preset(const std::string& name) {
-  BertConfig c;
-  c.vocab_size = ByteTokenizer::vocab_size();
-  c.pad_token_id = ByteTokenizer::kPad;
-  c.max_position_embeddings = 128;
-  if (name == "tiny") {
-    c.hidden_size = 64, c.num_hidden_layers = 2, c.num_attention_heads = 4, c.intermediate_size = 256;
-  } else if (name == "mini") {
-    c.hidden_size = 128, c.num_hidden_layers = 4, c.num_attention_heads = 4, c.intermediate_size = 512;
-  } else if (name == "small") {
-    c.hidden_size = 256, c.num_hidden_layers = 6, c.num_attention_heads = 8, c.intermediate_size = 1024;
-  } else {
-    fail("--preset: unknown preset '", name, "' (tiny, mini, small)");
-  }
-  return c;
-}
-
-// A fine-tuning task's examples and the architecture and objective that fit it.
-struct Task {
-  BertTaskData data;
-  BertArchitecture architecture;
-  BertObjective objective;
-};
-
-Task make_task(const std::string& name, const std::vector<std::string>& classes, int64_t max_len) {
-  if (name == "fortune-file")
-    return {fortune_file_task(classes, max_len, kFortunesDir), BertArchitecture::kSequenceClassification,
-            BertObjective::kClassify};
-  if (name == "attribution-tokens")
-    return {attribution_task(load_fortunes(), false, max_len), BertArchitecture::kTokenClassification,
-            BertObjective::kTokens};
-  if (name == "attribution-span")
-    return {attribution_task(load_fortunes(), true, max_len), BertArchitecture::kQuestionAnswering,
-            BertObjective::kSpan};
-  fail("--task: expected fortune-file, attribution-tokens or attribution-span, got '", name, "'");
-}
 
 // One line of task metrics.
 void print_task_metrics(const std::string& task, const BertEvalResult& r, const BertTaskData& data) {
@@ -75,15 +33,13 @@ void print_task_metrics(const std::string& task, const BertEvalResult& r, const 
 }
 
 struct BertCli {
-  std::string config_file, preset = "mini", out, objective = "mlm", batching = "pack", init, task = "fortune-file";
+  BertModelSource model;
+  std::string out, objective = "mlm", batching = "pack", init, task = "fortune-file";
   std::vector<std::string> data{"fortunes"};
   std::vector<std::string> classes{"computers", "definitions", "people", "songs-poems"};
   BertTrainOptions opts;
-  double lr = 1e-3, min_lr = 1e-4, dropout = 0.1;
-  int64_t warmup = 30;
+  ScheduleFlags schedule{.lr = 1e-3, .min_lr = 1e-4, .warmup = 30};
   bool resume = false, overwrite = false, quiet = false;
-  bool preset_given = false, config_given = false, warmup_given = false;  // set on the command line
-  int threads = 0;
   BertCli() {
     opts.steps = 300;
     opts.batch = 16;
@@ -97,12 +53,12 @@ void add_common_options(CLI::App* cmd, BertCli& cli) {
   cmd->add_option("--steps", cli.opts.steps, "Optimizer steps")->capture_default_str();
   cmd->add_option("--batch", cli.opts.batch, "Examples per step")->capture_default_str();
   cmd->add_option("--seq", cli.opts.max_len, "Tokens per example, at most (and per packed row)")->capture_default_str();
-  cmd->add_option("--lr", cli.lr, "Peak learning rate")->capture_default_str();
-  cmd->add_option("--min-lr", cli.min_lr, "Final learning rate of the cosine decay")->capture_default_str();
-  cmd->add_option("--warmup", cli.warmup, "Linear warmup steps")->capture_default_str();
+  cmd->add_option("--lr", cli.schedule.lr, "Peak learning rate")->capture_default_str();
+  cmd->add_option("--min-lr", cli.schedule.min_lr, "Final learning rate of the cosine decay")->capture_default_str();
+  cmd->add_option("--warmup", cli.schedule.warmup, "Linear warmup steps")->capture_default_str();
   cmd->add_option("--weight-decay", cli.opts.adamw.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
   cmd->add_option("--clip", cli.opts.clip, "Global gradient-norm bound (0 = off)")->capture_default_str();
-  cmd->add_option("--dropout", cli.dropout, "Hidden and attention dropout probability")->capture_default_str();
+  cmd->add_option("--dropout", cli.model.dropout, "Hidden and attention dropout probability")->capture_default_str();
   cmd->add_option("--eval-every", cli.opts.eval_every, "Steps between validation evaluations")->capture_default_str();
   cmd->add_option("--eval-examples", cli.opts.eval_examples, "Validation examples per evaluation")->capture_default_str();
   cmd->add_option("--checkpoint-every", cli.opts.checkpoint_every, "Steps between checkpoints")->capture_default_str();
@@ -111,7 +67,7 @@ void add_common_options(CLI::App* cmd, BertCli& cli) {
                                "Continue the run in --out from its committed checkpoint (its own config)");
   cmd->add_flag("--overwrite", cli.overwrite, "Replace the run that --out holds (without it, such an --out is refused)")
       ->excludes(resume);
-  add_threads_flag(*cmd, cli.threads);
+  add_threads_flag(*cmd, cli.schedule.threads);
   cmd->add_flag("--quiet", cli.quiet, "No progress output");
 }
 
@@ -119,33 +75,12 @@ RunStart run_start(const BertCli& cli) { return cli::run_start(cli.resume, cli.o
 
 // The trainer's options from the command line, every flag checked (before any data is loaded).
 BertTrainOptions train_options(const BertCli& cli) {
-  BertTrainOptions o = cli.opts;
-  check(o.steps >= 1, "--steps: must be >= 1, got ", o.steps);
-  check(o.batch >= 1, "--batch: must be >= 1, got ", o.batch);
-  check_optim_flags({.lr = cli.lr, .min_lr = cli.min_lr, .weight_decay = o.adamw.weight_decay, .clip = o.clip,
-                     .threads = cli.threads});
-  check_non_negative(o.eval_every, "--eval-every");
-  check_non_negative(o.checkpoint_every, "--checkpoint-every");
-  check(o.eval_examples >= 1, "--eval-examples: must be >= 1, got ", o.eval_examples);
-  const int64_t warmup = checked_warmup(cli.warmup, cli.warmup_given, o.steps, "--warmup", "--steps");
+  BertTrainOptions o = checked_bert_train_options(cli.opts, cli.schedule, cli.model.dropout);
   o.out_dir = cli.out;
   o.start = run_start(cli);
   o.progress = !cli.quiet;
   o.batching = parse_batching(cli.batching);
-  // A default warmup longer than the run: the schedule spans the warmup (as train gpt's).
-  o.schedule = {.max_lr = cli.lr, .min_lr = cli.min_lr, .warmup_steps = warmup,
-                .total_steps = std::max(o.steps, warmup)};
-  check(std::isfinite(cli.dropout) && cli.dropout >= 0 && cli.dropout < 1, "--dropout: must be in [0, 1), got ",
-        cli.dropout);
   return o;
-}
-
-// With --resume the run's own config (a --preset/--config that differs from it is an error);
-// otherwise `given`.
-BertConfig resumed_or(const BertConfig& given, const BertCli& cli, const RunDir& run) {
-  if (run.start() != RunStart::kResume) return given;
-  if (cli.preset_given || cli.config_given) run.check_config(bert_config_to_json(given));
-  return parse_bert_config(run.checkpoint_config());
 }
 
 void print_result(const BertStepResult& last, const BertEvalResult& val, const BertTrainOptions& o) {
@@ -159,25 +94,16 @@ void print_result(const BertStepResult& last, const BertEvalResult& val, const B
 void run_pretrain(const BertCli& cli) {
   const RunDir run(cli.out, run_start(cli), "bert");  // refusals before any work
   BertTrainOptions o = train_options(cli);
-  BertConfig cfg = cli.config_file.empty() ? bert_preset(cli.preset) : parse_bert_config(read_file(cli.config_file, "--config"), cli.config_file);
   o.objective = parse_bert_objective(cli.objective);
-  cfg.architecture = o.objective == BertObjective::kMlmNsp ? BertArchitecture::kPreTraining : BertArchitecture::kMaskedLM;
-  if (cli.config_file.empty()) cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = cli.dropout;
-  cfg = resumed_or(cfg, cli, run);
-  check(cfg.vocab_size >= ByteTokenizer::vocab_size(), "config: vocab_size must be >= ",
-        ByteTokenizer::vocab_size(), " for the byte tokenizer");
-  ThreadCountScope threads(cli.threads);
+  const BertConfig cfg = pretraining_bert_config(cli.model, o.objective, run);
+  ThreadCountScope threads(cli.schedule.threads);
   BertDocuments docs = split_documents(load_documents(cli.data), {});
   const size_t n_docs = docs.train.size();
   BertModel model(cfg);
   model.init_random(o.seed);
   BertTrainer trainer(model, std::move(docs), o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
-  if (start >= o.steps) {  // a finished run resumed again: nothing to train
-    std::printf("%s is at step %lld of --steps %lld: nothing to train\n", o.out_dir.c_str(), (long long)start,
-                (long long)o.steps);
-    return;
-  }
+  if (nothing_to_train(o.out_dir, start, o.steps)) return;
   if (!cli.quiet)
     std::fprintf(stderr, "training BERT (%s, %s batching) with %lld parameters on %zu documents, steps %lld..%lld, %d threads\n",
                  cli.objective.c_str(), cli.batching.c_str(), (long long)bert_parameter_count(cfg),
@@ -189,30 +115,20 @@ void run_pretrain(const BertCli& cli) {
 void run_finetune(const BertCli& cli) {
   const RunDir run(cli.out, run_start(cli), "bert");  // refusals before any work
   BertTrainOptions o = train_options(cli);
-  ThreadCountScope threads(cli.threads);
+  ThreadCountScope threads(cli.schedule.threads);
   check(!cli.init.empty(), "--init: a pretrained BERT directory is required");
   require_model_kind(cli.init, ModelKind::kBert, "finetune bert --init");
   const BertModel pre = BertModel::load(cli.init);
-  Task task = make_task(cli.task, cli.classes, o.max_len);
+  BertTask task = make_bert_task(cli.task, cli.classes, o.max_len);
   o.objective = task.objective;
-  BertConfig cfg = pre.config();
-  cfg.architecture = task.architecture;
-  cfg.labels = task.data.labels;
-  cfg.num_labels = task.data.labels.empty() ? 2 : int64_t(task.data.labels.size());
-  cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = cli.dropout;
-  if (run.start() == RunStart::kResume) run.check_config(bert_config_to_json(cfg));  // same --init, task, dropout
-  BertModel model(cfg);
+  BertModel model(finetuning_bert_config(pre.config(), task, cli.model.dropout, run));
   model.init_random(o.seed);  // the new heads (and the pooler if --init has none)
   const int64_t copied = model.copy_matching(pre);
   const size_t n_train = task.data.train.size(), n_val = task.data.validation.size();
   const BertTaskData data = task.data;  // kept for the baseline
   BertTrainer trainer(model, std::move(task.data), o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
-  if (start >= o.steps) {  // a finished run resumed again: nothing to train
-    std::printf("%s is at step %lld of --steps %lld: nothing to train\n", o.out_dir.c_str(), (long long)start,
-                (long long)o.steps);
-    return;
-  }
+  if (nothing_to_train(o.out_dir, start, o.steps)) return;
   if (!cli.quiet)
     std::fprintf(stderr, "fine-tuning %s on %zu train / %zu validation examples; %lld tensors from %s; steps %lld..%lld\n",
                  cli.task.c_str(), n_train, n_val, (long long)copied, cli.init.c_str(), (long long)start,
@@ -234,12 +150,10 @@ void run_bert_eval(const std::string& dir, const std::vector<std::string>& data,
   o.max_len = cfg.max_position_embeddings;
   o.eval_examples = examples;
   if (!cfg.has_mlm()) {
-    const std::string name = cfg.architecture == BertArchitecture::kSequenceClassification ? "fortune-file"
-                             : cfg.architecture == BertArchitecture::kTokenClassification ? "attribution-tokens"
-                                                                                          : "attribution-span";
+    const std::string name = bert_task_name(cfg);
     check(name != "fortune-file" || int64_t(cfg.labels.size()) == cfg.num_labels, "eval: ", dir,
           "/config.json has no id2label (the fortunes files of the fortune-file task)");
-    Task task = make_task(name, cfg.labels, o.max_len);
+    BertTask task = make_bert_task(name, cfg.labels, o.max_len);
     o.objective = task.objective;
     const BertTaskData data = task.data;
     BertTrainer t(model, std::move(task.data), o);
@@ -261,20 +175,19 @@ void add_bert_commands(CLI::App& app) {
   CLI::App* train = app.get_subcommand("train");
   auto* bert = train->add_subcommand("bert", "Masked-LM (+ NSP) pretraining of a BERT encoder on byte-level text");
   bert->add_option("--objective", cli->objective, "mlm or mlm+nsp")->capture_default_str();
-  bert->add_option("--config", cli->config_file, "config.json (Hugging Face BertConfig keys) instead of --preset");
-  bert->add_option("--preset", cli->preset, "Model shape: tiny, mini, small")->capture_default_str();
+  bert->add_option("--config", cli->model.config_file, "config.json (Hugging Face BertConfig keys) instead of --preset");
+  bert->add_option("--preset", cli->model.preset, "Model shape: tiny, mini, small")->capture_default_str();
   bert->add_option("--data", cli->data, "Text files, or 'fortunes' / 'bible' (Debian's corpora)")->capture_default_str();
   add_common_options(bert, *cli);
   bert->callback([cli, bert] {
-    cli->preset_given = bert->count("--preset") > 0;
-    cli->config_given = bert->count("--config") > 0;
-    cli->warmup_given = bert->count("--warmup") > 0;
+    cli->model.shape_given = bert->count("--preset") + bert->count("--config") > 0;
+    cli->schedule.warmup_given = bert->count("--warmup") > 0;
     run_pretrain(*cli);
   });
 
   auto ft_cli = std::make_shared<BertCli>();
   ft_cli->opts.steps = 200;
-  ft_cli->lr = 3e-4, ft_cli->min_lr = 3e-5, ft_cli->warmup = 20;
+  ft_cli->schedule = {.lr = 3e-4, .min_lr = 3e-5, .warmup = 20};
   auto* ft = app.add_subcommand("finetune", "Fine-tune models on a task");
   ft->require_subcommand(1);
   auto* ftb = ft->add_subcommand("bert", "Fine-tune a pretrained BERT on a fortunes task");
@@ -286,7 +199,7 @@ void add_bert_commands(CLI::App& app) {
   ftb->add_option("--classes", ft_cli->classes, "fortune-file: the fortunes files that are the classes")->capture_default_str();
   add_common_options(ftb, *ft_cli);
   ftb->callback([ft_cli, ftb] {
-    ft_cli->warmup_given = ftb->count("--warmup") > 0;
+    ft_cli->schedule.warmup_given = ftb->count("--warmup") > 0;
     run_finetune(*ft_cli);
   });
 }

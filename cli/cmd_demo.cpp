@@ -167,7 +167,7 @@ GptModel demo_train(const DemoCli& cli) {
 void demo_stream(const GptModel& model, const DemoCli& cli) {
   const int64_t context = model.config().max_position_embeddings;
   section("6. Streaming generation with the StreamingLLM cache (4 sink tokens + 124 recent)");
-  GenerateOptions o{.n_sink = 4, .window = context - 4, .temperature = 0.8f, .top_k = 40, .seed = 1};
+  GenerateOptions o{.sink_tokens = 4, .window = context - 4, .temperature = 0.8f, .top_k = 40, .seed = 1};
   GptGenerator gen(model, o);
   const std::string prompt = "Q: ";
   std::span<const float> logits = gen.feed(ByteTokenizer::kEndOfText);

@@ -36,10 +36,10 @@ struct GenerateCli {
 GenerateOptions resolve_options(const GenerateCli& cli, const GptConfig& config) {
   GenerateOptions o = cli.opts;
   o.cache_dtype = parse_kv_storage_dtype(cli.cache_dtype, "--cache-dtype");
-  check((o.n_sink >= 0) == (o.window > 0), "--sink and --window go together (StreamingLLM cache)");
+  check((o.sink_tokens >= 0) == (o.window > 0), "--sink-tokens and --window go together (StreamingLLM cache)");
   if (o.window > 0) {
-    check_fits_in_memory(gpt_kv_cache_bytes(config, double(o.window) + double(o.n_sink)), "--window",
-                         "a KV cache of --sink + --window tokens");
+    check_fits_in_memory(gpt_kv_cache_bytes(config, double(o.window) + double(o.sink_tokens)), "--window",
+                         "a KV cache of --sink-tokens + --window tokens");
   } else if (o.capacity == 0) {  // dense: room for prompt + output
     check_fits_in_memory(gpt_kv_cache_bytes(config, double(cli.prompt.size()) + double(cli.max_tokens) + 1),
                          "--max-tokens", "a KV cache of the prompt + --max-tokens tokens");
@@ -86,7 +86,7 @@ void run_generate(const GenerateCli& cli) {
   std::fprintf(stderr, "\n[%lld tokens in %.2f s: %.1f tokens/s; KV cache %s, %lld tokens held, %.2f MiB]\n",
                (long long)produced, dt, produced / std::max(dt, 1e-9),
                gen.cache().config().policy == KVPolicy::sink     ? "sink+window"
-               : gen.cache().config().policy == KVPolicy::window ? "window (--sink 0)"
+               : gen.cache().config().policy == KVPolicy::window ? "window (--sink-tokens 0)"
                                                                  : "dense",
                (long long)gen.cache().cached(0, 0), double(gen.cache().nbytes()) / (1 << 20));
 }
@@ -152,8 +152,8 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str()->check(integer_in(0));
   g->add_option("--top-p", cli->opts.top_p, "Nucleus sampling mass (1 = off)")->capture_default_str()->check(number_in(0, 1, true));
   add_seed_flag(*g, cli->opts.seed, "Sampling seed");
-  g->add_option("--sink", cli->opts.n_sink, "StreamingLLM: first tokens kept forever (with --window)")->check(integer_in(0));
-  g->add_option("--window", cli->opts.window, "StreamingLLM: recent tokens kept (with --sink)")->check(integer_in(1));
+  add_sink_tokens_flag(*g, cli->opts.sink_tokens, "StreamingLLM sink tokens: first tokens the cache keeps for ever (with --window)");
+  g->add_option("--window", cli->opts.window, "StreamingLLM: recent tokens kept (with --sink-tokens)")->check(integer_in(1));
   g->add_option("--cache-dtype", cli->cache_dtype, "KV cache storage: f32, f16, bf16, int8")->capture_default_str();
   add_threads_flag(*g, cli->threads);
   g->add_option("--tp", cli->tp,

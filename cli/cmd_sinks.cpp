@@ -166,10 +166,10 @@ void run_stream(const StreamCli& cli) {
   ThreadCountScope threads(cli.threads);
   check(cli.chunk >= 1, "--chunk: must be >= 1");
   StreamEvalOptions o = cli.opts;
-  o.policy = parse_stream_policy(cli.policy);
+  o.policy = parse_kv_policy(cli.policy, "--policy");
   GptModel model = GptModel::load(cli.model);
-  check_fits_in_memory(gpt_kv_cache_bytes(model.config(), double(o.window) + double(o.n_sink)), "--window",
-                       "a KV cache of --window + --sinks tokens");
+  check_fits_in_memory(gpt_kv_cache_bytes(model.config(), double(o.window) + double(o.sink_tokens)), "--window",
+                       "a KV cache of --window + --sink-tokens tokens");
   const std::vector<int32_t> tokens = load_split_tokens(cli.data, cli.split);
   const StreamEvalResult r = stream_eval(model, tokens, o);
   const int64_t n = int64_t(r.nll.size()), ctx = model.config().max_position_embeddings;
@@ -187,7 +187,7 @@ void run_stream(const StreamCli& cli) {
   if (!csv.empty()) {
     std::ofstream out(csv);
     check(bool(out), "--csv: cannot write ", csv);
-    out << "# policy=" << cli.policy << " window=" << W << " sinks=" << o.n_sink << " context=" << ctx << "\n";
+    out << "# policy=" << cli.policy << " window=" << W << " sink_tokens=" << o.sink_tokens << " context=" << ctx << "\n";
     out << "position,nll,ppl_chunk,ppl_cumulative\n";
     for (int64_t t = 0; t < n; ++t)
       out << t + 1 << "," << r.nll[size_t(t)] << "," << chunk_ppl[size_t(t)] << "," << cum_ppl[size_t(t)] << "\n";
@@ -209,15 +209,15 @@ void run_stream(const StreamCli& cli) {
   const double tail_ppl = tail_n > 0 ? std::exp(tail / double(tail_n)) : NAN;
   if (cli.json) {
     nlohmann::json j = {{"policy", cli.policy}, {"window", W},
-                        {"sinks", o.policy == StreamPolicy::sink ? o.n_sink : 0}, {"tokens", o.tokens},
+                        {"sink_tokens", o.policy == KVPolicy::sink ? o.sink_tokens : 0}, {"tokens", o.tokens},
                         {"context", ctx}, {"mean_nll", r.mean_nll()}, {"ppl", ppl},
                         {"ppl_past_context", tail_n > 0 ? nlohmann::json(tail_ppl) : nlohmann::json(nullptr)},
                         {"ppl_last_chunk", chunk_ppl.back()}, {"cache_tokens", r.cache_tokens}};
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("policy %s, window %lld, sinks %lld, %lld tokens (training context %lld)\n", cli.policy.c_str(),
-              (long long)W, (long long)(o.policy == StreamPolicy::sink ? o.n_sink : 0), (long long)o.tokens,
+  std::printf("policy %s, window %lld, sink tokens %lld, %lld tokens (training context %lld)\n", cli.policy.c_str(),
+              (long long)W, (long long)(o.policy == KVPolicy::sink ? o.sink_tokens : 0), (long long)o.tokens,
               (long long)ctx);
   std::printf("perplexity %.3f (mean nll %.4f nats over %lld predictions)\n", ppl, r.mean_nll(), (long long)n);
   if (tail_n > 0) std::printf("perplexity past the training context: %.3f (%lld predictions)\n", tail_ppl, (long long)tail_n);
@@ -254,7 +254,8 @@ void add_sinks_commands(CLI::App& app) {
   es->add_option("--policy", s->policy, "dense, window, sink or recompute (sliding window re-computed per token)")->capture_default_str();
   es->add_option("--window", s->opts.window, "Recent tokens kept (window, sink, recompute); 0 = the model's context")
       ->capture_default_str()->check(integer_in(0));
-  es->add_option("--sinks", s->opts.n_sink, "First tokens kept by the sink policy")->capture_default_str()->check(integer_in(0));
+  add_sink_tokens_flag(*es, s->opts.sink_tokens, "StreamingLLM sink tokens: first tokens kept by the sink policy")
+      ->capture_default_str();
   es->add_option("--tokens", s->opts.tokens, "Tokens to stream")->capture_default_str()->check(integer_in(2));
   es->add_option("--chunk", s->chunk, "Predictions per point of the perplexity curve")->capture_default_str()->check(integer_in(1));
   es->add_option("--csv", s->csv, "Write position, nll, chunk and cumulative perplexity per prediction");

@@ -2,62 +2,37 @@
 // corpora Debian ships (fortunes, the King James Bible), with the byte-level tokenizer.
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
+#include <optional>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
-#include "attnkit/core/file_io.hpp"
-#include "attnkit/io/idx.hpp"
+#include "attnkit/io/idx.hpp"  // kFashionMnistDir
 #include "attnkit/io/text_corpus.hpp"
-#include "attnkit/io/tokenizer.hpp"
 #include "attnkit/models/model_registry.hpp"
-#include "attnkit/train/gpt_trainer.hpp"
+#include "attnkit/train/gpt_run.hpp"
 #include "attnkit/train/run_dir.hpp"
-#include "attnkit/train/train_checks.hpp"
 #include "cli_data.hpp"
 #include "commands.hpp"
 #include "run_flags.hpp"
 #include "flags.hpp"
 #if ATTNKIT_HAVE_MPI
-#include "attnkit/dist/mpi.hpp"
+#include "attnkit/dist/dp_train.hpp"
 #include "attnkit/dist/tp_train.hpp"
 #endif
 
 namespace attnkit::cli {
 namespace {
 
-// Named model shapes (byte vocabulary). "small" is the benchmark shape of issue 5.
-GptConfig gpt_preset(const std::string& name) {
-  GptConfig c;
-  c.vocab_size = ByteTokenizer::vocab_size();
-  if (name == "tiny") {
-    c.hidden_size = 64, c.intermediate_size = 172, c.num_hidden_layers = 2;
-    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 16;
-    c.max_position_embeddings = 128;
-  } else if (name == "small") {
-    c.hidden_size = 256, c.intermediate_size = 688, c.num_hidden_layers = 6;
-    c.num_attention_heads = 8, c.num_key_value_heads = 2, c.head_dim = 32;
-    c.max_position_embeddings = 256;
-  } else {
-    fail("--preset: unknown preset '", name, "' (tiny, small)");
-  }
-  return c;
-}
-
 struct TrainCli {
-  std::string config_file, preset = "small", out, init;
-  int64_t tokens = 0;  // > 0: steps = ceil(tokens / (batch · seq))
+  GptModelSource model;
+  std::string out;
   std::vector<std::string> data{"fortunes"};
   TrainOptions opts;
-  double lr = 1e-3, min_lr = 1e-4;
-  int64_t warmup = 100;
+  ScheduleFlags schedule{.lr = 1e-3, .min_lr = 1e-4, .warmup = 100};
+  int64_t tokens = 0;  // > 0: steps = ceil(tokens / (batch · seq))
   bool resume = false, overwrite = false, quiet = false, dp = false;
-  bool preset_given = false, config_given = false, warmup_given = false;  // set on the command line
   int64_t tp = 1;  // > 1: tensor parallel over that many MPI processes
-  int threads = 0;
   TrainCli() {  // the default run: about 16 minutes on 2 cores (docs/models.md)
     opts.steps = 2000;
     opts.batch = 8;
@@ -67,115 +42,82 @@ struct TrainCli {
 
 RunStart run_start(const TrainCli& cli) { return cli::run_start(cli.resume, cli.overwrite); }
 
-// The model to train: with --resume the run's own config (weights come from its checkpoint;
-// a --preset/--config that differs is an error); with --init DIR that model (architecture and
-// weights) with a fresh optimizer; otherwise --config or --preset, initialised from `seed`.
-GptModel initial_model(const TrainCli& cli, uint64_t seed, const RunDir& run) {
-  auto given = [&] { return cli.config_file.empty() ? gpt_preset(cli.preset) : parse_gpt_config(read_file(cli.config_file, "--config"), cli.config_file); };
-  if (run.start() == RunStart::kResume) {
-    check(cli.init.empty(), "--init: not with --resume (a resumed run continues from its own checkpoint)");
-    GptModel model(parse_gpt_config(run.checkpoint_config()));
-    if (cli.preset_given || cli.config_given) run.check_config(gpt_config_to_json(given()));
-    return model;
-  }
-  if (cli.init.empty()) {
-    GptModel model(given());
-    model.init_random(seed);
-    return model;
-  }
-  namespace fs = std::filesystem;
-  check(!fs::exists(cli.out) || !fs::equivalent(cli.init, cli.out),
-        "--out: must differ from --init (the initial checkpoint is never overwritten)");
-  require_model_kind(cli.init, ModelKind::kGpt, "train gpt --init");
-  return GptModel::load(cli.init);
-}
-
-// Data parallelism under mpirun (--dp): MPI for the run's lifetime, the rank's share of every
-// batch, gradients averaged over ranks; rank 0 writes. Without --dp: nothing.
-struct DataParallel {
+// --dp or --tp P under mpirun (dist/dp_train.hpp, dist/tp_train.hpp): MPI for the run's lifetime,
+// this rank's model (--tp: its shard) and the trainer's hooks; rank 0 writes. Neither: one process.
+class Parallel {
+ public:
+  explicit Parallel(const TrainCli& cli) {
+    check(cli.tp >= 1, "--tp: must be >= 1");
+    check(cli.tp == 1 || !cli.dp, "--tp and --dp together are not supported: use one of them");
+    if (!cli.dp && cli.tp == 1) return;
 #if ATTNKIT_HAVE_MPI
-  std::unique_ptr<dist::MpiWorld> world;
-#endif
-  explicit DataParallel(bool on) {
-    if (!on) return;
-#if ATTNKIT_HAVE_MPI
-    world = std::make_unique<dist::MpiWorld>();
+    world_ = std::make_unique<dist::MpiWorld>();
+    tp_ = cli.tp > 1;
 #else
-    fail("--dp: this attnkit was built without MPI (ATTNKIT_MPI=OFF or Open MPI not found)");
+    fail(cli.dp ? "--dp" : "--tp", ": this attnkit was built without MPI (ATTNKIT_MPI=OFF or Open MPI not found)");
 #endif
+  }
+  bool writer() const { return rank() == 0; }
+  int processes() const {
+#if ATTNKIT_HAVE_MPI
+    if (world_) return world_->size();
+#endif
+    return 1;
+  }
+  // The model this rank trains: `whole`, or with --tp this rank's shard of it (every rank built the
+  // same whole model; it is freed once cut).
+  GptModel& adopt(GptModel whole) {
+#if ATTNKIT_HAVE_MPI
+    if (tp_) return (tp_training_ = std::make_unique<dist::TpTraining>(whole, rank(), world_->size()))->shard();
+#endif
+    return model_.emplace(std::move(whole));
   }
   void configure(TrainOptions& o) const {
 #if ATTNKIT_HAVE_MPI
-    if (!world) return;
-    o.dp_rank = world->rank();
-    o.dp_size = world->size();
-    const float inv = 1.0f / float(world->size());
-    o.dp_average = [inv](std::span<float> x) {
-      dist::all_reduce_sum(x);
-      for (float& v : x) v *= inv;
-    };
+    if (tp_training_) tp_training_->configure(o);
+    else if (world_) dist::configure_data_parallel(*world_, o);
 #endif
   }
-  // Throws unless every rank holds the same parameters (the all-reduce gave every rank one sum).
+  // After training: --dp checks that every rank holds the same parameters (--tp: the last
+  // checkpoint's gather did).
   void check_in_sync(std::span<const float> params) const {
 #if ATTNKIT_HAVE_MPI
-    if (!world) return;
-    double sum = 0;
-    for (float p : params) sum += double(p);
-    const double total = dist::all_reduce_sum(sum);
-    check(total == sum * world->size(), "--dp: ranks ended with different parameters");
+    if (world_ && !tp_) dist::check_replicas_in_sync(*world_, params);
 #endif
   }
-  // An error on one rank: end every rank (others may wait in an all-reduce forever otherwise).
+  // An error on one rank: end every rank (others may wait in a collective forever otherwise).
   void abort_if_parallel(const std::exception& e) const {
 #if ATTNKIT_HAVE_MPI
-    if (world) world->abort_all_if_parallel(e.what());
+    if (world_) world_->abort_all_if_parallel(e.what());
 #endif
   }
-  bool writer() const {
+  std::string description() const {
 #if ATTNKIT_HAVE_MPI
-    return !world || world->rank() == 0;
-#else
-    return true;
+    if (tp_) return ", tensor parallel over " + std::to_string(world_->size()) + " processes";
 #endif
+    return "";
   }
+
+ private:
+  int rank() const {
+#if ATTNKIT_HAVE_MPI
+    if (world_) return world_->rank();
+#endif
+    return 0;
+  }
+#if ATTNKIT_HAVE_MPI
+  std::unique_ptr<dist::MpiWorld> world_;
+  std::unique_ptr<dist::TpTraining> tp_training_;
+  bool tp_ = false;
+#endif
+  std::optional<GptModel> model_;
 };
-
-void run_train_ranks(const TrainCli& cli, const DataParallel& dp);
-void run_train_tp(const TrainCli& cli);
-
-void run_train(const TrainCli& cli) {
-  check(cli.tp >= 1, "--tp: must be >= 1");
-  check(cli.tp == 1 || !cli.dp, "--tp and --dp together are not supported: use one of them");
-  if (cli.tp > 1) return run_train_tp(cli);
-  const DataParallel dp(cli.dp);
-  try {
-    run_train_ranks(cli, dp);
-  } catch (const std::exception& e) {
-    dp.abort_if_parallel(e);
-    throw;
-  }
-}
 
 // The trainer's options from the command line (any rank, any parallelism), every flag checked.
 TrainOptions train_options(const TrainCli& cli, const GptConfig& cfg) {
-  check(cli.tokens >= 0, "--tokens: must be >= 0");
-  check(cfg.vocab_size - cfg.registers >= ByteTokenizer::vocab_size(),
-        "config: vocab_size - attnkit_registers must be >= ", ByteTokenizer::vocab_size(),
-        " for the byte tokenizer (registers take the last ids)");
-  TrainOptions o = cli.opts;
-  check(o.batch >= 1, "--batch: must be >= 1, got ", o.batch);
-  check(o.seq_len >= 1, "--seq: must be >= 1, got ", o.seq_len);
-  if (cli.tokens > 0) o.steps = (cli.tokens + o.batch * o.seq_len - 1) / (o.batch * o.seq_len);
-  check(o.steps >= 1, "--steps: must be >= 1, got ", o.steps);
-  check_optim_flags({.lr = cli.lr, .min_lr = cli.min_lr, .weight_decay = o.adamw.weight_decay, .clip = o.clip,
-                     .threads = cli.threads});
-  check_non_negative(o.eval_every, "--eval-every");
-  check_non_negative(o.checkpoint_every, "--checkpoint-every");
-  const int64_t warmup = checked_warmup(cli.warmup, cli.warmup_given, o.steps, "--warmup", "--steps");
+  TrainOptions o = checked_gpt_train_options(cli.opts, cli.schedule, cli.tokens, cfg);
   o.out_dir = cli.out;
   o.start = run_start(cli);
-  o.schedule = {.max_lr = cli.lr, .min_lr = cli.min_lr, .warmup_steps = warmup, .total_steps = o.steps};
   return o;
 }
 
@@ -190,83 +132,37 @@ void print_summary(const TrainStepResult& last, double val, const std::string& o
               (long long)(last.step + 1), last.loss, val, val / std::log(2.0), out.c_str());
 }
 
-// The training run on this rank (all of it without --dp).
-void run_train_ranks(const TrainCli& cli, const DataParallel& dp) {
-  const RunDir run(cli.out, run_start(cli), "gpt", dp.writer());  // refusals before any work
-  GptModel model = initial_model(cli, cli.opts.seed, run);
+// The training run on this rank (all of it without --dp / --tp).
+void run_train_rank(const TrainCli& cli, Parallel& par) {
+  check(cli.tp == 1 || par.processes() == cli.tp, "--tp: ", cli.tp, " processes requested but MPI started ",
+        par.processes(), " (launch with mpirun -np ", cli.tp, ")");
+  const RunDir run(cli.out, run_start(cli), "gpt", par.writer());  // refusals before any work
+  GptModel& model = par.adopt(initial_gpt_model(cli.model, cli.opts.seed, run));
   const GptConfig cfg = model.config();
   TrainOptions o = train_options(cli, cfg);
-  ThreadCountScope threads(cli.threads);
+  ThreadCountScope threads(cli.schedule.threads);
   TextCorpus corpus(load_documents(cli.data));
-  o.progress = !cli.quiet && dp.writer();
-  dp.configure(o);
+  o.progress = !cli.quiet && par.writer();
+  par.configure(o);
   GptTrainer trainer(model, corpus, o);
   const int64_t start = cli.resume ? trainer.resume() : 0;
-  if (start >= o.steps) {  // a finished run resumed again: nothing to train
-    if (dp.writer())
-      std::printf("%s is at step %lld of --steps %lld: nothing to train\n", o.out_dir.c_str(), (long long)start,
-                  (long long)o.steps);
-    return;
-  }
-  if (o.progress) print_start(cfg, corpus, start, o.steps, "");
+  if (nothing_to_train(o.out_dir, start, o.steps, par.writer())) return;
+  if (o.progress) print_start(cfg, corpus, start, o.steps, par.description().c_str());
   const TrainStepResult last = trainer.run();
-  dp.check_in_sync(model.parameters());
-  if (!dp.writer()) return;
-  print_summary(last, trainer.evaluate(o.eval_windows), o.out_dir);
+  par.check_in_sync(model.parameters());
+  const double val = trainer.evaluate(o.eval_windows);  // --tp: collective, every rank runs its shard
+  if (par.writer()) print_summary(last, val, o.out_dir);
 }
 
-#if ATTNKIT_HAVE_MPI
-void run_train_tp_ranks(const TrainCli& cli, const dist::MpiWorld& world);
-
-void run_train_tp(const TrainCli& cli) {
-  dist::MpiWorld world;
+void run_train(const TrainCli& cli) {
+  Parallel par(cli);
   try {
-    run_train_tp_ranks(cli, world);
+    run_train_rank(cli, par);
   } catch (const std::exception& e) {
-    world.abort_all_if_parallel(e.what());  // the other ranks may wait in a collective
+    par.abort_if_parallel(e);
     throw;
   }
 }
-
-// Tensor-parallel training on this rank (--tp P): every rank builds the same whole model (same
-// seed or --init), keeps its shard and runs every step's whole batch; rank 0 logs and writes
-// whole-model checkpoints (gathered; a gather also checks that replicas agree bitwise).
-void run_train_tp_ranks(const TrainCli& cli, const dist::MpiWorld& world) {
-  check(world.size() == cli.tp, "--tp: ", cli.tp, " processes requested but MPI started ", world.size(),
-        " (launch with mpirun -np ", cli.tp, ")");
-  const RunDir run(cli.out, run_start(cli), "gpt", world.rank() == 0);  // refusals before any work
-  std::unique_ptr<dist::TpTraining> tp;
-  GptConfig cfg;
-  {  // the whole model lives only until its shard is cut
-    const GptModel full = initial_model(cli, cli.opts.seed, run);
-    cfg = full.config();
-    tp = std::make_unique<dist::TpTraining>(full, world.rank(), world.size());
-  }
-  TrainOptions o = train_options(cli, cfg);
-  ThreadCountScope threads(cli.threads);
-  TextCorpus corpus(load_documents(cli.data));
-  o.progress = !cli.quiet && world.rank() == 0;
-  tp->configure(o);
-  GptTrainer trainer(tp->shard(), corpus, o);
-  const int64_t start = cli.resume ? trainer.resume() : 0;
-  if (start >= o.steps) {  // a finished run resumed again: nothing to train
-    if (world.rank() == 0)
-      std::printf("%s is at step %lld of --steps %lld: nothing to train\n", o.out_dir.c_str(), (long long)start,
-                  (long long)o.steps);
-    return;
-  }
-  if (o.progress)
-    print_start(cfg, corpus, start, o.steps,
-                (", tensor parallel over " + std::to_string(world.size()) + " processes").c_str());
-  const TrainStepResult last = trainer.run();  // its last checkpoint gathered and checked the replicas
-  const double val = trainer.evaluate(o.eval_windows);  // collective: every rank runs its shard
-  if (world.rank() == 0) print_summary(last, val, o.out_dir);
-}
-#else
-void run_train_tp(const TrainCli&) {
-  fail("--tp: this attnkit was built without MPI (ATTNKIT_MPI=OFF or Open MPI not found)");
-}
-#endif
 
 }  // namespace
 
@@ -275,9 +171,9 @@ void add_train_command(CLI::App& app) {
   train->require_subcommand(1);
   auto cli = std::make_shared<TrainCli>();
   auto* gpt = train->add_subcommand("gpt", "Causal-LM training of a GPT (Llama architecture) on byte-level text");
-  auto* config = gpt->add_option("--config", cli->config_file, "config.json (Hugging Face Llama keys) instead of --preset");
-  auto* preset = gpt->add_option("--preset", cli->preset, "Model shape: tiny, small")->capture_default_str();
-  gpt->add_option("--init", cli->init,
+  auto* config = gpt->add_option("--config", cli->model.config_file, "config.json (Hugging Face Llama keys) instead of --preset");
+  auto* preset = gpt->add_option("--preset", cli->model.preset, "Model shape: tiny, small")->capture_default_str();
+  gpt->add_option("--init", cli->model.init,
                   "Continue from this model directory (e.g. a convert-gqa output): its config and weights, "
                   "a fresh optimizer")
       ->excludes(config)
@@ -288,9 +184,9 @@ void add_train_command(CLI::App& app) {
   gpt->add_option("--steps", cli->opts.steps, "Optimizer steps")->capture_default_str()->excludes(tokens);
   gpt->add_option("--batch", cli->opts.batch, "Windows per step")->capture_default_str();
   gpt->add_option("--seq", cli->opts.seq_len, "Tokens per window")->capture_default_str();
-  gpt->add_option("--lr", cli->lr, "Peak learning rate")->capture_default_str();
-  gpt->add_option("--min-lr", cli->min_lr, "Final learning rate of the cosine decay")->capture_default_str();
-  gpt->add_option("--warmup", cli->warmup, "Linear warmup steps")->capture_default_str();
+  gpt->add_option("--lr", cli->schedule.lr, "Peak learning rate")->capture_default_str();
+  gpt->add_option("--min-lr", cli->schedule.min_lr, "Final learning rate of the cosine decay")->capture_default_str();
+  gpt->add_option("--warmup", cli->schedule.warmup, "Linear warmup steps")->capture_default_str();
   gpt->add_option("--weight-decay", cli->opts.adamw.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
   gpt->add_option("--clip", cli->opts.clip, "Global gradient-norm bound (0 = off)")->capture_default_str();
   gpt->add_option("--eval-every", cli->opts.eval_every, "Steps between validation evaluations")->capture_default_str();
@@ -309,12 +205,11 @@ void add_train_command(CLI::App& app) {
                   "the MLP (Megatron split) and runs the whole batch; rank 0 writes an ordinary one-process "
                   "checkpoint (gathered). 1 = off; not with --dp")
       ->capture_default_str();
-  add_threads_flag(*gpt, cli->threads);
+  add_threads_flag(*gpt, cli->schedule.threads);
   gpt->add_flag("--quiet", cli->quiet, "No progress output");
   gpt->callback([cli, gpt] {
-    cli->preset_given = gpt->count("--preset") > 0;
-    cli->config_given = gpt->count("--config") > 0;
-    cli->warmup_given = gpt->count("--warmup") > 0;
+    cli->model.shape_given = gpt->count("--preset") + gpt->count("--config") > 0;
+    cli->schedule.warmup_given = gpt->count("--warmup") > 0;
     run_train(*cli);
   });
 

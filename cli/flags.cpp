@@ -99,6 +99,23 @@ CLI::Option* add_json_flag(CLI::App& cmd, bool& json, const std::string& help) {
   return cmd.add_flag("--json", json, help);
 }
 
+CLI::Option* add_sink_tokens_flag(CLI::App& cmd, int64_t& tokens, const std::string& help) {
+  add_renamed_flag(cmd, "--sink", "--sink-tokens");
+  add_renamed_flag(cmd, "--sinks", "--sink-tokens");
+  return cmd.add_option("--sink-tokens", tokens, help)->check(integer_in(0));
+}
+
+void add_renamed_flag(CLI::App& cmd, const std::string& old_name, const std::string& new_name) {
+  cmd.add_option(
+         old_name,
+         [old_name, new_name](const CLI::results_t&) -> bool {
+           fail(old_name, " is now ", new_name, " (see --help)");
+         },
+         "Renamed " + new_name)
+      ->expected(0, 1)
+      ->group("");  // hidden from --help
+}
+
 int64_t physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? int64_t(pages) * int64_t(page) : 0;

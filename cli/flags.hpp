@@ -22,6 +22,14 @@ CLI::Option* add_seed_flag(CLI::App& cmd, uint64_t& seed, const std::string& hel
 // --json: print one JSON object (or array) on stdout instead of text.
 CLI::Option* add_json_flag(CLI::App& cmd, bool& json, const std::string& help);
 
+// --sink-tokens N: StreamingLLM's sink tokens, the first N tokens a KV cache keeps for ever
+// (kv/kv_cache.hpp; not the softmax's sink logits). The old spellings --sink and --sinks fail
+// with one line naming --sink-tokens.
+CLI::Option* add_sink_tokens_flag(CLI::App& cmd, int64_t& tokens, const std::string& help);
+// A flag's removed spelling: `old_name` (given with or without a value) fails with
+// "OLD is now NEW", so an old command line stops instead of meaning something else.
+void add_renamed_flag(CLI::App& cmd, const std::string& old_name, const std::string& new_name);
+
 // Validator: an integer (decimal, no exponent) in [min, max].
 CLI::Validator integer_in(int64_t min, int64_t max = INT64_MAX);
 // Validator: a finite number in [min, max] (min excluded if `open_min`).

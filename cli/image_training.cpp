@@ -87,11 +87,8 @@ void run_image_training(ImageClassifier& flags_model, const ImageTrainFlags& f) 
   model.init_random(f.init_seed ? f.init_seed : opts.seed);
   ImageTrainer trainer(model, train, test, opts);
   const int64_t start = f.resume ? trainer.resume() : 0;
-  if (start >= trainer.total_steps()) {  // a finished run resumed again (--json: no results to print)
-    std::fprintf(f.json ? stderr : stdout, "%s is at step %lld of %lld: nothing to train\n", opts.out_dir.c_str(),
-                 (long long)start, (long long)trainer.total_steps());
-    return;
-  }
+  // A finished run resumed again (--json: no results to print).
+  if (nothing_to_train(opts.out_dir, start, trainer.total_steps(), true, "", f.json ? stderr : stdout)) return;
   if (!f.json)
     std::fprintf(stderr, "%s: %lld parameters, %lld steps of %lld images (%lld per epoch)%s\n",
                  model.model_type().c_str(), (long long)model.parameter_count(),

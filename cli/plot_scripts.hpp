@@ -41,7 +41,7 @@ rows = [l.split(",") for l in lines[2:]]
 x = [int(r[0]) for r in rows]
 y = [float(r[2]) for r in rows]
 fig, ax = plt.subplots(figsize=(6, 3))
-ax.plot(x, y, lw=1, label="%s (window %s, sinks %s)" % (meta["policy"], meta["window"], meta["sinks"]))
+ax.plot(x, y, lw=1, label="%s (window %s, sink tokens %s)" % (meta["policy"], meta["window"], meta["sink_tokens"]))
 ax.axvline(int(sys.argv[3]), color="gray", ls=":", lw=1, label="training context")
 ax.set_yscale("log")
 ax.set_xlabel("tokens streamed")

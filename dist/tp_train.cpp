@@ -85,7 +85,7 @@ void TpTraining::save(AdamW& optimizer, const std::string& dir) const {
   GptModel full(full_config_);
   std::copy(weights.begin(), weights.end(), full.parameters().begin());
   for (float x : weights) check(std::isfinite(x), "--tp: a gathered parameter is not finite");
-  AdamW whole(gpt_named_parameters(full), optimizer.options());
+  AdamW whole(named_parameters(full), optimizer.options());
   set_moments(whole, 0, m);
   set_moments(whole, 1, v);
   whole.set_step_count(optimizer.step_count());
@@ -97,7 +97,7 @@ void TpTraining::load(AdamW& optimizer, const std::string& dir) {
   GptModel full = GptModel::load(dir);
   check(gpt_config_to_json(full.config()) == gpt_config_to_json(full_config_), "resume: the checkpoint in ", dir,
         " has a different model config than this run");
-  AdamW whole(gpt_named_parameters(full), optimizer.options());
+  AdamW whole(named_parameters(full), optimizer.options());
   whole.load_state(dir + "/optimizer.safetensors");
   gpt_shard_from_full(shard_.parameters(), full.parameters(), layout_);
   for (int which : {0, 1}) {

@@ -41,13 +41,13 @@ AttentionBlockOptions options(const py::dict& d) {
   o.gate_bias = get<bool>(d, "gate_bias", true);
   o.qkv_bias = get<bool>(d, "qkv_bias", false);
   o.o_bias = get<bool>(d, "o_bias", false);
-  const auto sink = get<std::string>(d, "sink", "none");
+  const auto sink = get<std::string>(d, "sink_logits", "none");
   const auto gate = get<std::string>(d, "gate", "none");
   const auto source = get<std::string>(d, "gate_source", "input");
-  if (sink == "none") o.sink = SinkMode::kNone;
-  else if (sink == "learned") o.sink = SinkMode::kLearned;
-  else if (sink == "off_by_one") o.sink = SinkMode::kOffByOne;
-  else fail("sink: expected 'none', 'learned' or 'off_by_one', got '", sink, "'");
+  if (sink == "none") o.sink_logits = SinkLogits::kNone;
+  else if (sink == "learned") o.sink_logits = SinkLogits::kLearned;
+  else if (sink == "off_by_one") o.sink_logits = SinkLogits::kOffByOne;
+  else fail("sink_logits: expected 'none', 'learned' or 'off_by_one', got '", sink, "'");
   if (gate == "none") o.gate = GateMode::kNone;
   else if (gate == "headwise") o.gate = GateMode::kHeadwise;
   else if (gate == "elementwise") o.gate = GateMode::kElementwise;
@@ -194,11 +194,11 @@ void bind(py::module_& m) {
                                              vspan(4), vmat(5), vspan(6)};
         auto d_qkv = new_array({t, o.qkv_width()}), d_attn = new_array({t, hd});
         auto d_gate = zeros_or(hg > 0, {t, hg});
-        auto d_sink = zeros_or(o.sink != SinkMode::kNone, {1, o.heads});
+        auto d_sink = zeros_or(o.sink_logits != SinkLogits::kNone, {1, o.heads});
         const AttentionBlockScratch scratch{
             mutable_view<2>(d_qkv), mutable_view<2>(d_attn),
             hg > 0 ? mutable_view<2>(d_gate) : View2{},
-            o.sink != SinkMode::kNone ? mutable_view<2>(d_sink) : View2{}};
+            o.sink_logits != SinkLogits::kNone ? mutable_view<2>(d_sink) : View2{}};
         {
           py::gil_scoped_release nogil;
           (reference ? attention_block_backward_reference : attention_block_backward)(

@@ -5,6 +5,7 @@
 #include "array_views.hpp"
 #include "attnkit/core/error.hpp"
 #include "attnkit/models/bert.hpp"
+#include "bind_text_model.hpp"
 #include "bindings.hpp"
 
 namespace attnkit::python {
@@ -17,33 +18,14 @@ py::array_t<float> copy_of(ConstView2 v) {
   return out;
 }
 
-py::dict named(const BertModel& m, const float* base) {
-  py::dict out;
-  for (const auto& p : m.parameter_info()) {
-    std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
-    py::array_t<float> a(shape);
-    std::copy_n(base + p.offset, p.numel, a.mutable_data());
-    out[py::str(p.name)] = a;
-  }
-  return out;
-}
 
 }  // namespace
 
 void bind_bert(py::module_& m) {
   using namespace pybind11::literals;
-  py::class_<BertModel>(m, "_BertModel")
-      .def(py::init([](const std::string& config_json) {
-             return std::make_unique<BertModel>(parse_bert_config(config_json));
-           }),
-           "config_json"_a)
-      .def_static("load", &BertModel::load, "dir"_a, "Loads config.json + model.safetensors.")
-      .def("save", &BertModel::save, "dir"_a, "Writes config.json + model.safetensors atomically.")
-      .def(
-          "init_random", [](BertModel& b, const py::object& seed) { b.init_random(unsigned_arg(seed, "seed")); },
-          "seed"_a)
-      .def("config_json", [](const BertModel& b) { return bert_config_to_json(b.config()); })
-      .def("parameters", [](const BertModel& b) { return named(b, b.parameters().data()); })
+  py::class_<BertModel> cls(m, "_BertModel");
+  def_text_model_io(cls, parse_bert_config, bert_config_to_json)
+      .def("parameters", [](const BertModel& b) { return named_copies(b, b.parameters().data()); })
       .def(
           "run",
           [](BertModel& b, const py::object& tokens, const py::object& types, const py::object& cu,
@@ -82,7 +64,7 @@ void bind_bert(py::module_& m) {
               b.mlm_logits(mutable_view<2>(z));
               out["mlm_logits"] = z;
             }
-            if (backward) out["grads"] = named(b, b.gradients().data());
+            if (backward) out["grads"] = named_copies(b, b.gradients().data());
             return out;
           },
           "tokens"_a, "token_type_ids"_a = py::none(), "cu_seqlens"_a = py::none(),

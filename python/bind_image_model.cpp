@@ -12,22 +12,24 @@
 namespace attnkit::python {
 namespace {
 
-const ParameterInfo& find(const std::vector<ParameterInfo>& info, const std::string& name,
-                          const char* what) {
-  for (const auto& p : info)
-    if (p.name == name) return p;
-  fail(what, ": no tensor named '", name, "'");
-}
-
-// A numpy view of `p` inside `base` (float buffer owned by the model `owner`).
-py::array view_of(const ParameterInfo& p, float* base, const py::object& owner) {
+// A writable numpy view of the tensor `name` of the ImageClassifier `self` in its parameters
+// ("parameter"), gradients ("gradient") or buffers ("buffer"), kept alive by self.
+py::array view_of(const py::object& self, const std::string& name, const std::string& what) {
+  auto& c = self.cast<ImageClassifier&>();
+  const bool buffer = what == "buffer";
+  float* base = buffer ? c.buffers().data() : what == "gradient" ? c.gradients().data() : c.parameters().data();
+  const ParameterInfo* found = nullptr;
+  for (const auto& q : buffer ? c.buffer_info() : c.parameter_info())
+    if (q.name == name) found = &q;
+  if (!found) fail(what, ": no tensor named '", name, "'");
+  const ParameterInfo& p = *found;
   std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end()), strides(p.shape.size());
   py::ssize_t s = sizeof(float);
   for (size_t d = p.shape.size(); d-- > 0;) {
     strides[d] = s;
     s *= py::ssize_t(p.shape[d]);
   }
-  return py::array_t<float>(shape, strides, base + p.offset, owner);
+  return py::array_t<float>(shape, strides, base + p.offset, self);
 }
 
 std::vector<std::string> names(const std::vector<ParameterInfo>& info) {
@@ -68,27 +70,12 @@ void bind_image_model(py::module_& m) {
       .def_property_readonly("parameter_count", &ImageClassifier::parameter_count)
       .def("parameter_names", [](const ImageClassifier& c) { return names(c.parameter_info()); })
       .def("buffer_names", [](const ImageClassifier& c) { return names(c.buffer_info()); })
-      .def(
-          "parameter",
-          [](py::object self, const std::string& name) {
-            auto& c = self.cast<ImageClassifier&>();
-            return view_of(find(c.parameter_info(), name, "parameter"), c.parameters().data(), self);
-          },
-          "name"_a, "Writable view of a trainable tensor.")
-      .def(
-          "gradient",
-          [](py::object self, const std::string& name) {
-            auto& c = self.cast<ImageClassifier&>();
-            return view_of(find(c.parameter_info(), name, "gradient"), c.gradients().data(), self);
-          },
-          "name"_a, "Writable view of a tensor's gradient (accumulated by backward).")
-      .def(
-          "buffer",
-          [](py::object self, const std::string& name) {
-            auto& c = self.cast<ImageClassifier&>();
-            return view_of(find(c.buffer_info(), name, "buffer"), c.buffers().data(), self);
-          },
-          "name"_a, "Writable view of a non-trainable tensor (batch-norm running statistics).")
+      .def("parameter", [](py::object self, const std::string& name) { return view_of(self, name, "parameter"); },
+           "name"_a, "Writable view of a trainable tensor.")
+      .def("gradient", [](py::object self, const std::string& name) { return view_of(self, name, "gradient"); },
+           "name"_a, "Writable view of a tensor's gradient (accumulated by backward).")
+      .def("buffer", [](py::object self, const std::string& name) { return view_of(self, name, "buffer"); },
+           "name"_a, "Writable view of a non-trainable tensor (batch-norm running statistics).")
       .def(
           "set_training",
           [](ImageClassifier& c, bool training, const py::object& seed) {

@@ -7,43 +7,22 @@
 #include "bindings.hpp"
 
 namespace attnkit::python {
-namespace {
-
-KVPolicy policy_of(const std::string& s) {
-  if (s == "dense") return KVPolicy::dense;
-  if (s == "window") return KVPolicy::window;
-  if (s == "sink") return KVPolicy::sink;
-  if (s == "paged") return KVPolicy::paged;
-  fail("policy: expected 'dense', 'window', 'sink' or 'paged', got '", s, "'");
-}
-
-const char* policy_name(KVPolicy p) {
-  switch (p) {
-    case KVPolicy::dense: return "dense";
-    case KVPolicy::window: return "window";
-    case KVPolicy::sink: return "sink";
-    case KVPolicy::paged: return "paged";
-  }
-  return "?";
-}
-
-}  // namespace
 
 void bind_kv_cache(py::module_& m) {
   using namespace pybind11::literals;
   py::class_<KVCache>(m, "_KVCache")
       .def(py::init([](int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t capacity,
                        const std::string& dtype, const std::string& policy, int64_t window,
-                       int64_t n_sink, int64_t block_size, int64_t num_blocks,
+                       int64_t sink_tokens, int64_t block_size, int64_t num_blocks,
                        int64_t max_sequences) {
              return std::make_unique<KVCache>(KVCacheConfig{
                  .layers = layers, .kv_heads = kv_heads, .head_dim = head_dim,
-                 .capacity = capacity, .dtype = parse_kv_storage_dtype(dtype, "dtype"), .policy = policy_of(policy),
-                 .window = window, .n_sink = n_sink, .block_size = block_size,
+                 .capacity = capacity, .dtype = parse_kv_storage_dtype(dtype, "dtype"), .policy = parse_kv_policy(policy),
+                 .window = window, .sink_tokens = sink_tokens, .block_size = block_size,
                  .num_blocks = num_blocks, .max_sequences = max_sequences});
            }),
            "layers"_a, "kv_heads"_a, "head_dim"_a, "capacity"_a, "dtype"_a, "policy"_a,
-           "window"_a, "n_sink"_a, "block_size"_a, "num_blocks"_a, "max_sequences"_a)
+           "window"_a, "sink_tokens"_a, "block_size"_a, "num_blocks"_a, "max_sequences"_a)
       .def("add_sequence", &KVCache::add_sequence, "Claims a free sequence id.")
       .def("free_sequence", &KVCache::free_sequence, "seq"_a, "Releases a sequence (and its blocks).")
       .def("active", &KVCache::active, "seq"_a)
@@ -82,7 +61,7 @@ void bind_kv_cache(py::module_& m) {
       .def_property_readonly("layers", [](const KVCache& c) { return c.config().layers; })
       .def_property_readonly("kv_heads", [](const KVCache& c) { return c.config().kv_heads; })
       .def_property_readonly("head_dim", [](const KVCache& c) { return c.config().head_dim; })
-      .def_property_readonly("policy", [](const KVCache& c) { return policy_name(c.config().policy); })
+      .def_property_readonly("policy", [](const KVCache& c) { return kv_policy_name(c.config().policy); })
       .def_property_readonly("dtype", [](const KVCache& c) { return std::string(dtype_name(c.config().dtype)); })
       .def_property_readonly("num_blocks", [](const KVCache& c) { return c.config().num_blocks; });
 

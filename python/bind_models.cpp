@@ -7,6 +7,7 @@
 #include "attnkit/models/model_registry.hpp"
 #include "attnkit/tools/convert_gqa.hpp"
 #include "attnkit/train/gpt_trainer.hpp"
+#include "bind_text_model.hpp"
 #include "bindings.hpp"
 
 namespace attnkit::python {
@@ -45,17 +46,8 @@ void bind_models(py::module_& m) {
         require_model_kind(dir, k, who.c_str());
       },
       "dir"_a, "kind"_a, "who"_a, "Raises ValueError unless dir holds a model of that kind.");
-  py::class_<GptModel>(m, "_GptModel")
-      .def(py::init([](const std::string& config_json) {
-             return std::make_unique<GptModel>(parse_gpt_config(config_json));
-           }),
-           "config_json"_a)
-      .def_static("load", &GptModel::load, "dir"_a, "Loads config.json + model.safetensors.")
-      .def("save", &GptModel::save, "dir"_a, "Writes config.json + model.safetensors atomically.")
-      .def(
-          "init_random", [](GptModel& g, const py::object& seed) { g.init_random(unsigned_arg(seed, "seed")); },
-          "seed"_a)
-      .def("config_json", [](const GptModel& g) { return gpt_config_to_json(g.config()); })
+  py::class_<GptModel> cls(m, "_GptModel");
+  def_text_model_io(cls, parse_gpt_config, gpt_config_to_json)
       .def(
           "logits",
           [](GptModel& g, const py::object& tokens, const py::object& cu) {
@@ -82,14 +74,7 @@ void bind_models(py::module_& m) {
               loss = g.forward({ids, cus}, tg);
               g.backward();
             }
-            py::dict grads;
-            for (const auto& p : g.parameter_info()) {
-              std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
-              py::array_t<float> a(shape);
-              std::copy_n(g.gradients().data() + p.offset, p.numel, a.mutable_data());
-              grads[py::str(p.name)] = a;
-            }
-            return py::make_tuple(loss, grads);
+            return py::make_tuple(loss, named_copies(g, g.gradients().data()));
           },
           "tokens"_a, "targets"_a, "cu_seqlens"_a = py::none(),
           "Mean next-token loss and every parameter's gradient (dict by Hugging Face name).")
@@ -100,7 +85,7 @@ void bind_models(py::module_& m) {
             const auto ids = token_ids(tokens, "tokens");
             const auto tg = int32_vector(targets, "targets");
             const auto cus = int32_vector(cu, "cu_seqlens");
-            AdamW opt(gpt_named_parameters(g), {.beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay});
+            AdamW opt(named_parameters(g), {.beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = weight_decay});
             std::vector<float> losses;
             py::gil_scoped_release nogil;
             for (int s = 0; s <= steps; ++s) {
@@ -115,16 +100,7 @@ void bind_models(py::module_& m) {
           "tokens"_a, "targets"_a, "cu_seqlens"_a, "steps"_a, "lr"_a, "beta1"_a, "beta2"_a, "eps"_a,
           "weight_decay"_a,
           "Losses of `steps` AdamW steps on one batch (norms and biases without weight decay), and the final loss.")
-      .def("parameters", [](const GptModel& g) {
-        py::dict out;
-        for (const auto& p : g.parameter_info()) {
-          std::vector<py::ssize_t> shape(p.shape.begin(), p.shape.end());
-          py::array_t<float> a(shape);
-          std::copy_n(g.parameters().data() + p.offset, p.numel, a.mutable_data());
-          out[py::str(p.name)] = a;
-        }
-        return out;
-      });
+      .def("parameters", [](const GptModel& g) { return named_copies(g, g.parameters().data()); });
 }
 
 }  // namespace attnkit::python

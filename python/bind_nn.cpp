@@ -72,17 +72,25 @@ py::object maybe(bool present, const py::object& value) { return present ? value
 
 std::span<float> span_of(py::array_t<float>& a) { return {a.mutable_data(), size_t(a.size())}; }
 
+// y[T, out] = x[T, in]·w[out, in]ᵀ + b[out] through `fast` or `ref` (linear_forward and
+// logits_forward share this contract); `x_name` names x in errors.
+using MatmulBias = void (*)(View2, ConstView2, ConstView2, std::span<const float>);
+py::array_t<float> matmul_bias(MatmulBias fast, MatmulBias ref, const py::object& x_obj,
+                               const py::object& w_obj, const py::object& b_obj, bool reference,
+                               const char* x_name) {
+  In<2> x(x_obj, x_name), w(w_obj, "w");
+  const auto b = float_vector(b_obj, "b");
+  auto y = zeros({x.size(0), w.size(0)});
+  py::gil_scoped_release nogil;
+  (reference ? ref : fast)(mutable_view<2>(y), x.view, w.view, b);
+  return y;
+}
+
 void bind_linear_and_embedding(py::module_& m) {
   m.def(
       "nn_linear_forward",
-      [](py::object x_obj, py::object w_obj, py::object b_obj, bool reference) {
-        In<2> x(x_obj, "x"), w(w_obj, "w");
-        const auto b = float_vector(b_obj, "b");
-        auto y = zeros({x.size(0), w.size(0)});
-        py::gil_scoped_release nogil;
-        (reference ? linear_forward_reference : linear_forward)(mutable_view<2>(y), x.view, w.view,
-                                                                b);
-        return y;
+      [](py::object x, py::object w, py::object b, bool reference) {
+        return matmul_bias(linear_forward, linear_forward_reference, x, w, b, reference, "x");
       },
       "x"_a, "w"_a, "b"_a = py::none(), "reference"_a = false,
       "y[T, out] = x[T, in]·w[out, in]ᵀ + b[out] (b None: no bias).");
@@ -412,14 +420,8 @@ void bind_linear_cross_entropy(py::module_& m) {
       "Gradients of the fused loss -> (d_h[T, C], d_w[V, C], d_b[V] or None).");
   m.def(
       "nn_logits_forward",
-      [](py::object h_obj, py::object w_obj, py::object b_obj, bool reference) {
-        In<2> h(h_obj, "h"), w(w_obj, "w");
-        const auto b = float_vector(b_obj, "b");
-        auto z = zeros({h.size(0), w.size(0)});
-        py::gil_scoped_release nogil;
-        (reference ? logits_forward_reference : logits_forward)(mutable_view<2>(z), h.view, w.view,
-                                                                b);
-        return z;
+      [](py::object h, py::object w, py::object b, bool reference) {
+        return matmul_bias(logits_forward, logits_forward_reference, h, w, b, reference, "h");
       },
       "h"_a, "w"_a, "b"_a = py::none(), "reference"_a = false,
       "logits[T, V] = h[T, C]·w[V, C]ᵀ + b.");

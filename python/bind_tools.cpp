@@ -44,11 +44,11 @@ void bind_tools(py::module_& m) {
   m.def(
       "_stream_eval",
       [](GptModel& g, const py::object& tokens, const std::string& policy, int64_t window,
-         int64_t sinks, int64_t count) {
+         int64_t sink_tokens, int64_t count) {
         const auto ids = int32_vector(tokens, "tokens");
         StreamEvalResult r;
-        const StreamEvalOptions o{.policy = parse_stream_policy(policy), .window = window,
-                                  .n_sink = sinks, .tokens = count};
+        const StreamEvalOptions o{.policy = parse_kv_policy(policy), .window = window,
+                                  .sink_tokens = sink_tokens, .tokens = count};
         {
           py::gil_scoped_release nogil;
           r = stream_eval(g, ids, o);
@@ -58,7 +58,7 @@ void bind_tools(py::module_& m) {
         d["cache_positions"] = r.cache_positions;
         return d;
       },
-      "model"_a, "tokens"_a, "policy"_a, "window"_a, "sinks"_a, "count"_a);
+      "model"_a, "tokens"_a, "policy"_a, "window"_a, "sink_tokens"_a, "count"_a);
 }
 
 }  // namespace attnkit::python

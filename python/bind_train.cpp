@@ -16,6 +16,7 @@
 #include "attnkit/io/tokenizer.hpp"
 #include "attnkit/train/adamw.hpp"
 #include "attnkit/train/grad_clip.hpp"
+#include "attnkit/train/presets.hpp"
 #include "attnkit/train/schedule.hpp"
 #include "array_views.hpp"
 #include "bindings.hpp"
@@ -180,6 +181,16 @@ void bind_text(py::module_& m) {
         "[B, L+1] int32 token windows for (seed, step): inputs [:, :L], targets [:, 1:].");
 }
 
+// The CLI's --preset shapes (train/presets.hpp) as config.json text.
+void bind_presets(py::module_& m) {
+  m.attr("GPT_PRESETS") = py::tuple(py::cast(gpt_preset_names()));
+  m.attr("BERT_PRESETS") = py::tuple(py::cast(bert_preset_names()));
+  m.def("gpt_preset", [](const std::string& name) { return gpt_config_to_json(gpt_preset(name)); }, py::arg("name"),
+        "config.json text of the GPT preset `name` (`attnkit train gpt --preset`).");
+  m.def("bert_preset", [](const std::string& name) { return bert_config_to_json(bert_preset(name)); },
+        py::arg("name"), "config.json text of the BERT preset `name` (`attnkit train bert --preset`).");
+}
+
 }  // namespace
 
 void bind_train(py::module_& m) {
@@ -187,6 +198,7 @@ void bind_train(py::module_& m) {
   py::module_ t = m.def_submodule("_train", "training building blocks; see attnkit.train");
   bind_optim(t);
   bind_text(t);
+  bind_presets(t);
 }
 
 }  // namespace attnkit::python

@@ -18,11 +18,11 @@
 namespace attnkit {
 namespace {
 
-GptModel test_model(int64_t kv_heads, GateMode gate, SinkMode sink) {
+GptModel test_model(int64_t kv_heads, GateMode gate, SinkLogits sink) {
   GptConfig c;
   c.vocab_size = 261, c.hidden_size = 32, c.intermediate_size = 50, c.num_hidden_layers = 2;
   c.num_attention_heads = 8, c.num_key_value_heads = kv_heads, c.head_dim = 4;
-  c.max_position_embeddings = 64, c.gate = gate, c.sink = sink;
+  c.max_position_embeddings = 64, c.gate = gate, c.sink_logits = sink;
   GptModel m(c);
   m.init_random(11);
   for (auto& x : m.parameters()) x = x * 20.0f + 0.05f;  // spread logits: no near-ties in greedy
@@ -85,7 +85,7 @@ int check_one(const GptModel& model, int rank, int ranks) {
     std::printf("P=%d H=%lld Hkv=%lld gate=%d sink=%d: tokens %s, max |logit diff| %.3g (scale %.3g), "
                 "KV bytes per rank %lld (kv-plan %lld)\n",
                 ranks, (long long)c.num_attention_heads, (long long)c.num_key_value_heads, int(c.gate),
-                int(c.sink), same_tokens ? "equal" : "DIFFER", worst, scale, (long long)tp.cache().nbytes(),
+                int(c.sink_logits), same_tokens ? "equal" : "DIFFER", worst, scale, (long long)tp.cache().nbytes(),
                 (long long)plan.shard_bytes_per_sequence);
     failures += !same_tokens + !close;
   }
@@ -99,15 +99,15 @@ int main(int argc, char** argv) {
   using namespace attnkit;
   try {
     if (argc == 4 && std::strcmp(argv[1], "--save") == 0) {
-      test_model(std::stoll(argv[3]), GateMode::kNone, SinkMode::kNone).save(argv[2]);
+      test_model(std::stoll(argv[3]), GateMode::kNone, SinkLogits::kNone).save(argv[2]);
       return 0;
     }
     dist::MpiWorld world;
     ThreadCountScope one(1);
     int failures = 0;
-    for (int64_t hkv : {8, 4, 2, 1}) failures += check_one(test_model(hkv, GateMode::kNone, SinkMode::kNone), world.rank(), world.size());
-    failures += check_one(test_model(2, GateMode::kHeadwise, SinkMode::kLearned), world.rank(), world.size());
-    failures += check_one(test_model(4, GateMode::kElementwise, SinkMode::kOffByOne), world.rank(), world.size());
+    for (int64_t hkv : {8, 4, 2, 1}) failures += check_one(test_model(hkv, GateMode::kNone, SinkLogits::kNone), world.rank(), world.size());
+    failures += check_one(test_model(2, GateMode::kHeadwise, SinkLogits::kLearned), world.rank(), world.size());
+    failures += check_one(test_model(4, GateMode::kElementwise, SinkLogits::kOffByOne), world.rank(), world.size());
     const int64_t total = int64_t(dist::all_reduce_sum(double(failures)));
     if (world.rank() == 0) std::printf("%s\n", total == 0 ? "tp check: all passed" : "tp check: FAILED");
     return total == 0 ? 0 : 1;

@@ -230,11 +230,12 @@ class Model:
         return _attnkit._sink_profile(self._impl, _np.asarray(tokens), query_pos, windows, recent,
                                       gate_bins)
 
-    def stream_eval(self, tokens, policy="sink", window=0, sinks=4, count=None):
-        """Streams ``count`` tokens under a KV-cache policy (dense, window, sink, recompute):
-        dict with nll [count - 1] (nats, float64) and the cache's stream positions at the end."""
+    def stream_eval(self, tokens, policy="sink", window=0, sink_tokens=4, count=None):
+        """Streams ``count`` tokens under a KV-cache policy (dense, window, sink, recompute; the
+        sink policy pins the first ``sink_tokens`` tokens): dict with nll [count - 1] (nats,
+        float64) and the cache's stream positions at the end."""
         count = len(tokens) if count is None else count
-        return _attnkit._stream_eval(self._impl, _np.asarray(tokens), policy, window, sinks, count)
+        return _attnkit._stream_eval(self._impl, _np.asarray(tokens), policy, window, sink_tokens, count)
 
 
 def convert_gqa(in_dir, out_dir, kv_heads, method="mean", seed=0):
@@ -312,7 +313,7 @@ class KVCache(_attnkit._KVCache):
 
     dtype: "f32", "f16", "bf16" or "int8" (a float32 scale per token per head).
     policy: "dense" (up to ``capacity`` tokens), "window" (the last ``window`` tokens),
-    "sink" (the first ``n_sink`` tokens plus the last ``window``: StreamingLLM), or "paged"
+    "sink" (the first ``sink_tokens`` tokens plus the last ``window``: StreamingLLM), or "paged"
     (blocks of ``block_size`` tokens from a pool of ``num_blocks``; 0 = enough for
     max_sequences × capacity). Sequences are claimed with ``add_sequence()``; a cache with
     ``max_sequences=1`` starts with sequence 0 claimed. ``nbytes`` equals what ``kv_plan``
@@ -320,9 +321,9 @@ class KVCache(_attnkit._KVCache):
     """
 
     def __init__(self, layers, kv_heads, head_dim, capacity=0, dtype="f16", policy="dense",
-                 window=0, n_sink=0, block_size=16, num_blocks=0, max_sequences=1):
+                 window=0, sink_tokens=0, block_size=16, num_blocks=0, max_sequences=1):
         super().__init__(layers=layers, kv_heads=kv_heads, head_dim=head_dim, capacity=capacity,
-                         dtype=dtype, policy=policy, window=window, n_sink=n_sink,
+                         dtype=dtype, policy=policy, window=window, sink_tokens=sink_tokens,
                          block_size=block_size, num_blocks=num_blocks,
                          max_sequences=max_sequences)
         if max_sequences == 1:

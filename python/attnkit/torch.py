@@ -11,7 +11,9 @@ multiple of nheads_k; varlen packs tokens as [total, nheads, headdim] with int c
 causal and window_size are aligned bottom-right (query i sees key j iff
 i + Lk - Lq - left <= j <= i + Lk - Lq + right). float32 is computed as is; float16/bfloat16 are
 computed in float32 and returned in their dtype. Extra keyword ``learnable_sink`` ([nheads],
-FlashAttention 4's name) adds a per-head logit to each softmax denominator, with its gradient.
+FlashAttention 4's name, kept here to mirror its API) adds a per-head logit to each softmax
+denominator, with its gradient: attnkit's own functions call it ``sink_logits`` (not the KV
+cache's ``sink_tokens``).
 Not computed (NotImplementedError naming the argument): return_attn_probs=True, alibi_slopes
 while the attention kernels lack ALiBi, rotary_cos together with cache_leftpad, cache_leftpad
 together with block_table. ``deterministic`` is accepted: attnkit's backward is always

@@ -1,17 +1,33 @@
-"""attnkit.train: optimizer, learning-rate schedule, gradient clipping, byte tokenizer, sampler.
+"""attnkit.train: optimizer, learning-rate schedule, gradient clipping, byte tokenizer, sampler,
+and the model presets of ``attnkit train gpt|bert --preset``.
 
 Parameters and gradients are float32 numpy arrays updated in place (C-contiguous, no copies).
 PyTorch equivalents: ``torch.optim.AdamW`` (1.13, single-tensor path) and
 ``torch.nn.utils.clip_grad_norm_``.
 """
 from ._attnkit import _train as _t
-from ._attnkit._train import (END_OF_TEXT, PAD, VOCAB_SIZE, decode, encode, global_grad_norm,
-                              is_bias_or_norm, sample_batch, warmup_cosine_lr)
+from ._attnkit._train import (BERT_PRESETS, END_OF_TEXT, GPT_PRESETS, PAD, VOCAB_SIZE, decode, encode,
+                              global_grad_norm, is_bias_or_norm, sample_batch, warmup_cosine_lr)
 
 __all__ = [
     "AdamW", "clip_grad_norm", "global_grad_norm", "warmup_cosine_lr", "is_bias_or_norm",
     "encode", "decode", "sample_batch", "VOCAB_SIZE", "END_OF_TEXT", "PAD",
+    "gpt_preset", "bert_preset", "GPT_PRESETS", "BERT_PRESETS",
 ]
+
+
+def gpt_preset(name):
+    """config.json (dict) of GPT preset ``name`` (one of GPT_PRESETS), as ``attnkit train gpt
+    --preset`` uses it; ``attnkit._attnkit._GptModel(json.dumps(config))`` builds the model."""
+    import json
+    return json.loads(_t.gpt_preset(str(name)))
+
+
+def bert_preset(name):
+    """config.json (dict) of BERT preset ``name`` (one of BERT_PRESETS), before ``attnkit train
+    bert`` sets the architecture from its --objective."""
+    import json
+    return json.loads(_t.bert_preset(str(name)))
 
 
 def _as_list(grads):

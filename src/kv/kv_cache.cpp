@@ -52,6 +52,23 @@ float kv_store_row(const float* src, DType dtype, int64_t n, std::byte* dst) {
   }
 }
 
+KVPolicy parse_kv_policy(std::string_view name, std::string_view what) {
+  for (KVPolicy p : {KVPolicy::dense, KVPolicy::window, KVPolicy::sink, KVPolicy::paged, KVPolicy::recompute})
+    if (name == kv_policy_name(p)) return p;
+  fail(what, ": expected dense, window, sink, paged or recompute, got '", name, "'");
+}
+
+const char* kv_policy_name(KVPolicy p) {
+  switch (p) {
+    case KVPolicy::dense: return "dense";
+    case KVPolicy::window: return "window";
+    case KVPolicy::sink: return "sink";
+    case KVPolicy::paged: return "paged";
+    case KVPolicy::recompute: return "recompute";
+  }
+  return "?";
+}
+
 KVCache::KVCache(const KVCacheConfig& c) : config_(c) {
   check(c.layers >= 1, "KVCache: layers must be >= 1, got ", c.layers);
   check(c.kv_heads >= 1, "KVCache: kv_heads must be >= 1, got ", c.kv_heads);
@@ -74,9 +91,9 @@ KVCache::KVCache(const KVCacheConfig& c) : config_(c) {
       break;
     case KVPolicy::sink:
       check(c.window >= 1, "KVCache: window must be >= 1 for the sink policy, got ", c.window);
-      check(c.n_sink >= 0, "KVCache: n_sink must be >= 0, got ", c.n_sink);
-      slots_ = c.n_sink + c.window;
-      tokens = checked_mul(slots_, c.max_sequences, "(n_sink + window) × max_sequences");
+      check(c.sink_tokens >= 0, "KVCache: sink_tokens must be >= 0, got ", c.sink_tokens);
+      slots_ = c.sink_tokens + c.window;
+      tokens = checked_mul(slots_, c.max_sequences, "(sink_tokens + window) × max_sequences");
       break;
     case KVPolicy::paged: {
       check(c.capacity >= 1, "KVCache: capacity must be >= 1 for the paged policy, got ", c.capacity);
@@ -90,6 +107,8 @@ KVCache::KVCache(const KVCacheConfig& c) : config_(c) {
       for (int64_t b = config_.num_blocks - 1; b >= 0; --b) free_blocks_.push_back(b);
       break;
     }
+    case KVPolicy::recompute:
+      fail("KVCache: recompute keeps no cache (a streaming-evaluation policy); use dense, window, sink or paged");
   }
   elem_ = int64_t(dtype_size(c.dtype));
   row_ = checked_mul(c.kv_heads, c.head_dim, "kv_heads × head_dim");
@@ -153,7 +172,7 @@ int64_t KVCache::slot_of(const Sequence&, int64_t pos) const {
     case KVPolicy::window:
       return pos % config_.window;
     case KVPolicy::sink:
-      return pos < config_.n_sink ? pos : config_.n_sink + (pos - config_.n_sink) % config_.window;
+      return pos < config_.sink_tokens ? pos : config_.sink_tokens + (pos - config_.sink_tokens) % config_.window;
     default:
       return pos;
   }
@@ -223,7 +242,7 @@ std::vector<int64_t> KVCache::positions(int64_t seq, int64_t layer) const {
   const int64_t len = length(seq, layer), held = cached(seq, layer);
   std::vector<int64_t> pos;
   pos.reserve(size_t(held));
-  const int64_t sinks = config_.policy == KVPolicy::sink ? std::min(config_.n_sink, len) : 0;
+  const int64_t sinks = config_.policy == KVPolicy::sink ? std::min(config_.sink_tokens, len) : 0;
   for (int64_t p = 0; p < sinks; ++p) pos.push_back(p);
   for (int64_t p = len - (held - sinks); p < len; ++p) pos.push_back(p);
   return pos;
@@ -259,9 +278,9 @@ std::vector<KVSegment> KVCache::segments(int64_t seq, int64_t layer) const {
       ring(0, config_.window, len, 0);
       break;
     case KVPolicy::sink: {
-      const int64_t sinks = std::min(config_.n_sink, len);
+      const int64_t sinks = std::min(config_.sink_tokens, len);
       add(0, sinks, 0);
-      ring(config_.n_sink, config_.window, len - sinks, sinks);
+      ring(config_.sink_tokens, config_.window, len - sinks, sinks);
       break;
     }
     case KVPolicy::paged:

@@ -11,7 +11,7 @@
 
 namespace attnkit {
 
-BertModel::BertModel(const BertConfig& config) : config_(config) {
+BertModel::BertModel(const BertConfig& config) : ParameterModel("BertModel"), config_(config) {
   validate(config_);
   build_layout();
 }
@@ -26,42 +26,56 @@ std::string BertModel::lname(int64_t l, const char* rest) const {
 void BertModel::build_layout() {
   const auto& c = config_;
   const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
-  auto add = [&](std::string name, std::vector<int64_t> shape) {
-    store_.add(std::move(name), std::move(shape));
-  };
-  auto dense = [&](const std::string& p, int64_t out, int64_t in) { store_.add_linear(p, out, in); };
-  auto norm = [&](const std::string& p) { store_.add_norm(p, C); };
-  add("bert.embeddings.word_embeddings.weight", {V, C});
-  add("bert.embeddings.position_embeddings.weight", {c.max_position_embeddings, C});
-  add("bert.embeddings.token_type_embeddings.weight", {c.type_vocab_size, C});
-  norm("bert.embeddings.LayerNorm");
+  ParameterStore& s = store_;
+  s.add("bert.embeddings.word_embeddings.weight", {V, C});
+  s.add("bert.embeddings.position_embeddings.weight", {c.max_position_embeddings, C});
+  s.add("bert.embeddings.token_type_embeddings.weight", {c.type_vocab_size, C});
+  s.add_norm("bert.embeddings.LayerNorm", C);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    add(lname(l, "attention.self.query.weight"), {C, C});  // q, k, v rows consecutive: one
-    add(lname(l, "attention.self.key.weight"), {C, C});    // fused [3C, C] matrix
-    add(lname(l, "attention.self.value.weight"), {C, C});
-    add(lname(l, "attention.self.query.bias"), {C});       // and one fused [3C] bias
-    add(lname(l, "attention.self.key.bias"), {C});
-    add(lname(l, "attention.self.value.bias"), {C});
-    dense(lname(l, "attention.output.dense"), C, C);
-    norm(lname(l, "attention.output.LayerNorm"));
-    dense(lname(l, "intermediate.dense"), F, C);
-    dense(lname(l, "output.dense"), C, F);
-    norm(lname(l, "output.LayerNorm"));
+    add_encoder_qkv(s, lname(l, "attention.self"), C, true);
+    s.add_linear(lname(l, "attention.output.dense"), C, C);
+    s.add_norm(lname(l, "attention.output.LayerNorm"), C);
+    s.add_linear(lname(l, "intermediate.dense"), F, C);
+    s.add_linear(lname(l, "output.dense"), C, F);
+    s.add_norm(lname(l, "output.LayerNorm"), C);
   }
-  if (c.has_pooler()) dense("bert.pooler.dense", C, C);
+  if (c.has_pooler()) s.add_linear("bert.pooler.dense", C, C);
   if (c.has_mlm()) {
-    dense("cls.predictions.transform.dense", C, C);
-    norm("cls.predictions.transform.LayerNorm");
-    add("cls.predictions.bias", {V});
+    s.add_linear("cls.predictions.transform.dense", C, C);
+    s.add_norm("cls.predictions.transform.LayerNorm", C);
+    s.add("cls.predictions.bias", {V});
   }
   switch (c.architecture) {
-    case BertArchitecture::kPreTraining: dense("cls.seq_relationship", 2, C); break;
+    case BertArchitecture::kPreTraining: s.add_linear("cls.seq_relationship", 2, C); break;
     case BertArchitecture::kSequenceClassification:
-    case BertArchitecture::kTokenClassification: dense("classifier", c.num_labels, C); break;
-    case BertArchitecture::kQuestionAnswering: dense("qa_outputs", 2, C); break;
+    case BertArchitecture::kTokenClassification: s.add_linear("classifier", c.num_labels, C); break;
+    case BertArchitecture::kQuestionAnswering: s.add_linear("qa_outputs", 2, C); break;
     case BertArchitecture::kMaskedLM: break;
   }
   store_.allocate();
+  resolve_ids();
+}
+
+void BertModel::resolve_ids() {
+  const auto& s = store_;
+  const int64_t C = config_.hidden_size;
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l)
+    layers_.push_back({.attn = encoder_attention_ids(s, lname(l, "attention.self"),
+                                                     lname(l, "attention.output.dense"), C),
+                       .attn_norm = s.layer(lname(l, "attention.output.LayerNorm")),
+                       .intermediate = s.layer(lname(l, "intermediate.dense")),
+                       .output = s.layer(lname(l, "output.dense")),
+                       .out_norm = s.layer(lname(l, "output.LayerNorm"))});
+  word_ = s.id("bert.embeddings.word_embeddings.weight");
+  position_ = s.id("bert.embeddings.position_embeddings.weight");
+  token_type_ = s.id("bert.embeddings.token_type_embeddings.weight");
+  emb_norm_ = s.layer("bert.embeddings.LayerNorm");
+  pooler_ = s.find_layer("bert.pooler.dense");
+  mlm_dense_ = s.find_layer("cls.predictions.transform.dense");
+  mlm_norm_ = s.find_layer("cls.predictions.transform.LayerNorm");
+  mlm_bias_ = s.find("cls.predictions.bias");
+  for (const char* head : {"cls.seq_relationship", "classifier", "qa_outputs"})
+    if (s.has(std::string(head) + ".weight")) head_ = s.layer(head);
 }
 
 AttentionBlockOptions BertModel::block_options(int64_t l) const {
@@ -78,28 +92,6 @@ AttentionBlockOptions BertModel::block_options(int64_t l) const {
     o.dropout_seed = bert_detail::attention_seed(seed_, l);
   }
   return o;
-}
-
-AttentionBlockParams BertModel::block_params(int64_t l) const {
-  const int64_t C = config_.hidden_size;
-  AttentionBlockParams p;
-  p.qkv_proj_weight = ConstView2::contiguous(
-      store_.parameters().data() + info(lname(l, "attention.self.query.weight")).offset, {3 * C, C});
-  p.qkv_proj_bias = {store_.parameters().data() + info(lname(l, "attention.self.query.bias")).offset, size_t(3 * C)};
-  p.o_proj_weight = matrix(lname(l, "attention.output.dense.weight"));
-  p.o_proj_bias = vec(lname(l, "attention.output.dense.bias"));
-  return p;
-}
-
-AttentionBlockGrads BertModel::block_grads(int64_t l) {
-  const int64_t C = config_.hidden_size;
-  AttentionBlockGrads g;
-  g.qkv_proj_weight = View2::contiguous(
-      store_.gradients().data() + info(lname(l, "attention.self.query.weight")).offset, {3 * C, C});
-  g.qkv_proj_bias = {store_.gradients().data() + info(lname(l, "attention.self.query.bias")).offset, size_t(3 * C)};
-  g.o_proj_weight = grad_matrix(lname(l, "attention.output.dense.weight"));
-  g.o_proj_bias = grad_vec(lname(l, "attention.output.dense.bias"));
-  return g;
 }
 
 float BertModel::dropout_p() const { return training_ ? float(config_.hidden_dropout_prob) : 0.0f; }
@@ -120,8 +112,6 @@ void BertModel::init_random(uint64_t seed) {
   }
 }
 
-void BertModel::zero_grad() { store_.zero_grad(); }
-
 int64_t BertModel::copy_matching(const BertModel& other) {
   int64_t n = 0;
   for (const auto& p : store_.info())
@@ -138,9 +128,7 @@ void BertModel::save(const std::string& dir) const {
 }
 
 BertModel BertModel::load(const std::string& dir) {
-  BertModel model(parse_bert_config(read_model_config(dir, "BertModel.load"), dir + "/config.json"));
-  model.store_.load(dir);
-  return model;
+  return load_model_dir<BertModel>(dir, parse_bert_config, "BertModel.load");
 }
 
 ConstView2 BertModel::sequence_output() const {

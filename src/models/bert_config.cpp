@@ -3,6 +3,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/models/config_reader.hpp"
+#include "encoder_config.hpp"
 
 namespace attnkit {
 namespace {
@@ -13,10 +14,6 @@ constexpr std::pair<const char*, BertArchitecture> kArchitectures[] = {
     {"BertForSequenceClassification", BertArchitecture::kSequenceClassification},
     {"BertForTokenClassification", BertArchitecture::kTokenClassification},
     {"BertForQuestionAnswering", BertArchitecture::kQuestionAnswering}};
-
-constexpr std::pair<const char*, GeluApproximation> kActivations[] = {
-    {"gelu", GeluApproximation::kNone}, {"gelu_new", GeluApproximation::kTanh},
-    {"gelu_pytorch_tanh", GeluApproximation::kTanh}};
 
 }  // namespace
 
@@ -69,22 +66,15 @@ BertConfig parse_bert_config(const std::string& text, const std::string& source)
                  "BertForSequenceClassification, BertForTokenClassification, "
                  "BertForQuestionAnswering); got '", archs[0], "'");
   }
-  c.hidden_act = r.choice("hidden_act", GeluApproximation::kNone, kActivations);
   r.require_value("position_embedding_type", "\"absolute\"");
   r.require_value("is_decoder", "false");
   r.require_value("add_cross_attention", "false");
   r.require_value("classifier_dropout", "null");
   r.number("initializer_range", 0.02);  // init_random uses HF's 0.02 whatever it says
   c.vocab_size = r.size("vocab_size", kMaxConfigVocab);
-  c.hidden_size = r.size("hidden_size", kMaxConfigWidth);
-  c.num_hidden_layers = r.size("num_hidden_layers", kMaxConfigLayers);
-  c.num_attention_heads = r.size("num_attention_heads", kMaxConfigHeads);
-  c.intermediate_size = r.size("intermediate_size", kMaxConfigFfnWidth);
+  encoder_config::read(r, c, 0.1);
   c.max_position_embeddings = r.size("max_position_embeddings", 512, kMaxConfigPositions);
   c.type_vocab_size = r.size("type_vocab_size", 2, kMaxConfigVocab);
-  c.layer_norm_eps = r.number("layer_norm_eps", 1e-12);
-  c.hidden_dropout_prob = r.number("hidden_dropout_prob", 0.1);
-  c.attention_probs_dropout_prob = r.number("attention_probs_dropout_prob", 0.1);
   c.pad_token_id = r.integer("pad_token_id", 0);
   const ConfigLabels labels = r.labels(c.num_labels);
   c.num_labels = labels.num_labels;
@@ -95,18 +85,9 @@ BertConfig parse_bert_config(const std::string& text, const std::string& source)
 }
 
 std::string bert_config_to_json(const BertConfig& c) {
-  const std::string architectures[] = {bert_architecture_name(c.architecture)};
   ConfigWriter w;
-  w.set("architectures", std::span<const std::string>(architectures))
-      .set("model_type", "bert")
-      .set("vocab_size", c.vocab_size)
-      .set("hidden_size", c.hidden_size)
-      .set("num_hidden_layers", c.num_hidden_layers)
-      .set("num_attention_heads", c.num_attention_heads)
-      .set("intermediate_size", c.intermediate_size)
-      .set("hidden_act", c.hidden_act == GeluApproximation::kNone ? "gelu" : "gelu_new")
-      .set("hidden_dropout_prob", c.hidden_dropout_prob)
-      .set("attention_probs_dropout_prob", c.attention_probs_dropout_prob)
+  w.architecture(bert_architecture_name(c.architecture), "bert").set("vocab_size", c.vocab_size);
+  encoder_config::write(w, c)
       .set("max_position_embeddings", c.max_position_embeddings)
       .set("type_vocab_size", c.type_vocab_size)
       .set("layer_norm_eps", c.layer_norm_eps)

@@ -79,33 +79,34 @@ void BertModel::run_encoder(const BertBatch& batch) {
   normalise_batch(a, batch, c);
   const float eps = float(c.layer_norm_eps), p = dropout_p();
   const AttentionBlockBatch bb{a.cu, a.positions};
-  embedding_forward(a.emb_sum.view(), a.ids, matrix("bert.embeddings.word_embeddings.weight"));
-  embedding_forward(a.tmp.view(), a.pos, matrix("bert.embeddings.position_embeddings.weight"));
+  embedding_forward(a.emb_sum.view(), a.ids, matrix(word_));
+  embedding_forward(a.tmp.view(), a.pos, matrix(position_));
   add_into(a.emb_sum.view(), a.emb_sum.view(), a.tmp.view());
-  embedding_forward(a.tmp.view(), a.types, matrix("bert.embeddings.token_type_embeddings.weight"));
+  embedding_forward(a.tmp.view(), a.types, matrix(token_type_));
   add_into(a.emb_sum.view(), a.emb_sum.view(), a.tmp.view());
   layer_norm_forward(a.resid[0].view(), a.emb_mean, a.emb_rstd, a.emb_sum.view(),
-                     vec("bert.embeddings.LayerNorm.weight"), vec("bert.embeddings.LayerNorm.bias"), eps);
+                     vec(emb_norm_.weight), vec(emb_norm_.bias), eps);
   if (p > 0)
     dropout_forward(a.resid[0].view(), a.resid[0].view(), {p, seed_, bert_detail::kEmbeddingStream});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     BertLayerActivations& y = a.layers[size_t(l)];
+    const EncoderLayerIds& ly = layers_[size_t(l)];
     const ConstView2 x = a.resid[size_t(l)].view();
-    attention_block_forward(a.tmp.view(), y.block.cache(), x, bb, block_params(l), block_options(l));
+    attention_block_forward(a.tmp.view(), y.block.cache(), x, bb, attention_params(store_, ly.attn), block_options(l));
     if (p > 0) dropout_forward(a.tmp.view(), a.tmp.view(), {p, seed_, bert_detail::attention_stream(l)});
     add_into(y.sum1.view(), x, a.tmp.view());
     layer_norm_forward(y.h.view(), y.mean1, y.rstd1, y.sum1.view(),
-                       vec(lname(l, "attention.output.LayerNorm.weight")),
-                       vec(lname(l, "attention.output.LayerNorm.bias")), eps);
-    linear_forward(y.pre.view(), y.h.view(), matrix(lname(l, "intermediate.dense.weight")),
-                   vec(lname(l, "intermediate.dense.bias")));
+                       vec(ly.attn_norm.weight),
+                       vec(ly.attn_norm.bias), eps);
+    linear_forward(y.pre.view(), y.h.view(), matrix(ly.intermediate.weight),
+                   vec(ly.intermediate.bias));
     gelu_forward(y.u.view(), y.pre.view(), c.hidden_act);
-    linear_forward(a.tmp.view(), y.u.view(), matrix(lname(l, "output.dense.weight")),
-                   vec(lname(l, "output.dense.bias")));
+    linear_forward(a.tmp.view(), y.u.view(), matrix(ly.output.weight),
+                   vec(ly.output.bias));
     if (p > 0) dropout_forward(a.tmp.view(), a.tmp.view(), {p, seed_, bert_detail::mlp_stream(l)});
     add_into(y.sum2.view(), y.h.view(), a.tmp.view());
     layer_norm_forward(a.resid[size_t(l) + 1].view(), y.mean2, y.rstd2, y.sum2.view(),
-                       vec(lname(l, "output.LayerNorm.weight")), vec(lname(l, "output.LayerNorm.bias")), eps);
+                       vec(ly.out_norm.weight), vec(ly.out_norm.bias), eps);
   }
 }
 
@@ -120,42 +121,43 @@ void BertModel::encoder_backward() {
   const AttentionBlockBatch bb{a.cu, a.positions};
   for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
     BertLayerActivations& y = a.layers[size_t(l)];
+    const EncoderLayerIds& ly = layers_[size_t(l)];
     // d_sum2 (in d_a) from LN₂; it flows to h directly and through the MLP.
-    layer_norm_backward(a.d_a.view(), grad_vec(lname(l, "output.LayerNorm.weight")),
-                        grad_vec(lname(l, "output.LayerNorm.bias")), a.d_resid.view(), y.sum2.view(),
-                        vec(lname(l, "output.LayerNorm.weight")), y.mean2, y.rstd2);
+    layer_norm_backward(a.d_a.view(), grad_vec(ly.out_norm.weight),
+                        grad_vec(ly.out_norm.bias), a.d_resid.view(), y.sum2.view(),
+                        vec(ly.out_norm.weight), y.mean2, y.rstd2);
     copy_into(a.d_h.view(), a.d_a.view());
     if (p > 0) dropout_backward(a.d_a.view(), a.d_a.view(), {p, seed_, bert_detail::mlp_stream(l)});
-    linear_backward(a.d_f.view(), grad_matrix(lname(l, "output.dense.weight")),
-                    grad_vec(lname(l, "output.dense.bias")), a.d_a.view(), y.u.view(),
-                    matrix(lname(l, "output.dense.weight")));
+    linear_backward(a.d_f.view(), grad_matrix(ly.output.weight),
+                    grad_vec(ly.output.bias), a.d_a.view(), y.u.view(),
+                    matrix(ly.output.weight));
     gelu_backward(a.d_f.view(), a.d_f.view(), y.pre.view(), c.hidden_act);
-    linear_backward(a.d_x.view(), grad_matrix(lname(l, "intermediate.dense.weight")),
-                    grad_vec(lname(l, "intermediate.dense.bias")), a.d_f.view(), y.h.view(),
-                    matrix(lname(l, "intermediate.dense.weight")));
+    linear_backward(a.d_x.view(), grad_matrix(ly.intermediate.weight),
+                    grad_vec(ly.intermediate.bias), a.d_f.view(), y.h.view(),
+                    matrix(ly.intermediate.weight));
     add_into(a.d_h.view(), a.d_h.view(), a.d_x.view());
     // d_sum1 (in d_resid, whose old value is no longer needed) from LN₁.
-    layer_norm_backward(a.d_resid.view(), grad_vec(lname(l, "attention.output.LayerNorm.weight")),
-                        grad_vec(lname(l, "attention.output.LayerNorm.bias")), a.d_h.view(),
-                        y.sum1.view(), vec(lname(l, "attention.output.LayerNorm.weight")), y.mean1,
+    layer_norm_backward(a.d_resid.view(), grad_vec(ly.attn_norm.weight),
+                        grad_vec(ly.attn_norm.bias), a.d_h.view(),
+                        y.sum1.view(), vec(ly.attn_norm.weight), y.mean1,
                         y.rstd1);
     if (p > 0)
       dropout_backward(a.d_a.view(), a.d_resid.view(), {p, seed_, bert_detail::attention_stream(l)});
     else
       copy_into(a.d_a.view(), a.d_resid.view());
-    attention_block_backward(a.d_x.view(), block_grads(l), y.block.scratch(), a.d_a.view(),
-                             a.resid[size_t(l)].view(), y.block.cache(), bb, block_params(l),
+    attention_block_backward(a.d_x.view(), attention_grads(store_, ly.attn), y.block.scratch(), a.d_a.view(),
+                             a.resid[size_t(l)].view(), y.block.cache(), bb, attention_params(store_, ly.attn),
                              block_options(l));
     add_into(a.d_resid.view(), a.d_resid.view(), a.d_x.view());
   }
   if (p > 0)
     dropout_backward(a.d_resid.view(), a.d_resid.view(), {p, seed_, bert_detail::kEmbeddingStream});
-  layer_norm_backward(a.d_x.view(), grad_vec("bert.embeddings.LayerNorm.weight"),
-                      grad_vec("bert.embeddings.LayerNorm.bias"), a.d_resid.view(), a.emb_sum.view(),
-                      vec("bert.embeddings.LayerNorm.weight"), a.emb_mean, a.emb_rstd);
-  embedding_backward(grad_matrix("bert.embeddings.word_embeddings.weight"), a.ids, a.d_x.view());
-  embedding_backward(grad_matrix("bert.embeddings.position_embeddings.weight"), a.pos, a.d_x.view());
-  embedding_backward(grad_matrix("bert.embeddings.token_type_embeddings.weight"), a.types, a.d_x.view());
+  layer_norm_backward(a.d_x.view(), grad_vec(emb_norm_.weight),
+                      grad_vec(emb_norm_.bias), a.d_resid.view(), a.emb_sum.view(),
+                      vec(emb_norm_.weight), a.emb_mean, a.emb_rstd);
+  embedding_backward(grad_matrix(word_), a.ids, a.d_x.view());
+  embedding_backward(grad_matrix(position_), a.pos, a.d_x.view());
+  embedding_backward(grad_matrix(token_type_), a.types, a.d_x.view());
 }
 
 }  // namespace attnkit

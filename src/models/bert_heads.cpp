@@ -95,7 +95,7 @@ void BertModel::run_heads(const BertTargets& tg, BertLosses& losses) {
     resize(a.pooled, nb, C);
     for (int64_t b = 0; b < nb; ++b)
       std::copy_n(seq.ptr(a.cu[size_t(a.seqs[size_t(b)])]), C, a.cls.data() + b * C);
-    linear_forward(a.pooled.view(), a.cls.view(), matrix("bert.pooler.dense.weight"), vec("bert.pooler.dense.bias"));
+    linear_forward(a.pooled.view(), a.cls.view(), matrix(pooler_.weight), vec(pooler_.bias));
     for (int64_t i = 0; i < nb * C; ++i) a.pooled.data()[i] = std::tanh(a.pooled.data()[i]);
   }
 
@@ -104,8 +104,8 @@ void BertModel::run_heads(const BertTargets& tg, BertLosses& losses) {
   switch (arch) {
     case BertArchitecture::kPreTraining:
       resize(a.logits, nb, 2);
-      linear_forward(a.logits.view(), a.pooled.view(), matrix("cls.seq_relationship.weight"),
-                     vec("cls.seq_relationship.bias"));
+      linear_forward(a.logits.view(), a.pooled.view(), matrix(head_.weight),
+                     vec(head_.bias));
       a.task_targets.assign(tg.nsp.begin(), tg.nsp.end());
       break;
     case BertArchitecture::kSequenceClassification:
@@ -113,7 +113,7 @@ void BertModel::run_heads(const BertTargets& tg, BertLosses& losses) {
       resize(a.head_in, nb, C);
       dropout_forward(a.head_in.view(), a.pooled.view(), {p, seed_, bert_detail::kHeadStream});
       resize(a.logits, nb, c.num_labels);
-      linear_forward(a.logits.view(), a.head_in.view(), matrix("classifier.weight"), vec("classifier.bias"));
+      linear_forward(a.logits.view(), a.head_in.view(), matrix(head_.weight), vec(head_.bias));
       a.task_targets.assign(tg.labels.begin(), tg.labels.end());
       break;
     case BertArchitecture::kTokenClassification:
@@ -121,13 +121,13 @@ void BertModel::run_heads(const BertTargets& tg, BertLosses& losses) {
       resize(a.head_in, t, C);
       dropout_forward(a.head_in.view(), seq, {p, seed_, bert_detail::kHeadStream});
       resize(a.logits, t, c.num_labels);
-      linear_forward(a.logits.view(), a.head_in.view(), matrix("classifier.weight"), vec("classifier.bias"));
+      linear_forward(a.logits.view(), a.head_in.view(), matrix(head_.weight), vec(head_.bias));
       a.task_targets.assign(tg.labels.begin(), tg.labels.end());
       break;
     case BertArchitecture::kQuestionAnswering:
       check_targets("start_positions", tg.start_positions, nb, "[B]");
       resize(a.logits, t, 2);
-      linear_forward(a.logits.view(), seq, matrix("qa_outputs.weight"), vec("qa_outputs.bias"));
+      linear_forward(a.logits.view(), seq, matrix(head_.weight), vec(head_.bias));
       a.starts.assign(tg.start_positions.begin(), tg.start_positions.end());
       a.ends.assign(tg.end_positions.begin(), tg.end_positions.end());
       for (int64_t b = 0; b < int64_t(a.starts.size()); ++b) {
@@ -174,15 +174,15 @@ void BertModel::run_heads(const BertTargets& tg, BertLosses& losses) {
     a.mlm_losses.resize(size_t(m));
     a.mlm_lse.resize(size_t(m));
     for (int64_t r = 0; r < m; ++r) std::copy_n(seq.ptr(a.mlm_rows[size_t(r)]), C, a.mlm_in.data() + r * C);
-    linear_forward(a.mlm_pre.view(), a.mlm_in.view(), matrix("cls.predictions.transform.dense.weight"),
-                   vec("cls.predictions.transform.dense.bias"));
+    linear_forward(a.mlm_pre.view(), a.mlm_in.view(), matrix(mlm_dense_.weight),
+                   vec(mlm_dense_.bias));
     gelu_forward(a.mlm_act.view(), a.mlm_pre.view(), c.hidden_act);
     layer_norm_forward(a.mlm_out.view(), a.mlm_mean, a.mlm_rstd, a.mlm_act.view(),
-                       vec("cls.predictions.transform.LayerNorm.weight"),
-                       vec("cls.predictions.transform.LayerNorm.bias"), float(c.layer_norm_eps));
+                       vec(mlm_norm_.weight),
+                       vec(mlm_norm_.bias), float(c.layer_norm_eps));
     losses.mlm = linear_cross_entropy_forward(a.mlm_losses, a.mlm_lse, a.mlm_out.view(),
-                                              matrix("bert.embeddings.word_embeddings.weight"),
-                                              vec("cls.predictions.bias"), a.mlm_targets);
+                                              matrix(word_),
+                                              vec(mlm_bias_), a.mlm_targets);
     a.has_mlm_loss = true;
   }
   losses.total = losses.mlm + losses.nsp + losses.task;
@@ -209,18 +209,18 @@ void BertModel::heads_backward(float d_loss) {
   if (a.has_mlm_loss) {
     const int64_t m = int64_t(a.mlm_rows.size());
     Mat d_out({m, C}), d_in({m, C});
-    linear_cross_entropy_backward(d_out.view(), grad_matrix("bert.embeddings.word_embeddings.weight"),
-                                  grad_vec("cls.predictions.bias"), a.mlm_out.view(),
-                                  matrix("bert.embeddings.word_embeddings.weight"),
-                                  vec("cls.predictions.bias"), a.mlm_targets, a.mlm_lse, d_loss);
-    layer_norm_backward(d_out.view(), grad_vec("cls.predictions.transform.LayerNorm.weight"),
-                        grad_vec("cls.predictions.transform.LayerNorm.bias"), d_out.view(),
-                        a.mlm_act.view(), vec("cls.predictions.transform.LayerNorm.weight"),
+    linear_cross_entropy_backward(d_out.view(), grad_matrix(word_),
+                                  grad_vec(mlm_bias_), a.mlm_out.view(),
+                                  matrix(word_),
+                                  vec(mlm_bias_), a.mlm_targets, a.mlm_lse, d_loss);
+    layer_norm_backward(d_out.view(), grad_vec(mlm_norm_.weight),
+                        grad_vec(mlm_norm_.bias), d_out.view(),
+                        a.mlm_act.view(), vec(mlm_norm_.weight),
                         a.mlm_mean, a.mlm_rstd);
     gelu_backward(d_out.view(), d_out.view(), a.mlm_pre.view(), c.hidden_act);
-    linear_backward(d_in.view(), grad_matrix("cls.predictions.transform.dense.weight"),
-                    grad_vec("cls.predictions.transform.dense.bias"), d_out.view(), a.mlm_in.view(),
-                    matrix("cls.predictions.transform.dense.weight"));
+    linear_backward(d_in.view(), grad_matrix(mlm_dense_.weight),
+                    grad_vec(mlm_dense_.bias), d_out.view(), a.mlm_in.view(),
+                    matrix(mlm_dense_.weight));
     for (int64_t r = 0; r < m; ++r) {
       float* dst = d_seq.ptr(a.mlm_rows[size_t(r)]);
       for (int64_t j = 0; j < C; ++j) dst[j] += d_in.data()[r * C + j];
@@ -241,28 +241,28 @@ void BertModel::heads_backward(float d_loss) {
   switch (arch) {
     case BertArchitecture::kPreTraining:
       d_pooled = Mat({nb, C});
-      linear_backward(d_pooled.view(), grad_matrix("cls.seq_relationship.weight"),
-                      grad_vec("cls.seq_relationship.bias"), d_logits.view(), a.pooled.view(),
-                      matrix("cls.seq_relationship.weight"));
+      linear_backward(d_pooled.view(), grad_matrix(head_.weight),
+                      grad_vec(head_.bias), d_logits.view(), a.pooled.view(),
+                      matrix(head_.weight));
       break;
     case BertArchitecture::kSequenceClassification:
       d_pooled = Mat({nb, C});
-      linear_backward(d_pooled.view(), grad_matrix("classifier.weight"), grad_vec("classifier.bias"),
-                      d_logits.view(), a.head_in.view(), matrix("classifier.weight"));
+      linear_backward(d_pooled.view(), grad_matrix(head_.weight), grad_vec(head_.bias),
+                      d_logits.view(), a.head_in.view(), matrix(head_.weight));
       dropout_backward(d_pooled.view(), d_pooled.view(), {p, seed_, bert_detail::kHeadStream});
       break;
     case BertArchitecture::kTokenClassification: {
       Mat d_in({t, C});
-      linear_backward(d_in.view(), grad_matrix("classifier.weight"), grad_vec("classifier.bias"),
-                      d_logits.view(), a.head_in.view(), matrix("classifier.weight"));
+      linear_backward(d_in.view(), grad_matrix(head_.weight), grad_vec(head_.bias),
+                      d_logits.view(), a.head_in.view(), matrix(head_.weight));
       dropout_backward(d_in.view(), d_in.view(), {p, seed_, bert_detail::kHeadStream});
       for (int64_t i = 0; i < t * C; ++i) d_seq.data[i] += d_in.data()[i];
       break;
     }
     case BertArchitecture::kQuestionAnswering: {
       Mat d_in({t, C});
-      linear_backward(d_in.view(), grad_matrix("qa_outputs.weight"), grad_vec("qa_outputs.bias"),
-                      d_logits.view(), seq, matrix("qa_outputs.weight"));
+      linear_backward(d_in.view(), grad_matrix(head_.weight), grad_vec(head_.bias),
+                      d_logits.view(), seq, matrix(head_.weight));
       for (int64_t i = 0; i < t * C; ++i) d_seq.data[i] += d_in.data()[i];
       break;
     }
@@ -274,8 +274,8 @@ void BertModel::heads_backward(float d_loss) {
       d_pooled.data()[i] *= 1.0f - y * y;
     }
     Mat d_cls({nb, C});
-    linear_backward(d_cls.view(), grad_matrix("bert.pooler.dense.weight"), grad_vec("bert.pooler.dense.bias"),
-                    d_pooled.view(), a.cls.view(), matrix("bert.pooler.dense.weight"));
+    linear_backward(d_cls.view(), grad_matrix(pooler_.weight), grad_vec(pooler_.bias),
+                    d_pooled.view(), a.cls.view(), matrix(pooler_.weight));
     for (int64_t b = 0; b < nb; ++b) {
       float* dst = d_seq.ptr(a.cu[size_t(a.seqs[size_t(b)])]);
       for (int64_t j = 0; j < C; ++j) dst[j] += d_cls.data()[b * C + j];
@@ -292,12 +292,12 @@ void BertModel::mlm_logits(View2 out) {
         t, ", ", config_.vocab_size, "]");
   Mat pre({t, C}), act({t, C}), y({t, C});
   std::vector<float> mean(static_cast<size_t>(t)), rstd(static_cast<size_t>(t));
-  linear_forward(pre.view(), acts_->resid.back().view(), matrix("cls.predictions.transform.dense.weight"),
-                 vec("cls.predictions.transform.dense.bias"));
+  linear_forward(pre.view(), acts_->resid.back().view(), matrix(mlm_dense_.weight),
+                 vec(mlm_dense_.bias));
   gelu_forward(act.view(), pre.view(), config_.hidden_act);
-  layer_norm_forward(y.view(), mean, rstd, act.view(), vec("cls.predictions.transform.LayerNorm.weight"),
-                     vec("cls.predictions.transform.LayerNorm.bias"), float(config_.layer_norm_eps));
-  logits_forward(out, y.view(), matrix("bert.embeddings.word_embeddings.weight"), vec("cls.predictions.bias"));
+  layer_norm_forward(y.view(), mean, rstd, act.view(), vec(mlm_norm_.weight),
+                     vec(mlm_norm_.bias), float(config_.layer_norm_eps));
+  logits_forward(out, y.view(), matrix(word_), vec(mlm_bias_));
 }
 
 }  // namespace attnkit

@@ -93,11 +93,6 @@ class CnnActivations {
   bool training = false;
 };
 
-std::unique_ptr<ImageClassifier> make_cnn_classifier(const std::string& config_json,
-                                                  const std::string& source) {
-  return std::make_unique<CnnModel>(parse_cnn_config(config_json, source));
-}
-
 CnnModel::CnnModel(const CnnConfig& config) : ImageClassifier("CnnModel"), config_(config) {
   validate(config_);
   build_layout();
@@ -110,27 +105,20 @@ ImageShape CnnModel::input_shape() const {
 
 void CnnModel::build_layout() {
   auto add = [&](const std::string& name, std::vector<int64_t> shape) { store_.add(name, std::move(shape)); };
-  auto add_bn = [&](const std::string& prefix, int64_t c) {
-    store_.add_norm(prefix, c);  // batch-norm affine weight and bias
-    store_.add_buffer(prefix + ".running_mean", {c});
-    store_.add_buffer(prefix + ".running_var", {c});
-  };
   const auto& w = config_.widths;
   add("stem.conv.weight", {w[0], config_.num_channels, 3, 3});
-  add_bn("stem.bn", w[0]);
+  store_.add_batch_norm("stem.bn", w[0]);
   for (size_t i = 1; i < w.size(); ++i) {
     const std::string p = "stages." + std::to_string(i) + ".";
     add(p + "conv1.weight", {w[i], w[i - 1], 3, 3});
-    add_bn(p + "bn1", w[i]);
+    store_.add_batch_norm(p + "bn1", w[i]);
     add(p + "conv2.weight", {w[i], w[i], 3, 3});
-    add_bn(p + "bn2", w[i]);
+    store_.add_batch_norm(p + "bn2", w[i]);
     const int64_t hidden = std::max<int64_t>(1, w[i] / config_.reduction);
     if (config_.attention != ChannelAttention::kNone) {
       const std::string a = p + (config_.attention == ChannelAttention::kSe ? "se." : "cbam.");
-      add(a + "fc1.weight", {hidden, w[i]});
-      add(a + "fc1.bias", {hidden});
-      add(a + "fc2.weight", {w[i], hidden});
-      add(a + "fc2.bias", {w[i]});
+      store_.add_linear(a + "fc1", hidden, w[i]);
+      store_.add_linear(a + "fc2", w[i], hidden);
       if (config_.attention == ChannelAttention::kCbam) {
         add(a + "spatial.weight", {1, 2, config_.spatial_kernel, config_.spatial_kernel});
         add(a + "spatial.bias", {1});
@@ -138,14 +126,28 @@ void CnnModel::build_layout() {
     }
     if (w[i] != w[i - 1]) {
       add(p + "shortcut.conv.weight", {w[i], w[i - 1], 1, 1});
-      add_bn(p + "shortcut.bn", w[i]);
+      store_.add_batch_norm(p + "shortcut.bn", w[i]);
     }
   }
-  add("fc.weight", {config_.num_labels, w.back()});
-  add("fc.bias", {config_.num_labels});
+  store_.add_linear("fc", config_.num_labels, w.back());
   store_.allocate();
-  for (const auto& b : store_.buffer_info())
-    if (b.name.ends_with("running_var")) std::fill_n(store_.buffers().begin() + b.offset, b.numel, 1.0f);
+  const auto& s = store_;
+  stages_.push_back({.conv1 = s.id("stem.conv.weight"), .bn1 = s.batch_norm("stem.bn")});
+  for (size_t i = 1; i < w.size(); ++i) {
+    const std::string p = "stages." + std::to_string(i) + ".";
+    const std::string a = p + (config_.attention == ChannelAttention::kSe ? "se." : "cbam.");
+    const bool project = w[i] != w[i - 1];
+    stages_.push_back({.conv1 = s.id(p + "conv1.weight"),
+                       .conv2 = s.id(p + "conv2.weight"),
+                       .shortcut_conv = s.find(p + "shortcut.conv.weight"),
+                       .bn1 = s.batch_norm(p + "bn1"),
+                       .bn2 = s.batch_norm(p + "bn2"),
+                       .shortcut_bn = project ? s.batch_norm(p + "shortcut.bn") : BatchNormIds{},
+                       .fc1 = s.find_layer(a + "fc1"),
+                       .fc2 = s.find_layer(a + "fc2"),
+                       .spatial = s.find_layer(a + "spatial")});
+  }
+  fc_ = s.layer("fc");
 }
 
 void CnnModel::init_random(uint64_t seed) {
@@ -171,8 +173,7 @@ void CnnModel::init_random(uint64_t seed) {
       for (int64_t i = 0; i < p.numel; ++i) x[i] = uni(rng);
     }
   }
-  for (const auto& b : store_.buffer_info())
-    std::fill_n(store_.buffers().begin() + b.offset, b.numel, b.name.ends_with("running_var") ? 1.0f : 0.0f);
+  store_.reset_buffers();
 }
 
 ConstView2 CnnModel::forward(ConstView4 x) {
@@ -196,13 +197,13 @@ ConstView2 CnnModel::forward(ConstView4 x) {
   const BatchNormOptions bno{.eps = float(config_.batch_norm_eps),
                              .momentum = float(config_.batch_norm_momentum),
                              .training = training_};
-  auto bn = [&](T4& y, BnStats& st, const T4& in, const std::string& prefix, bool relu = false) {
+  auto bn = [&](T4& y, BnStats& st, const T4& in, const BatchNormIds& ids, bool relu = false) {
     st.resize(in.shape()[1]);
     BatchNormOptions o = bno;
     o.relu = relu;
-    batch_norm2d_forward(y.view(), st.mean, st.rstd, buffer(prefix + ".running_mean"),
-                         buffer(prefix + ".running_var"), in.view(), param(prefix + ".weight"),
-                         param(prefix + ".bias"), o);
+    batch_norm2d_forward(y.view(), st.mean, st.rstd, store_.buffer(ids.running_mean),
+                         store_.buffer(ids.running_var), in.view(), param(ids.affine.weight),
+                         param(ids.affine.bias), o);
   };
   const Pool2dOptions pool{.kernel = 2};
 
@@ -217,9 +218,9 @@ ConstView2 CnnModel::forward(ConstView4 x) {
         std::copy_n(x.ptr(i, c, h), s, a.x.view().ptr(i, c, h));
   ensure(st.c1, n, w[0], s, s);
   ensure(st.h1, n, w[0], s, s);
-  conv2d_forward(st.c1.view(), a.x.view(), as4(param("stem.conv.weight"), w[0], st.in_c, 3, 3), {},
+  conv2d_forward(st.c1.view(), a.x.view(), as4(param(stages_[0].conv1), w[0], st.in_c, 3, 3), {},
                  {.stride = 1, .padding = 1});
-  bn(st.h1, st.bn1, st.c1, "stem.bn", /*relu=*/true);
+  bn(st.h1, st.bn1, st.c1, stages_[0].bn1, /*relu=*/true);
   s /= 2;
   ensure(st.pooled, n, w[0], s, s);
   st.argmax.resize(size_t(n * w[0] * s * s));  // every entry is written by the pool
@@ -229,43 +230,43 @@ ConstView2 CnnModel::forward(ConstView4 x) {
   a.stages.resize(w.size() - 1);
   for (size_t i = 1; i < w.size(); ++i) {
     CnnStage& g = a.stages[i - 1];
-    const std::string p = "stages." + std::to_string(i) + ".";
+    const StageIds& ids = stages_[i];
     g.in_c = w[i - 1], g.out_c = w[i], g.size = s;
     g.project = w[i] != w[i - 1];
     g.pool = i + 1 < w.size();
     const int64_t c = w[i];
     ensure(g.c1, n, c, s, s), ensure(g.h1, n, c, s, s), ensure(g.c2, n, c, s, s);
     ensure(g.r, n, c, s, s), ensure(g.o, n, c, s, s);
-    conv2d_forward(g.c1.view(), in->view(), as4(param(p + "conv1.weight"), c, g.in_c, 3, 3), {},
+    conv2d_forward(g.c1.view(), in->view(), as4(param(ids.conv1), c, g.in_c, 3, 3), {},
                    {.stride = 1, .padding = 1});
-    bn(g.h1, g.bn1, g.c1, p + "bn1", /*relu=*/true);
-    conv2d_forward(g.c2.view(), g.h1.view(), as4(param(p + "conv2.weight"), c, c, 3, 3), {},
+    bn(g.h1, g.bn1, g.c1, ids.bn1, /*relu=*/true);
+    conv2d_forward(g.c2.view(), g.h1.view(), as4(param(ids.conv2), c, c, 3, 3), {},
                    {.stride = 1, .padding = 1});
-    bn(g.r, g.bn2, g.c2, p + "bn2");
+    bn(g.r, g.bn2, g.c2, ids.bn2);
     const T4* branch = &g.r;
     const int64_t hidden = std::max<int64_t>(1, c / config_.reduction);
     if (config_.attention == ChannelAttention::kSe) {
       ensure(g.att, n, c, s, s);
       se_block_forward(g.att.view(), g.se, g.r.view(),
-                       SeWeights{as2(param(p + "se.fc1.weight"), hidden, c), param(p + "se.fc1.bias"),
-                                 as2(param(p + "se.fc2.weight"), c, hidden), param(p + "se.fc2.bias")});
+                       SeWeights{as2(param(ids.fc1.weight), hidden, c), param(ids.fc1.bias),
+                                 as2(param(ids.fc2.weight), c, hidden), param(ids.fc2.bias)});
       branch = &g.att;
     } else if (config_.attention == ChannelAttention::kCbam) {
       ensure(g.att, n, c, s, s);
       const int64_t k = config_.spatial_kernel;
       cbam_forward(g.att.view(), g.cbam, g.r.view(),
-                   CbamWeights{as2(param(p + "cbam.fc1.weight"), hidden, c), param(p + "cbam.fc1.bias"),
-                               as2(param(p + "cbam.fc2.weight"), c, hidden), param(p + "cbam.fc2.bias"),
-                               as4(param(p + "cbam.spatial.weight"), 1, 2, k, k),
-                               param(p + "cbam.spatial.bias")});
+                   CbamWeights{as2(param(ids.fc1.weight), hidden, c), param(ids.fc1.bias),
+                               as2(param(ids.fc2.weight), c, hidden), param(ids.fc2.bias),
+                               as4(param(ids.spatial.weight), 1, 2, k, k),
+                               param(ids.spatial.bias)});
       branch = &g.att;
     }
     const T4* shortcut = in;
     if (g.project) {
       ensure(g.scc, n, c, s, s), ensure(g.scn, n, c, s, s);
-      conv2d_forward(g.scc.view(), in->view(), as4(param(p + "shortcut.conv.weight"), c, g.in_c, 1, 1),
+      conv2d_forward(g.scc.view(), in->view(), as4(param(ids.shortcut_conv), c, g.in_c, 1, 1),
                      {}, {});
-      bn(g.scn, g.bnsc, g.scc, p + "shortcut.bn");
+      bn(g.scn, g.bnsc, g.scc, ids.shortcut_bn);
       shortcut = &g.scn;
     }
     add_relu(g.o, *branch, *shortcut);
@@ -283,8 +284,8 @@ ConstView2 CnnModel::forward(ConstView4 x) {
   a.features = T2({n, cl});
   global_avg_pool_forward(a.features.view(), in->view());
   a.logits = T2({n, config_.num_labels});
-  linear_forward(a.logits.view(), a.features.view(), as2(param("fc.weight"), config_.num_labels, cl),
-                 param("fc.bias"));
+  linear_forward(a.logits.view(), a.features.view(), as2(param(fc_.weight), config_.num_labels, cl),
+                 param(fc_.bias));
   a.has_forward = true;
   return a.logits.view();
 }
@@ -301,12 +302,12 @@ void CnnModel::backward(ConstView2 d_logits) {
                              .momentum = float(config_.batch_norm_momentum),
                              .training = a.training};
   // relu: the forward fused the ReLU (d_y is the gradient of its output); the backward masks.
-  auto bn_back = [&](T4& d_x, const T4& d_y, const T4& x, const BnStats& st, const std::string& prefix,
+  auto bn_back = [&](T4& d_x, const T4& d_y, const T4& x, const BnStats& st, const BatchNormIds& ids,
                      bool relu = false) {
     BatchNormOptions o = bno;
     o.relu = relu;
-    batch_norm2d_backward(d_x.view(), grad(prefix + ".weight"), grad(prefix + ".bias"), d_y.view(),
-                          x.view(), param(prefix + ".weight"), param(prefix + ".bias"), st.mean,
+    batch_norm2d_backward(d_x.view(), grad_vec(ids.affine.weight), grad_vec(ids.affine.bias), d_y.view(),
+                          x.view(), param(ids.affine.weight), param(ids.affine.bias), st.mean,
                           st.rstd, o);
   };
   auto like = [](T4& t, const T4& shape_of) {
@@ -316,8 +317,8 @@ void CnnModel::backward(ConstView2 d_logits) {
   // Head.
   const int64_t cl = w.back();
   a.d_features = T2({n, cl});
-  linear_backward(a.d_features.view(), as2(grad("fc.weight"), k, cl), grad("fc.bias"), d_logits,
-                  a.features.view(), as2(param("fc.weight"), k, cl));
+  linear_backward(a.d_features.view(), as2(grad_vec(fc_.weight), k, cl), grad_vec(fc_.bias), d_logits,
+                  a.features.view(), as2(param(fc_.weight), k, cl));
   CnnStage& last = a.stages.empty() ? a.stem : a.stages.back();
   T4* d_next = nullptr;  // gradient of the tensor the following layer read
   T4& last_out = a.stages.empty() ? a.stem.pooled : last.o;
@@ -328,7 +329,7 @@ void CnnModel::backward(ConstView2 d_logits) {
 
   for (size_t i = w.size() - 1; i >= 1; --i) {
     CnnStage& g = a.stages[i - 1];
-    const std::string p = "stages." + std::to_string(i) + ".";
+    const StageIds& ids = stages_[i];
     const int64_t c = g.out_c;
     if (g.pool) {  // d_next is the gradient of g.pooled
       // Through the ReLU first, on the 4× smaller pooled tensor: only each window's argmax
@@ -347,43 +348,43 @@ void CnnModel::backward(ConstView2 d_logits) {
     const int64_t hidden = std::max<int64_t>(1, c / config_.reduction);
     if (config_.attention == ChannelAttention::kSe) {
       se_block_backward(g.d_r.view(),
-                        SeGrads{as2(grad(p + "se.fc1.weight"), hidden, c), grad(p + "se.fc1.bias"),
-                                as2(grad(p + "se.fc2.weight"), c, hidden), grad(p + "se.fc2.bias")},
+                        SeGrads{as2(grad_vec(ids.fc1.weight), hidden, c), grad_vec(ids.fc1.bias),
+                                as2(grad_vec(ids.fc2.weight), c, hidden), grad_vec(ids.fc2.bias)},
                         d_s.view(), g.r.view(),
-                        SeWeights{as2(param(p + "se.fc1.weight"), hidden, c), param(p + "se.fc1.bias"),
-                                  as2(param(p + "se.fc2.weight"), c, hidden), param(p + "se.fc2.bias")},
+                        SeWeights{as2(param(ids.fc1.weight), hidden, c), param(ids.fc1.bias),
+                                  as2(param(ids.fc2.weight), c, hidden), param(ids.fc2.bias)},
                         g.se);
     } else if (config_.attention == ChannelAttention::kCbam) {
       const int64_t ks = config_.spatial_kernel;
       cbam_backward(g.d_r.view(),
-                    CbamGrads{as2(grad(p + "cbam.fc1.weight"), hidden, c), grad(p + "cbam.fc1.bias"),
-                              as2(grad(p + "cbam.fc2.weight"), c, hidden), grad(p + "cbam.fc2.bias"),
-                              as4(grad(p + "cbam.spatial.weight"), 1, 2, ks, ks),
-                              grad(p + "cbam.spatial.bias")},
+                    CbamGrads{as2(grad_vec(ids.fc1.weight), hidden, c), grad_vec(ids.fc1.bias),
+                              as2(grad_vec(ids.fc2.weight), c, hidden), grad_vec(ids.fc2.bias),
+                              as4(grad_vec(ids.spatial.weight), 1, 2, ks, ks),
+                              grad_vec(ids.spatial.bias)},
                     d_s.view(), g.r.view(),
-                    CbamWeights{as2(param(p + "cbam.fc1.weight"), hidden, c), param(p + "cbam.fc1.bias"),
-                                as2(param(p + "cbam.fc2.weight"), c, hidden), param(p + "cbam.fc2.bias"),
-                                as4(param(p + "cbam.spatial.weight"), 1, 2, ks, ks),
-                                param(p + "cbam.spatial.bias")},
+                    CbamWeights{as2(param(ids.fc1.weight), hidden, c), param(ids.fc1.bias),
+                                as2(param(ids.fc2.weight), c, hidden), param(ids.fc2.bias),
+                                as4(param(ids.spatial.weight), 1, 2, ks, ks),
+                                param(ids.spatial.bias)},
                     g.cbam);
     } else {
       std::copy_n(d_s.data(), d_s.numel(), g.d_r.data());
     }
-    bn_back(g.d_r, g.d_r, g.c2, g.bn2, p + "bn2");  // now the gradient of c2
+    bn_back(g.d_r, g.d_r, g.c2, g.bn2, ids.bn2);  // now the gradient of c2
     like(g.d_h1, g.h1);
-    conv2d_backward(g.d_h1.view(), as4(grad(p + "conv2.weight"), c, c, 3, 3), {}, g.d_r.view(),
-                    g.h1.view(), as4(param(p + "conv2.weight"), c, c, 3, 3), {.stride = 1, .padding = 1});
-    bn_back(g.d_h1, g.d_h1, g.c1, g.bn1, p + "bn1", /*relu=*/true);  // now the gradient of c1
+    conv2d_backward(g.d_h1.view(), as4(grad_vec(ids.conv2), c, c, 3, 3), {}, g.d_r.view(),
+                    g.h1.view(), as4(param(ids.conv2), c, c, 3, 3), {.stride = 1, .padding = 1});
+    bn_back(g.d_h1, g.d_h1, g.c1, g.bn1, ids.bn1, /*relu=*/true);  // now the gradient of c1
     const T4& in = i == 1 ? a.stem.pooled : a.stages[i - 2].pool ? a.stages[i - 2].pooled : a.stages[i - 2].o;
     like(g.d_in, in);
-    conv2d_backward(g.d_in.view(), as4(grad(p + "conv1.weight"), c, g.in_c, 3, 3), {}, g.d_h1.view(),
-                    in.view(), as4(param(p + "conv1.weight"), c, g.in_c, 3, 3), {.stride = 1, .padding = 1});
+    conv2d_backward(g.d_in.view(), as4(grad_vec(ids.conv1), c, g.in_c, 3, 3), {}, g.d_h1.view(),
+                    in.view(), as4(param(ids.conv1), c, g.in_c, 3, 3), {.stride = 1, .padding = 1});
     // Shortcut.
     if (g.project) {
-      bn_back(d_s, d_s, g.scc, g.bnsc, p + "shortcut.bn");  // d_s's last use: now the gradient of scc
+      bn_back(d_s, d_s, g.scc, g.bnsc, ids.shortcut_bn);  // d_s's last use: now the gradient of scc
       like(g.d_tmp, in);
-      conv2d_backward(g.d_tmp.view(), as4(grad(p + "shortcut.conv.weight"), c, g.in_c, 1, 1), {},
-                      d_s.view(), in.view(), as4(param(p + "shortcut.conv.weight"), c, g.in_c, 1, 1), {});
+      conv2d_backward(g.d_tmp.view(), as4(grad_vec(ids.shortcut_conv), c, g.in_c, 1, 1), {},
+                      d_s.view(), in.view(), as4(param(ids.shortcut_conv), c, g.in_c, 1, 1), {});
       add_into(g.d_in, g.d_tmp);
     } else {
       add_into(g.d_in, d_s);
@@ -395,9 +396,9 @@ void CnnModel::backward(ConstView2 d_logits) {
   relu_backward_inplace(*d_next, st.pooled);  // the ReLU's backward on the pooled side, as above
   like(st.d_o, st.h1);
   max_pool2d_backward(st.d_o.view(), d_next->view(), st.argmax);
-  bn_back(st.d_o, st.d_o, st.c1, st.bn1, "stem.bn");  // now the gradient of c1
-  conv2d_backward(View4{}, as4(grad("stem.conv.weight"), w[0], st.in_c, 3, 3), {}, st.d_o.view(),
-                  a.x.view(), as4(param("stem.conv.weight"), w[0], st.in_c, 3, 3), {.stride = 1, .padding = 1});
+  bn_back(st.d_o, st.d_o, st.c1, st.bn1, stages_[0].bn1);  // now the gradient of c1
+  conv2d_backward(View4{}, as4(grad_vec(stages_[0].conv1), w[0], st.in_c, 3, 3), {}, st.d_o.view(),
+                  a.x.view(), as4(param(stages_[0].conv1), w[0], st.in_c, 3, 3), {.stride = 1, .padding = 1});
 }
 
 }  // namespace attnkit

@@ -4,6 +4,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/models/cnn.hpp"
 #include "attnkit/models/config_reader.hpp"
+#include "image_config.hpp"
 
 namespace attnkit {
 
@@ -31,17 +32,11 @@ CnnConfig parse_cnn_config(const std::string& json_text, const std::string& sour
   ConfigReader r(json_text, source);
   r.model_type({"cnn"}, true);
   CnnConfig c;
-  c.num_channels = r.size("num_channels", c.num_channels, kMaxConfigWidth);
-  c.image_size = r.size("image_size", c.image_size, kMaxConfigImageSide);
-  const ConfigLabels labels = r.labels(c.num_labels);
-  c.num_labels = labels.num_labels;
-  c.labels = labels.names;
-  c.widths = r.integers("widths", c.widths);
+  image_config::read_head(r, c);
   c.attention = r.choice("attention", ChannelAttention::kNone, kAttentions);
   c.reduction = r.integer("reduction", c.reduction);
   c.spatial_kernel = r.integer("spatial_kernel", c.spatial_kernel);
-  c.batch_norm_eps = r.number("batch_norm_eps", c.batch_norm_eps);
-  c.batch_norm_momentum = r.number("batch_norm_momentum", c.batch_norm_momentum);
+  image_config::read_batch_norm(r, c);
   r.finish();
   r.validate_with([&] { validate(c); });
   return c;
@@ -49,28 +44,16 @@ CnnConfig parse_cnn_config(const std::string& json_text, const std::string& sour
 
 std::string cnn_config_to_json(const CnnConfig& c) {
   ConfigWriter w;
-  w.set("model_type", "cnn")
-      .set("num_channels", c.num_channels)
-      .set("image_size", c.image_size)
-      .labels(c.num_labels, c.labels)
-      .set("widths", std::span<const int64_t>(c.widths))
+  image_config::write_head(w, "cnn", c)
       .set("attention", channel_attention_name(c.attention))
       .set("reduction", c.reduction)
-      .set("spatial_kernel", c.spatial_kernel)
-      .set("batch_norm_eps", c.batch_norm_eps)
-      .set("batch_norm_momentum", c.batch_norm_momentum);
+      .set("spatial_kernel", c.spatial_kernel);
+  image_config::write_batch_norm(w, c);
   return w.text();
 }
 
 void validate(const CnnConfig& c) {
-  check(c.num_channels >= 1 && c.num_channels <= 64, "cnn config: 'num_channels' must be in [1, 64], got ",
-        c.num_channels);
-  check(c.num_labels >= 2 && c.num_labels <= 100000, "cnn config: 'num_labels' must be in [2, 100000], got ",
-        c.num_labels);
-  check(!c.widths.empty() && c.widths.size() <= 8, "cnn config: 'widths' needs 1 to 8 entries");
-  for (int64_t w : c.widths)
-    check(w >= 1 && w <= 4096, "cnn config: every 'widths' entry must be in [1, 4096], got ", w);
-  check(c.image_size >= 1 && c.image_size <= 4096, "cnn config: 'image_size' must be in [1, 4096]");
+  image_config::validate_shared(c, "cnn", 1, 8, " (the stem, then one per residual stage)");
   // The stem pools once and every stage but the last pools once more.
   const int64_t pools = std::max<int64_t>(1, int64_t(c.widths.size()) - 1);
   int64_t s = c.image_size;
@@ -82,11 +65,6 @@ void validate(const CnnConfig& c) {
   check(c.reduction >= 1, "cnn config: 'reduction' must be >= 1, got ", c.reduction);
   check(c.spatial_kernel >= 1 && c.spatial_kernel % 2 == 1 && c.spatial_kernel <= 15,
         "cnn config: 'spatial_kernel' must be odd and in [1, 15], got ", c.spatial_kernel);
-  check(c.batch_norm_eps >= 0, "cnn config: 'batch_norm_eps' must be >= 0");
-  check(c.batch_norm_momentum >= 0 && c.batch_norm_momentum <= 1,
-        "cnn config: 'batch_norm_momentum' must be in [0, 1]");
-  check(c.labels.empty() || int64_t(c.labels.size()) == c.num_labels,
-        "cnn config: 'id2label' must name every label");
 }
 
 }  // namespace attnkit

@@ -213,6 +213,11 @@ ConfigWriter& ConfigWriter::set(const char* key, std::span<const std::string> v)
   return *this;
 }
 
+ConfigWriter& ConfigWriter::architecture(const std::string& architecture, const char* model_type) {
+  const std::string names[] = {architecture};
+  return set("architectures", std::span<const std::string>(names)).set("model_type", model_type);
+}
+
 ConfigWriter& ConfigWriter::labels(int64_t num_labels, const std::vector<std::string>& names) {
   json_->j["num_labels"] = num_labels;
   if (names.empty()) return *this;

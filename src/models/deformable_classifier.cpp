@@ -16,11 +16,6 @@ namespace attnkit {
 
 using deformable_detail::T4;
 
-std::unique_ptr<ImageClassifier> make_deformable_classifier(const std::string& config_json,
-                                                  const std::string& source) {
-  return std::make_unique<DeformableClassifier>(parse_deformable_config(config_json, source));
-}
-
 DeformableClassifier::DeformableClassifier(const DeformableConfig& config) : ImageClassifier("DeformableClassifier"), config_(config) {
   validate(config_);
   build_layout();
@@ -66,8 +61,7 @@ void DeformableClassifier::build_layout() {
   for (size_t i = 0; i < c.widths.size(); ++i) {
     const std::string p = "backbone." + std::to_string(i) + ".";
     add(p + "conv.weight", {c.widths[i], i == 0 ? c.num_channels : c.widths[i - 1], 3, 3});
-    store_.add_norm(p + "bn", c.widths[i]);
-    for (const char* stat : {"bn.running_mean", "bn.running_var"}) store_.add_buffer(p + stat, {c.widths[i]});
+    store_.add_batch_norm(p + "bn", c.widths[i]);
   }
   const int64_t C = c.d_model, Lv = c.levels();
   for (int64_t l = 0; l < Lv; ++l) dense("input_proj." + std::to_string(l), C, c.widths[size_t(l + 1)]);
@@ -86,8 +80,21 @@ void DeformableClassifier::build_layout() {
   }
   dense("classifier", c.num_labels, C);
   store_.allocate();
-  for (const auto& b : store_.buffer_info())
-    if (b.name.ends_with("running_var")) std::fill_n(store_.buffers().begin() + b.offset, b.numel, 1.0f);
+  const auto& s = store_;
+  for (size_t i = 0; i < c.widths.size(); ++i) {
+    const std::string p = "backbone." + std::to_string(i) + ".";
+    backbone_.push_back({s.id(p + "conv.weight"), s.batch_norm(p + "bn")});
+  }
+  for (int64_t l = 0; l < Lv; ++l) input_proj_.push_back(s.layer("input_proj." + std::to_string(l)));
+  level_embed_ = s.id("level_embed");
+  for (int64_t k = 0; k < c.layers; ++k) {
+    const std::string p = "encoder.layers." + std::to_string(k) + ".";
+    layers_.push_back({s.layer(p + "self_attn.value_proj"), s.layer(p + "self_attn.sampling_offsets"),
+                       s.layer(p + "self_attn.attention_weights"), s.layer(p + "self_attn.output_proj"),
+                       s.layer(p + "norm1"), s.layer(p + "linear1"), s.layer(p + "linear2"),
+                       s.layer(p + "norm2")});
+  }
+  classifier_ = s.layer("classifier");
 }
 
 void DeformableClassifier::init_random(uint64_t seed) {
@@ -120,7 +127,7 @@ void DeformableClassifier::init_random(uint64_t seed) {
     ms_deform_attn_block_init(w, bo, rng());
     const std::string p = "encoder.layers." + std::to_string(k) + ".self_attn.";
     auto put = [&](const std::string& name, const auto& t) {
-      const std::span<float> dst = param(p + name);
+      const std::span<float> dst = store_.parameter(p + name);
       check(int64_t(dst.size()) == t.numel(), "DeformableClassifier: ", name, " size");
       std::copy_n(t.data(), t.numel(), dst.data());
     };
@@ -131,8 +138,7 @@ void DeformableClassifier::init_random(uint64_t seed) {
     put("attention_weights.bias", w.attention_weights_bias);
     put("output_proj.weight", w.output_proj_weight), put("output_proj.bias", w.output_proj_bias);
   }
-  for (const auto& b : store_.buffer_info())
-    std::fill_n(store_.buffers().begin() + b.offset, b.numel, b.name.ends_with("running_var") ? 1.0f : 0.0f);
+  store_.reset_buffers();
 }
 
 ConstView2 DeformableClassifier::forward(ConstView4 x) {
@@ -194,14 +200,14 @@ void DeformableClassifier::backbone_forward(ConstView4 x) {
   const T4* in = &a.x;
   for (size_t i = 0; i < a.stages.size(); ++i) {
     DeformableStage& s = a.stages[i];
-    const std::string p = "backbone." + std::to_string(i) + ".";
+    const BackboneIds& ids = backbone_[i];
     const int64_t cin = in->shape()[1];
     conv_fwd(reference_, s.conv.view(), in->view(),
-             ConstView4::contiguous(param(p + "conv.weight").data(), {s.channels, cin, 3, 3}),
+             ConstView4::contiguous(param(ids.conv).data(), {s.channels, cin, 3, 3}),
              stage_conv(i));
-    batch_norm2d_forward(s.act.view(), s.mean, s.rstd, buffer(p + "bn.running_mean"),
-                         buffer(p + "bn.running_var"), s.conv.view(), param(p + "bn.weight"),
-                         param(p + "bn.bias"), bno);
+    batch_norm2d_forward(s.act.view(), s.mean, s.rstd, store_.buffer(ids.bn.running_mean),
+                         store_.buffer(ids.bn.running_var), s.conv.view(), param(ids.bn.affine.weight),
+                         param(ids.bn.affine.bias), bno);
     float* h = s.act.data();
     for (int64_t e = 0; e < s.act.numel(); ++e) h[e] = std::max(h[e], 0.0f);
     in = &s.act;
@@ -219,21 +225,21 @@ void DeformableClassifier::backbone_backward() {
                              .training = a.training};  // the forward's mode, whatever it is now
   for (size_t i = a.stages.size(); i-- > 0;) {
     DeformableStage& s = a.stages[i];
-    const std::string p = "backbone." + std::to_string(i) + ".";
+    const BackboneIds& ids = backbone_[i];
     float* g = s.d_act.data();
     const float* h = s.act.data();
     for (int64_t e = 0; e < s.act.numel(); ++e) g[e] = h[e] > 0.0f ? g[e] : 0.0f;
-    batch_norm2d_backward(s.d_conv.view(), grad(p + "bn.weight"), grad(p + "bn.bias"),
-                          s.d_act.view(), s.conv.view(), param(p + "bn.weight"), param(p + "bn.bias"),
+    batch_norm2d_backward(s.d_conv.view(), grad_vec(ids.bn.affine.weight), grad_vec(ids.bn.affine.bias),
+                          s.d_act.view(), s.conv.view(), param(ids.bn.affine.weight), param(ids.bn.affine.bias),
                           s.mean, s.rstd, bno);
     const T4& in = i == 0 ? a.x : a.stages[i - 1].act;
     const int64_t cin = in.shape()[1];
     View4 d_in{};
     if (i > 0) d_in = a.stages[i - 1].d_conv.view();
     conv_bwd(reference_, d_in,
-             View4::contiguous(grad(p + "conv.weight").data(), {s.channels, cin, 3, 3}),
+             View4::contiguous(grad_vec(ids.conv).data(), {s.channels, cin, 3, 3}),
              s.d_conv.view(), in.view(),
-             ConstView4::contiguous(param(p + "conv.weight").data(), {s.channels, cin, 3, 3}),
+             ConstView4::contiguous(param(ids.conv).data(), {s.channels, cin, 3, 3}),
              stage_conv(i));
     if (i > 0) {
       float* d = a.stages[i - 1].d_act.data();

@@ -4,6 +4,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/models/config_reader.hpp"
 #include "attnkit/models/deformable_classifier.hpp"
+#include "image_config.hpp"
 
 namespace attnkit {
 
@@ -17,12 +18,7 @@ DeformableConfig parse_deformable_config(const std::string& json_text, const std
   ConfigReader r(json_text, source);
   r.model_type({"deformable"}, true);
   DeformableConfig c;
-  c.num_channels = r.size("num_channels", c.num_channels, kMaxConfigWidth);
-  c.image_size = r.size("image_size", c.image_size, kMaxConfigImageSide);
-  const ConfigLabels labels = r.labels(c.num_labels);
-  c.num_labels = labels.num_labels;
-  c.labels = labels.names;
-  c.widths = r.integers("widths", c.widths);
+  image_config::read_head(r, c);
   if (r.has("levels") && r.integer("levels", 0) != c.levels())
     r.fail_key("levels", "(", r.integer("levels", 0), ") must equal len(widths) - 1 = ", c.levels(),
                " (one level per stride-2 backbone stage)");
@@ -33,8 +29,7 @@ DeformableConfig parse_deformable_config(const std::string& json_text, const std
   c.layers = r.integer("layers", c.layers);
   c.ffn_dim = r.integer("ffn_dim", c.ffn_dim);
   c.layer_norm_eps = r.number("layer_norm_eps", c.layer_norm_eps);
-  c.batch_norm_eps = r.number("batch_norm_eps", c.batch_norm_eps);
-  c.batch_norm_momentum = r.number("batch_norm_momentum", c.batch_norm_momentum);
+  image_config::read_batch_norm(r, c);
   r.finish();
   r.validate_with([&] { validate(c); });
   return c;
@@ -42,36 +37,21 @@ DeformableConfig parse_deformable_config(const std::string& json_text, const std
 
 std::string deformable_config_to_json(const DeformableConfig& c) {
   ConfigWriter w;
-  w.set("model_type", "deformable")
-      .set("num_channels", c.num_channels)
-      .set("image_size", c.image_size)
-      .labels(c.num_labels, c.labels)
-      .set("widths", std::span<const int64_t>(c.widths))
+  image_config::write_head(w, "deformable", c)
       .set("levels", c.levels())
       .set("d_model", c.d_model)
       .set("heads", c.heads)
       .set("points", c.points)
       .set("layers", c.layers)
       .set("ffn_dim", c.ffn_dim)
-      .set("layer_norm_eps", c.layer_norm_eps)
-      .set("batch_norm_eps", c.batch_norm_eps)
-      .set("batch_norm_momentum", c.batch_norm_momentum);
+      .set("layer_norm_eps", c.layer_norm_eps);
+  image_config::write_batch_norm(w, c);
   return w.text();
 }
 
 void validate(const DeformableConfig& c) {
   auto in = [](int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; };
-  check(in(c.num_channels, 1, 64), "deformable config: 'num_channels' must be in [1, 64], got ",
-        c.num_channels);
-  check(in(c.image_size, 1, 4096), "deformable config: 'image_size' must be in [1, 4096], got ",
-        c.image_size);
-  check(in(c.num_labels, 2, 100000), "deformable config: 'num_labels' must be in [2, 100000], got ",
-        c.num_labels);
-  check(c.widths.size() >= 2 && c.widths.size() <= 9,
-        "deformable config: 'widths' needs 2 to 9 entries (the stem, then one per level), got ",
-        c.widths.size());
-  for (int64_t w : c.widths)
-    check(in(w, 1, 4096), "deformable config: every 'widths' entry must be in [1, 4096], got ", w);
+  image_config::validate_shared(c, "deformable", 2, 9, " (the stem, then one per level)");
   check(in(c.heads, 1, 256), "deformable config: 'heads' must be in [1, 256], got ", c.heads);
   check(in(c.d_model, 4, 8192) && c.d_model % 4 == 0 && c.d_model % c.heads == 0,
         "deformable config: 'd_model' (", c.d_model,
@@ -81,11 +61,6 @@ void validate(const DeformableConfig& c) {
   check(in(c.ffn_dim, 1, 65536), "deformable config: 'ffn_dim' must be in [1, 65536], got ",
         c.ffn_dim);
   check(c.layer_norm_eps > 0, "deformable config: 'layer_norm_eps' must be > 0");
-  check(c.batch_norm_eps >= 0, "deformable config: 'batch_norm_eps' must be >= 0");
-  check(c.batch_norm_momentum >= 0 && c.batch_norm_momentum <= 1,
-        "deformable config: 'batch_norm_momentum' must be in [0, 1]");
-  check(c.labels.empty() || int64_t(c.labels.size()) == c.num_labels,
-        "deformable config: 'id2label' must name every label");
 }
 
 }  // namespace attnkit

@@ -61,23 +61,19 @@ MsDeformAttnBlockOptions DeformableClassifier::block_options() const {
 }
 
 MsDeformAttnBlockParams DeformableClassifier::block_params(int64_t k) const {
-  const std::string p = "encoder.layers." + std::to_string(k) + ".self_attn.";
-  auto m = [&](const char* name) { return matrix(p + name); };
-  auto v = [&](const char* name) { return param(p + name); };
-  return {m("value_proj.weight"),        v("value_proj.bias"),
-          m("sampling_offsets.weight"),  v("sampling_offsets.bias"),
-          m("attention_weights.weight"), v("attention_weights.bias"),
-          m("output_proj.weight"),       v("output_proj.bias")};
+  const EncoderLayerIds& y = layers_[size_t(k)];
+  auto m = [&](const LayerIds& t) { return matrix(t.weight); };
+  auto v = [&](const LayerIds& t) { return vec(t.bias); };
+  return {m(y.value_proj),        v(y.value_proj),        m(y.sampling_offsets), v(y.sampling_offsets),
+          m(y.attention_weights), v(y.attention_weights), m(y.output_proj),      v(y.output_proj)};
 }
 
 MsDeformAttnBlockGrads DeformableClassifier::block_grads(int64_t k) {
-  const std::string p = "encoder.layers." + std::to_string(k) + ".self_attn.";
-  auto m = [&](const char* name) { return grad_matrix(p + name); };
-  auto v = [&](const char* name) { return grad(p + name); };
-  return {m("value_proj.weight"),        v("value_proj.bias"),
-          m("sampling_offsets.weight"),  v("sampling_offsets.bias"),
-          m("attention_weights.weight"), v("attention_weights.bias"),
-          m("output_proj.weight"),       v("output_proj.bias")};
+  const EncoderLayerIds& y = layers_[size_t(k)];
+  auto m = [&](const LayerIds& t) { return grad_matrix(t.weight); };
+  auto v = [&](const LayerIds& t) { return grad_vec(t.bias); };
+  return {m(y.value_proj),        v(y.value_proj),        m(y.sampling_offsets), v(y.sampling_offsets),
+          m(y.attention_weights), v(y.attention_weights), m(y.output_proj),      v(y.output_proj)};
 }
 
 
@@ -108,7 +104,7 @@ void DeformableClassifier::encoder_backward(ConstView2 d_logits) {
 void DeformableClassifier::tokens_forward() {
   DeformableActivations& a = *acts_;
   const int64_t n = a.n, t = a.tokens, C = config_.d_model, Lv = config_.levels();
-  const std::span<const float> level_embed = param("level_embed");
+  const std::span<const float> level_embed = param(level_embed_);
   const View<float, 4> ref = a.ref.view();
   for (int64_t l = 0; l < Lv; ++l) {
     const DeformableStage& s = a.stages[size_t(l + 1)];
@@ -120,9 +116,9 @@ void DeformableClassifier::tokens_forward() {
         for (int64_t q = 0; q < hw; ++q) tok.data()[(i * hw + q) * w + ch] = plane[q];
       }
     });
-    const std::string p = "input_proj." + std::to_string(l);
-    linear_fwd(reference_, a.proj[size_t(l)].view(), tok.view(), matrix(p + ".weight"),
-               param(p + ".bias"));
+    const LayerIds& proj = input_proj_[size_t(l)];
+    linear_fwd(reference_, a.proj[size_t(l)].view(), tok.view(), matrix(proj.weight),
+               param(proj.bias));
     for (int64_t i = 0; i < n; ++i)
       std::copy_n(a.proj[size_t(l)].data() + i * hw * C, hw * C,
                   a.src[0].data() + (i * t + start) * C);
@@ -142,23 +138,23 @@ void DeformableClassifier::tokens_forward() {
 void DeformableClassifier::layer_forward(int64_t k) {
   DeformableActivations& a = *acts_;
   DeformableLayer& y = a.layers[size_t(k)];
-  const std::string p = "encoder.layers." + std::to_string(k) + ".";
+  const EncoderLayerIds& ly = layers_[size_t(k)];
   const float eps = float(config_.layer_norm_eps);
   add_rows(y.query, a.src[size_t(k)], a.pos);
   ms_deform_attn_block_forward(as3(a.tmp, a.n), y.attn, block_inputs(k), block_params(k),
                                block_options());
   add_rows(y.sum1, a.src[size_t(k)], a.tmp);
-  ln_fwd(reference_, y.h1.view(), y.mean1, y.rstd1, y.sum1.view(), param(p + "norm1.weight"),
-         param(p + "norm1.bias"), eps);
-  linear_fwd(reference_, y.pre.view(), y.h1.view(), matrix(p + "linear1.weight"),
-             param(p + "linear1.bias"));
+  ln_fwd(reference_, y.h1.view(), y.mean1, y.rstd1, y.sum1.view(), param(ly.norm1.weight),
+         param(ly.norm1.bias), eps);
+  linear_fwd(reference_, y.pre.view(), y.h1.view(), matrix(ly.linear1.weight),
+             param(ly.linear1.bias));
   (reference_ ? gelu_forward_reference : gelu_forward)(y.u.view(), y.pre.view(),
                                                        GeluApproximation::kNone);
-  linear_fwd(reference_, a.tmp.view(), y.u.view(), matrix(p + "linear2.weight"),
-             param(p + "linear2.bias"));
+  linear_fwd(reference_, a.tmp.view(), y.u.view(), matrix(ly.linear2.weight),
+             param(ly.linear2.bias));
   add_rows(y.sum2, y.h1, a.tmp);
   ln_fwd(reference_, a.src[size_t(k) + 1].view(), y.mean2, y.rstd2, y.sum2.view(),
-         param(p + "norm2.weight"), param(p + "norm2.bias"), eps);
+         param(ly.norm2.weight), param(ly.norm2.bias), eps);
 }
 
 // logits = classifier(mean over tokens of src[L]) (sums in double).
@@ -173,16 +169,16 @@ void DeformableClassifier::head_forward() {
       a.pooled.data()[i * C + ch] = float(sum / double(t));
     }
   });
-  linear_fwd(reference_, a.logits.view(), a.pooled.view(), matrix("classifier.weight"),
-             param("classifier.bias"));
+  linear_fwd(reference_, a.logits.view(), a.pooled.view(), matrix(classifier_.weight),
+             param(classifier_.bias));
 }
 
 // d_pooled = d_logits·W; every token of image i gets d_pooled[i] / T (into d_src).
 void DeformableClassifier::head_backward(ConstView2 d_logits) {
   DeformableActivations& a = *acts_;
   const int64_t t = a.tokens, C = config_.d_model;
-  linear_bwd(reference_, a.d_pooled.view(), grad_matrix("classifier.weight"),
-             grad("classifier.bias"), d_logits, a.pooled.view(), matrix("classifier.weight"));
+  linear_bwd(reference_, a.d_pooled.view(), grad_matrix(classifier_.weight),
+             grad_vec(classifier_.bias), d_logits, a.pooled.view(), matrix(classifier_.weight));
   parallel_for(a.n, [&](int64_t i) {
     for (int64_t q = 0; q < t; ++q)
       for (int64_t ch = 0; ch < C; ++ch)
@@ -194,22 +190,22 @@ void DeformableClassifier::head_backward(ConstView2 d_logits) {
 void DeformableClassifier::layer_backward(int64_t k) {
   DeformableActivations& a = *acts_;
   DeformableLayer& y = a.layers[size_t(k)];
-  const std::string p = "encoder.layers." + std::to_string(k) + ".";
+  const EncoderLayerIds& ly = layers_[size_t(k)];
   const int64_t n = a.n, t = a.tokens, C = config_.d_model;
   // d_sum2 (in d_a) from LN₂; it reaches h1 directly and through the FFN.
-  ln_bwd(reference_, a.d_a.view(), grad(p + "norm2.weight"), grad(p + "norm2.bias"),
-         a.d_src.view(), y.sum2.view(), param(p + "norm2.weight"), y.mean2, y.rstd2);
+  ln_bwd(reference_, a.d_a.view(), grad_vec(ly.norm2.weight), grad_vec(ly.norm2.bias),
+         a.d_src.view(), y.sum2.view(), param(ly.norm2.weight), y.mean2, y.rstd2);
   std::copy_n(a.d_a.data(), a.d_a.numel(), a.d_h.data());
-  linear_bwd(reference_, a.d_f.view(), grad_matrix(p + "linear2.weight"), grad(p + "linear2.bias"),
-             a.d_a.view(), y.u.view(), matrix(p + "linear2.weight"));
+  linear_bwd(reference_, a.d_f.view(), grad_matrix(ly.linear2.weight), grad_vec(ly.linear2.bias),
+             a.d_a.view(), y.u.view(), matrix(ly.linear2.weight));
   (reference_ ? gelu_backward_reference : gelu_backward)(a.d_f.view(), a.d_f.view(), y.pre.view(),
                                                          GeluApproximation::kNone);
-  linear_bwd(reference_, a.d_x.view(), grad_matrix(p + "linear1.weight"), grad(p + "linear1.bias"),
-             a.d_f.view(), y.h1.view(), matrix(p + "linear1.weight"));
+  linear_bwd(reference_, a.d_x.view(), grad_matrix(ly.linear1.weight), grad_vec(ly.linear1.bias),
+             a.d_f.view(), y.h1.view(), matrix(ly.linear1.weight));
   add_into(a.d_h, a.d_x);
   // d_sum1 (in d_src, whose old value is no longer needed) from LN₁: the residual's gradient.
-  ln_bwd(reference_, a.d_src.view(), grad(p + "norm1.weight"), grad(p + "norm1.bias"),
-         a.d_h.view(), y.sum1.view(), param(p + "norm1.weight"), y.mean1, y.rstd1);
+  ln_bwd(reference_, a.d_src.view(), grad_vec(ly.norm1.weight), grad_vec(ly.norm1.bias),
+         a.d_h.view(), y.sum1.view(), param(ly.norm1.weight), y.mean1, y.rstd1);
   ms_deform_attn_block_backward(as3(a.d_a, n), as3(a.d_x, n), View<float, 4>{}, block_grads(k),
                                 as3(std::as_const(a.d_src), n), block_inputs(k), y.attn,
                                 block_params(k), block_options());
@@ -227,7 +223,7 @@ void DeformableClassifier::layer_backward(int64_t k) {
 void DeformableClassifier::tokens_backward() {
   DeformableActivations& a = *acts_;
   const int64_t n = a.n, t = a.tokens, C = config_.d_model, Lv = config_.levels();
-  const std::span<float> g_level = grad("level_embed");
+  const std::span<float> g_level = grad_vec(level_embed_);
   std::fill_n(a.stages[0].d_act.data(), a.stages[0].d_act.numel(), 0.0f);
   for (int64_t l = 0; l < Lv; ++l) {
     DeformableStage& s = a.stages[size_t(l + 1)];
@@ -240,10 +236,10 @@ void DeformableClassifier::tokens_backward() {
     T2& d_proj = a.proj[size_t(l)];  // the forward's projection is no longer needed
     for (int64_t i = 0; i < n; ++i)
       std::copy_n(a.d_src.data() + (i * t + start) * C, hw * C, d_proj.data() + i * hw * C);
-    const std::string p = "input_proj." + std::to_string(l);
+    const LayerIds& proj = input_proj_[size_t(l)];
     T2& d_tok = a.d_tok[size_t(l)];
-    linear_bwd(reference_, d_tok.view(), grad_matrix(p + ".weight"), grad(p + ".bias"),
-               d_proj.view(), a.tok[size_t(l)].view(), matrix(p + ".weight"));
+    linear_bwd(reference_, d_tok.view(), grad_matrix(proj.weight), grad_vec(proj.bias),
+               d_proj.view(), a.tok[size_t(l)].view(), matrix(proj.weight));
     parallel_for(n, [&](int64_t i) {  // [pixels, channels] → NCHW
       for (int64_t ch = 0; ch < w; ++ch) {
         float* plane = s.d_act.data() + (i * w + ch) * hw;

@@ -81,7 +81,7 @@ void shard_sum(const std::function<void(std::span<float>)>& sum, Tensor<float, 2
 
 }  // namespace
 
-GptModel::GptModel(const GptConfig& config) : config_(config) {
+GptModel::GptModel(const GptConfig& config) : ParameterModel("GptModel"), config_(config) {
   validate(config_);
   build_layout();
 }
@@ -118,7 +118,7 @@ std::vector<ParameterInfo> gpt_parameter_layout(const GptConfig& c) {
       add(layer_name(l, "self_attn.v_proj.bias"), {Hkv * D});
     }
     add(layer_name(l, "self_attn.o_proj.weight"), {C, H * D});
-    if (c.sink == SinkMode::kLearned) add(layer_name(l, "self_attn.sinks"), {H});
+    if (c.sink_logits == SinkLogits::kLearned) add(layer_name(l, "self_attn.sinks"), {H});
     if (c.gate != GateMode::kNone) {
       const int64_t in = c.gate_source == GateSource::kInput ? C : D;
       add(layer_name(l, "self_attn.output_gate.weight"), {gate_width, in});
@@ -135,8 +135,24 @@ std::vector<ParameterInfo> gpt_parameter_layout(const GptConfig& c) {
 }
 
 void GptModel::build_layout() {
-  for (ParameterInfo& p : gpt_parameter_layout(config_)) store_.add(std::move(p.name), std::move(p.shape));
+  const auto& c = config_;
+  for (ParameterInfo& p : gpt_parameter_layout(c)) store_.add(std::move(p.name), std::move(p.shape));
   store_.allocate();
+  const auto& s = store_;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    auto id = [&](const char* rest) { return s.find(layer_name(l, rest)); };
+    AttentionIds attn{.qkv_weight = id("self_attn.q_proj.weight"),
+                      .qkv_bias = id("self_attn.q_proj.bias"),
+                      .qkv_rows = (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim,
+                      .o_proj = {id("self_attn.o_proj.weight"), {}},
+                      .gate_proj = {id("self_attn.output_gate.weight"), id("self_attn.output_gate.bias")},
+                      .sinks = id("self_attn.sinks")};
+    layers_.push_back({id("input_layernorm.weight"), id("post_attention_layernorm.weight"),
+                       id("mlp.gate_proj.weight"), id("mlp.up_proj.weight"), id("mlp.down_proj.weight"), attn});
+  }
+  embed_ = s.id("model.embed_tokens.weight");
+  final_norm_ = s.id("model.norm.weight");
+  head_ = c.tie_word_embeddings ? embed_ : s.id("lm_head.weight");
 }
 
 AttentionBlockOptions GptModel::block_options() const {
@@ -149,7 +165,7 @@ AttentionBlockOptions GptModel::block_options() const {
   o.causal = true;
   o.window_left = int(c.window);
   o.window_right = 0;
-  o.sink = c.sink;
+  o.sink_logits = c.sink_logits;
   o.gate = c.gate;
   o.gate_source = c.gate_source;
   o.gate_bias = true;
@@ -159,37 +175,7 @@ AttentionBlockOptions GptModel::block_options() const {
 }
 
 AttentionBlockParams GptModel::block_params(int64_t l) const {
-  const auto& c = config_;
-  const auto& q = info(layer_name(l, "self_attn.q_proj.weight"));
-  const int64_t rows = (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim;
-  AttentionBlockParams p;
-  p.qkv_proj_weight = ConstView2::contiguous(store_.parameters().data() + q.offset, {rows, c.hidden_size});
-  if (c.attention_bias)
-    p.qkv_proj_bias = {store_.parameters().data() + info(layer_name(l, "self_attn.q_proj.bias")).offset, size_t(rows)};
-  p.o_proj_weight = matrix(layer_name(l, "self_attn.o_proj.weight"));
-  if (c.sink == SinkMode::kLearned) p.sinks = vec(layer_name(l, "self_attn.sinks"));
-  if (c.gate != GateMode::kNone) {
-    p.gate_proj_weight = matrix(layer_name(l, "self_attn.output_gate.weight"));
-    p.gate_proj_bias = vec(layer_name(l, "self_attn.output_gate.bias"));
-  }
-  return p;
-}
-
-AttentionBlockGrads GptModel::block_grads(int64_t l) {
-  const auto& c = config_;
-  const auto& q = info(layer_name(l, "self_attn.q_proj.weight"));
-  const int64_t rows = (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim;
-  AttentionBlockGrads g;
-  g.qkv_proj_weight = View2::contiguous(store_.gradients().data() + q.offset, {rows, c.hidden_size});
-  if (c.attention_bias)
-    g.qkv_proj_bias = {store_.gradients().data() + info(layer_name(l, "self_attn.q_proj.bias")).offset, size_t(rows)};
-  g.o_proj_weight = grad_matrix(layer_name(l, "self_attn.o_proj.weight"));
-  if (c.sink == SinkMode::kLearned) g.sinks = grad_vec(layer_name(l, "self_attn.sinks"));
-  if (c.gate != GateMode::kNone) {
-    g.gate_proj_weight = grad_matrix(layer_name(l, "self_attn.output_gate.weight"));
-    g.gate_proj_bias = grad_vec(layer_name(l, "self_attn.output_gate.bias"));
-  }
-  return g;
+  return attention_params(store_, layers_[size_t(l)].attn);
 }
 
 void GptModel::init_random(uint64_t seed) {
@@ -220,8 +206,6 @@ ConstView2 GptModel::residual(int64_t layer) const {
   return acts_->resid[size_t(layer)].view();
 }
 
-void GptModel::zero_grad() { store_.zero_grad(); }
-
 void GptModel::run_layers(const GptBatch& batch) {
   const auto& c = config_;
   const int64_t t = int64_t(batch.tokens.size());
@@ -243,32 +227,32 @@ void GptModel::run_layers(const GptBatch& batch) {
   const AttentionBlockBatch bb{a.cu, a.positions};
   const AttentionBlockOptions bo = block_options();
   const float eps = float(c.rms_norm_eps);
-  embedding_forward(a.resid[0].view(), a.ids, matrix("model.embed_tokens.weight"));
+  embedding_forward(a.resid[0].view(), a.ids, store_.matrix(embed_));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerIds& ly = layers_[size_t(l)];
     rms_norm_forward(a.h1[size_t(l)].view(), a.rstd1[size_t(l)], a.resid[size_t(l)].view(),
-                     vec(layer_name(l, "input_layernorm.weight")), eps);
+                     store_.vec(ly.input_norm), eps);
     attention_block_forward(a.tmp.view(), a.block[size_t(l)].cache(), a.h1[size_t(l)].view(), bb,
                             block_params(l), bo);
     shard_sum(tp_sum_, a.tmp);  // g: the shards' o_proj outputs add up to the whole model's
     add_inplace(a.mid[size_t(l)].view(), a.resid[size_t(l)].view(), a.tmp.view());
     rms_norm_forward(a.h2[size_t(l)].view(), a.rstd2[size_t(l)], a.mid[size_t(l)].view(),
-                     vec(layer_name(l, "post_attention_layernorm.weight")), eps);
-    linear_forward(a.gate[size_t(l)].view(), a.h2[size_t(l)].view(), matrix(layer_name(l, "mlp.gate_proj.weight")), {});
-    linear_forward(a.up[size_t(l)].view(), a.h2[size_t(l)].view(), matrix(layer_name(l, "mlp.up_proj.weight")), {});
+                     store_.vec(ly.post_norm), eps);
+    linear_forward(a.gate[size_t(l)].view(), a.h2[size_t(l)].view(), store_.matrix(ly.gate_proj), {});
+    linear_forward(a.up[size_t(l)].view(), a.h2[size_t(l)].view(), store_.matrix(ly.up_proj), {});
     swiglu_forward(a.m[size_t(l)].view(), a.gate[size_t(l)].view(), a.up[size_t(l)].view());
-    linear_forward(a.tmp.view(), a.m[size_t(l)].view(), matrix(layer_name(l, "mlp.down_proj.weight")), {});
+    linear_forward(a.tmp.view(), a.m[size_t(l)].view(), store_.matrix(ly.down_proj), {});
     shard_sum(tp_sum_, a.tmp);  // g: likewise down_proj's
     add_inplace(a.resid[size_t(l + 1)].view(), a.mid[size_t(l)].view(), a.tmp.view());
   }
   rms_norm_forward(a.hf.view(), a.rstdf, a.resid[size_t(c.num_hidden_layers)].view(),
-                   vec("model.norm.weight"), eps);
+                   store_.vec(final_norm_), eps);
 }
 
 void GptModel::logits(const GptBatch& batch, View2 out) {
   run_layers(batch);
   acts_->has_loss = false;
-  const std::string head = config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  logits_forward(out, acts_->hf.view(), matrix(head), {});
+  logits_forward(out, acts_->hf.view(), store_.matrix(head_), {});
 }
 
 float GptModel::forward(const GptBatch& batch, std::span<const int32_t> targets) {
@@ -277,8 +261,7 @@ float GptModel::forward(const GptBatch& batch, std::span<const int32_t> targets)
   run_layers(batch);
   GptActivations& a = *acts_;
   a.targets.assign(targets.begin(), targets.end());
-  const std::string head = config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  const float loss = linear_cross_entropy_forward(a.losses, a.lse, a.hf.view(), matrix(head), {}, a.targets);
+  const float loss = linear_cross_entropy_forward(a.losses, a.lse, a.hf.view(), store_.matrix(head_), {}, a.targets);
   a.has_loss = true;
   return loss;
 }
@@ -287,38 +270,38 @@ void GptModel::backward(float d_loss) {
   check(acts_ && acts_->has_loss, "GptModel.backward: call forward() first");
   GptActivations& a = *acts_;
   const auto& c = config_;
-  const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
   const AttentionBlockBatch bb{a.cu, a.positions};
   const AttentionBlockOptions bo = block_options();
-  linear_cross_entropy_backward(a.d_h.view(), grad_matrix(head), {}, a.hf.view(), matrix(head), {},
+  linear_cross_entropy_backward(a.d_h.view(), store_.grad_matrix(head_), {}, a.hf.view(), store_.matrix(head_), {},
                                 a.targets, a.lse, d_loss);
-  rms_norm_backward(a.d_resid.view(), grad_vec("model.norm.weight"), a.d_h.view(),
-                    a.resid[size_t(c.num_hidden_layers)].view(), vec("model.norm.weight"), a.rstdf);
+  rms_norm_backward(a.d_resid.view(), store_.grad_vec(final_norm_), a.d_h.view(),
+                    a.resid[size_t(c.num_hidden_layers)].view(), store_.vec(final_norm_), a.rstdf);
   for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
     const size_t i = size_t(l);
+    const LayerIds& ly = layers_[i];
     // resid[l+1] = mid + down(swiglu(gate(h2), up(h2))), h2 = rmsnorm(mid)
     std::copy_n(a.d_resid.data(), a.d_resid.numel(), a.d_mid.data());
-    linear_backward(a.d_m.view(), grad_matrix(layer_name(l, "mlp.down_proj.weight")), {}, a.d_resid.view(),
-                    a.m[i].view(), matrix(layer_name(l, "mlp.down_proj.weight")));
+    linear_backward(a.d_m.view(), store_.grad_matrix(ly.down_proj), {}, a.d_resid.view(),
+                    a.m[i].view(), store_.matrix(ly.down_proj));
     swiglu_backward(a.d_gate.view(), a.d_up.view(), a.d_m.view(), a.gate[i].view(), a.up[i].view());
-    linear_backward(a.d_h.view(), grad_matrix(layer_name(l, "mlp.gate_proj.weight")), {}, a.d_gate.view(),
-                    a.h2[i].view(), matrix(layer_name(l, "mlp.gate_proj.weight")));
-    linear_backward(a.d_h_b.view(), grad_matrix(layer_name(l, "mlp.up_proj.weight")), {}, a.d_up.view(),
-                    a.h2[i].view(), matrix(layer_name(l, "mlp.up_proj.weight")));
+    linear_backward(a.d_h.view(), store_.grad_matrix(ly.gate_proj), {}, a.d_gate.view(),
+                    a.h2[i].view(), store_.matrix(ly.gate_proj));
+    linear_backward(a.d_h_b.view(), store_.grad_matrix(ly.up_proj), {}, a.d_up.view(),
+                    a.h2[i].view(), store_.matrix(ly.up_proj));
     add_inplace(a.d_h.view(), a.d_h.view(), a.d_h_b.view());
     shard_sum(tp_sum_, a.d_h);  // f: h2 feeds every shard's gate/up rows
-    rms_norm_backward(a.tmp.view(), grad_vec(layer_name(l, "post_attention_layernorm.weight")), a.d_h.view(),
-                      a.mid[i].view(), vec(layer_name(l, "post_attention_layernorm.weight")), a.rstd2[i]);
+    rms_norm_backward(a.tmp.view(), store_.grad_vec(ly.post_norm), a.d_h.view(),
+                      a.mid[i].view(), store_.vec(ly.post_norm), a.rstd2[i]);
     add_inplace(a.d_mid.view(), a.d_mid.view(), a.tmp.view());
     // mid = resid[l] + attention_block(h1), h1 = rmsnorm(resid[l])
-    attention_block_backward(a.d_h.view(), block_grads(l), a.block[i].scratch(), a.d_mid.view(),
+    attention_block_backward(a.d_h.view(), attention_grads(store_, ly.attn), a.block[i].scratch(), a.d_mid.view(),
                              a.h1[i].view(), a.block[i].cache(), bb, block_params(l), bo);
     shard_sum(tp_sum_, a.d_h);  // f: h1 feeds every shard's q/k/v (and gate) rows
-    rms_norm_backward(a.tmp.view(), grad_vec(layer_name(l, "input_layernorm.weight")), a.d_h.view(),
-                      a.resid[i].view(), vec(layer_name(l, "input_layernorm.weight")), a.rstd1[i]);
+    rms_norm_backward(a.tmp.view(), store_.grad_vec(ly.input_norm), a.d_h.view(),
+                      a.resid[i].view(), store_.vec(ly.input_norm), a.rstd1[i]);
     add_inplace(a.d_resid.view(), a.d_mid.view(), a.tmp.view());
   }
-  embedding_backward(grad_matrix("model.embed_tokens.weight"), a.ids, a.d_resid.view());
+  embedding_backward(store_.grad_matrix(embed_), a.ids, a.d_resid.view());
 }
 
 void GptModel::save(const std::string& dir) const {
@@ -326,9 +309,7 @@ void GptModel::save(const std::string& dir) const {
 }
 
 GptModel GptModel::load(const std::string& dir) {
-  GptModel model(parse_gpt_config(read_model_config(dir, "GptModel.load"), dir + "/config.json"));
-  model.store_.load(dir);
-  return model;
+  return load_model_dir<GptModel>(dir, parse_gpt_config, "GptModel.load");
 }
 
 }  // namespace attnkit

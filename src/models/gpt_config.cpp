@@ -11,8 +11,8 @@ constexpr std::pair<const char*, GateMode> kGates[] = {
     {"none", GateMode::kNone}, {"headwise", GateMode::kHeadwise}, {"elementwise", GateMode::kElementwise}};
 constexpr std::pair<const char*, GateSource> kSources[] = {{"input", GateSource::kInput},
                                                            {"query", GateSource::kQuery}};
-constexpr std::pair<const char*, SinkMode> kSinks[] = {
-    {"none", SinkMode::kNone}, {"learned", SinkMode::kLearned}, {"off_by_one", SinkMode::kOffByOne}};
+constexpr std::pair<const char*, SinkLogits> kSinks[] = {
+    {"none", SinkLogits::kNone}, {"learned", SinkLogits::kLearned}, {"off_by_one", SinkLogits::kOffByOne}};
 
 template <class E, size_t N>
 const char* name_of(E e, const std::pair<const char*, E> (&names)[N]) {
@@ -78,7 +78,7 @@ GptConfig parse_gpt_config(const std::string& text, const std::string& source) {
   c.attention_bias = r.boolean("attention_bias", false);
   c.gate = r.choice("attnkit_gate", GateMode::kNone, kGates);
   c.gate_source = r.choice("attnkit_gate_source", GateSource::kInput, kSources);
-  c.sink = r.choice("attnkit_sink", SinkMode::kNone, kSinks);
+  c.sink_logits = r.choice("attnkit_sink", SinkLogits::kNone, kSinks);
   c.window = r.integer("attnkit_window", -1);
   c.registers = r.integer("attnkit_registers", 0);
   r.finish();
@@ -87,10 +87,8 @@ GptConfig parse_gpt_config(const std::string& text, const std::string& source) {
 }
 
 std::string gpt_config_to_json(const GptConfig& c) {
-  const std::string architectures[] = {"LlamaForCausalLM"};
   ConfigWriter w;
-  w.set("architectures", std::span<const std::string>(architectures))
-      .set("model_type", "llama")
+  w.architecture("LlamaForCausalLM", "llama")
       .set("vocab_size", c.vocab_size)
       .set("hidden_size", c.hidden_size)
       .set("intermediate_size", c.intermediate_size)
@@ -107,7 +105,7 @@ std::string gpt_config_to_json(const GptConfig& c) {
       .set("torch_dtype", "float32")
       .set("attnkit_gate", name_of(c.gate, kGates))
       .set("attnkit_gate_source", name_of(c.gate_source, kSources))
-      .set("attnkit_sink", name_of(c.sink, kSinks))
+      .set("attnkit_sink", name_of(c.sink_logits, kSinks))
       .set("attnkit_window", c.window)
       .set("attnkit_registers", c.registers);
   return w.text();
@@ -121,7 +119,7 @@ int64_t gpt_parameter_count(const GptConfig& c) {
   if (c.gate == GateMode::kHeadwise) attn += c.gate_source == GateSource::kInput ? H * C + H : H * D + H;
   if (c.gate == GateMode::kElementwise)
     attn += c.gate_source == GateSource::kInput ? H * D * C + H * D : H * D * D + H * D;
-  if (c.sink == SinkMode::kLearned) attn += H;
+  if (c.sink_logits == SinkLogits::kLearned) attn += H;
   const int64_t layer = attn + 3 * C * F + 2 * C;
   return V * C + c.num_hidden_layers * layer + C + (c.tie_word_embeddings ? 0 : V * C);
 }

@@ -18,12 +18,12 @@ namespace {
 KVCacheConfig cache_config(const GptConfig& c, const GenerateOptions& o) {
   KVCacheConfig k{.layers = c.num_hidden_layers, .kv_heads = c.num_key_value_heads,
                   .head_dim = c.head_dim, .dtype = o.cache_dtype};
-  if (o.n_sink == 0 && o.window > 0) {  // plain sliding window: the first tokens are evicted
+  if (o.sink_tokens == 0 && o.window > 0) {  // plain sliding window: the first tokens are evicted
     k.policy = KVPolicy::window;
     k.window = o.window;
-  } else if (o.n_sink > 0 && o.window > 0) {
+  } else if (o.sink_tokens > 0 && o.window > 0) {
     k.policy = KVPolicy::sink;
-    k.n_sink = o.n_sink;
+    k.sink_tokens = o.sink_tokens;
     k.window = o.window;
   } else {
     k.policy = KVPolicy::dense;
@@ -58,7 +58,7 @@ GptGenerator::GptGenerator(const GptModel& model, const GenerateOptions& options
   embed_ = model.matrix("model.embed_tokens.weight");
   head_ = c.tie_word_embeddings ? embed_ : model.matrix("lm_head.weight");
   final_norm_ = model.vec("model.norm.weight");
-  if (c.sink == SinkMode::kOffByOne) zero_sinks_.assign(size_t(H), 0.0f);
+  if (c.sink_logits == SinkLogits::kOffByOne) zero_sinks_.assign(size_t(H), 0.0f);
 }
 
 int64_t GptGenerator::batch_room() const {
@@ -112,7 +112,7 @@ std::span<const float> GptGenerator::feed_tokens(std::span<const int32_t> tokens
     rms_norm_forward(mat(h_, C), rstd_, mat(x_, C), w.input_norm, eps);
     linear_forward(mat(qkv_, rows), mat(h_, C), w.attn.qkv_proj_weight, w.attn.qkv_proj_bias);
     cache_.append(0, l, heads(H * D, Hkv), heads((H + Hkv) * D, Hkv));  // K before RoPE: rotated on read
-    const std::span<const float> sinks = c.sink == SinkMode::kLearned ? w.attn.sinks
+    const std::span<const float> sinks = c.sink_logits == SinkLogits::kLearned ? w.attn.sinks
                                                                       : std::span<const float>(zero_sinks_);
     decode_attention(dopt, {.q = heads(0, H), .seqs = seqs, .cache = &cache_, .layer = l,
                             .sink_logits = sinks, .out = View3::contiguous(attn_.data(), {n, H, D})});

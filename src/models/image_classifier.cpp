@@ -1,4 +1,4 @@
-// ImageClassifier's shared parts (zero_grad, save, load) and the model_type factory
+// ImageClassifier's save and the model_type factory
 // (models/model_registry.hpp).
 #include "attnkit/models/image_classifier.hpp"
 
@@ -8,11 +8,7 @@
 
 namespace attnkit {
 
-void ImageClassifier::zero_grad() { store_.zero_grad(); }
-
 void ImageClassifier::save(const std::string& dir) const { store_.save(dir, config_json()); }
-
-void ImageClassifier::load_weights(const std::string& dir) { store_.load(dir); }
 
 std::unique_ptr<ImageClassifier> make_image_classifier(const std::string& config_json,
                                                        const std::string& source) {

@@ -26,14 +26,19 @@ void save_model_dir(const std::string& dir, const std::string& config_json,
                          std::as_bytes(g.data.subspan(size_t(p.offset), size_t(p.numel)))});
     }
   save_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  write_model_config(dir, config_json, who);
+}
+
+void write_model_config(const std::string& dir, const std::string& config_json, const char* who) {
   const std::string tmp = dir + "/config.json.tmp";
   {
-    std::ofstream out(tmp, std::ios::trunc);
+    std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
     out << config_json;
     out.flush();
     check(bool(out), who, ": cannot write ", tmp);
   }
-  fs::rename(tmp, dir + "/config.json", ec);
+  std::error_code ec;
+  std::filesystem::rename(tmp, dir + "/config.json", ec);
   check(!ec, who, ": cannot rename ", tmp, ": ", ec.message());
 }
 

@@ -13,12 +13,18 @@
 namespace attnkit {
 namespace {
 
+// An image model with zero weights from config.json text (`parse` names the invalid key).
+template <class Model, auto parse>
+std::unique_ptr<ImageClassifier> make(const std::string& config_json, const std::string& source) {
+  return std::make_unique<Model>(parse(config_json, source));
+}
+
 constexpr ModelType kModelTypes[] = {
     {"llama", ModelKind::kGpt, nullptr},
     {"bert", ModelKind::kBert, nullptr},
-    {"vit", ModelKind::kImage, &make_vit_classifier},
-    {"cnn", ModelKind::kImage, &make_cnn_classifier},
-    {"deformable", ModelKind::kImage, &make_deformable_classifier},
+    {"vit", ModelKind::kImage, &make<VitModel, &parse_vit_config>},
+    {"cnn", ModelKind::kImage, &make<CnnModel, &parse_cnn_config>},
+    {"deformable", ModelKind::kImage, &make<DeformableClassifier, &parse_deformable_config>},
 };
 
 std::string registered_names() {

@@ -1,6 +1,8 @@
 // ParameterStore: layout, name index, storage, and load/save through model_dir.
 #include "attnkit/models/parameter_store.hpp"
 
+#include <algorithm>
+
 #include "attnkit/core/error.hpp"
 #include "attnkit/models/model_dir.hpp"
 #include "attnkit/nn/parallel_blocks.hpp"
@@ -41,10 +43,22 @@ void ParameterStore::add_norm(const std::string& prefix, int64_t c) {
   add(prefix + ".bias", {c});
 }
 
+void ParameterStore::add_batch_norm(const std::string& prefix, int64_t c) {
+  add_norm(prefix, c);
+  add_buffer(prefix + ".running_mean", {c});
+  add_buffer(prefix + ".running_var", {c});
+}
+
 void ParameterStore::allocate() {
   params_.assign(size_t(numel_), 0.0f);
   grads_.assign(size_t(numel_), 0.0f);
   buffers_.assign(size_t(buffer_numel_), 0.0f);
+  reset_buffers();
+}
+
+void ParameterStore::reset_buffers() {
+  for (const ParameterInfo& b : buffer_info_)
+    std::fill_n(buffers_.begin() + b.offset, b.numel, b.name.ends_with("running_var") ? 1.0f : 0.0f);
 }
 
 const ParameterInfo& ParameterStore::info(std::string_view name) const {
@@ -72,6 +86,75 @@ ConstView2 ParameterStore::matrix(std::string_view name) const {
 View2 ParameterStore::grad_matrix(std::string_view name) {
   const ParameterInfo& p = info(name);
   return View2::contiguous(grads_.data() + p.offset, {p.shape[0], p.numel / p.shape[0]});
+}
+
+TensorId ParameterStore::id(std::string_view name) const {
+  const auto it = index_.find(std::string(name));
+  if (it == index_.end()) fail(owner_, ": no parameter named '", name, "'");
+  return {int32_t(it->second)};
+}
+
+TensorId ParameterStore::find(std::string_view name) const {
+  const auto it = index_.find(std::string(name));
+  return it == index_.end() ? TensorId{} : TensorId{int32_t(it->second)};
+}
+
+TensorId ParameterStore::buffer_id(std::string_view name) const {
+  const auto it = buffer_index_.find(std::string(name));
+  if (it == buffer_index_.end()) fail(owner_, ": no buffer named '", name, "'");
+  return {int32_t(it->second)};
+}
+
+LayerIds ParameterStore::layer(const std::string& prefix) const {
+  return {id(prefix + ".weight"), find(prefix + ".bias")};
+}
+
+LayerIds ParameterStore::find_layer(const std::string& prefix) const {
+  return {find(prefix + ".weight"), find(prefix + ".bias")};
+}
+
+BatchNormIds ParameterStore::batch_norm(const std::string& prefix) const {
+  return {layer(prefix), buffer_id(prefix + ".running_mean"), buffer_id(prefix + ".running_var")};
+}
+
+ParameterStore::Extent ParameterStore::extent(TensorId t, int64_t rows) const {
+  const ParameterInfo& p = info_[size_t(t.index)];
+  const int64_t width = p.numel / p.shape[0];
+  return {p.offset, rows > 0 ? rows : p.shape[0], width};
+}
+
+std::span<const float> ParameterStore::vec(TensorId t, int64_t rows) const {
+  if (!t) return {};
+  const Extent e = extent(t, rows);
+  return {params_.data() + e.offset, size_t(e.rows * e.width)};
+}
+
+std::span<float> ParameterStore::grad_vec(TensorId t, int64_t rows) {
+  if (!t) return {};
+  const Extent e = extent(t, rows);
+  return {grads_.data() + e.offset, size_t(e.rows * e.width)};
+}
+
+ConstView2 ParameterStore::matrix(TensorId t, int64_t rows) const {
+  if (!t) return {};
+  const Extent e = extent(t, rows);
+  return ConstView2::contiguous(params_.data() + e.offset, {e.rows, e.width});
+}
+
+View2 ParameterStore::grad_matrix(TensorId t, int64_t rows) {
+  if (!t) return {};
+  const Extent e = extent(t, rows);
+  return View2::contiguous(grads_.data() + e.offset, {e.rows, e.width});
+}
+
+std::span<float> ParameterStore::parameter(TensorId t) {
+  if (!t) return {};
+  return slice(params_, info_[size_t(t.index)]);
+}
+
+std::span<float> ParameterStore::buffer(TensorId t) {
+  if (!t) return {};
+  return slice(buffers_, buffer_info_[size_t(t.index)]);
 }
 
 void ParameterStore::zero_grad() { nn::parallel_fill(grads_, 0.0f); }

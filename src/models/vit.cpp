@@ -31,33 +31,34 @@ std::string VitModel::lname(int64_t l, const char* rest) const {
 void VitModel::build_layout() {
   const VitConfig& c = config_;
   const int64_t C = c.hidden_size, F = c.intermediate_size, P = c.patch_size;
-  auto add = [&](std::string name, std::vector<int64_t> shape) {
-    store_.add(std::move(name), std::move(shape));
-  };
-  auto dense = [&](const std::string& p, int64_t out, int64_t in) { store_.add_linear(p, out, in); };
-  auto norm = [&](const std::string& p) { store_.add_norm(p, C); };
-  add("vit.embeddings.cls_token", {1, 1, C});
-  add("vit.embeddings.position_embeddings", {1, c.seq_len(), C});
-  add("vit.embeddings.patch_embeddings.projection.weight", {C, c.num_channels, P, P});
-  add("vit.embeddings.patch_embeddings.projection.bias", {C});
+  ParameterStore& s = store_;
+  s.add("vit.embeddings.cls_token", {1, 1, C});
+  s.add("vit.embeddings.position_embeddings", {1, c.seq_len(), C});
+  s.add("vit.embeddings.patch_embeddings.projection.weight", {C, c.num_channels, P, P});
+  s.add("vit.embeddings.patch_embeddings.projection.bias", {C});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    norm(lname(l, "layernorm_before"));
-    add(lname(l, "attention.attention.query.weight"), {C, C});  // q, k, v rows consecutive:
-    add(lname(l, "attention.attention.key.weight"), {C, C});    // one fused [3C, C] matrix
-    add(lname(l, "attention.attention.value.weight"), {C, C});
-    if (c.qkv_bias) {
-      add(lname(l, "attention.attention.query.bias"), {C});  // and one fused [3C] bias
-      add(lname(l, "attention.attention.key.bias"), {C});
-      add(lname(l, "attention.attention.value.bias"), {C});
-    }
-    dense(lname(l, "attention.output.dense"), C, C);
-    norm(lname(l, "layernorm_after"));
-    dense(lname(l, "intermediate.dense"), F, C);
-    dense(lname(l, "output.dense"), C, F);
+    s.add_norm(lname(l, "layernorm_before"), C);
+    add_encoder_qkv(s, lname(l, "attention.attention"), C, c.qkv_bias);
+    s.add_linear(lname(l, "attention.output.dense"), C, C);
+    s.add_norm(lname(l, "layernorm_after"), C);
+    s.add_linear(lname(l, "intermediate.dense"), F, C);
+    s.add_linear(lname(l, "output.dense"), C, F);
   }
-  norm("vit.layernorm");
-  dense("classifier", c.num_labels, C);
-  store_.allocate();
+  s.add_norm("vit.layernorm", C);
+  s.add_linear("classifier", c.num_labels, C);
+  s.allocate();
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    layers_.push_back({.attn = encoder_attention_ids(s, lname(l, "attention.attention"),
+                                                     lname(l, "attention.output.dense"), C),
+                       .norm_before = s.layer(lname(l, "layernorm_before")),
+                       .norm_after = s.layer(lname(l, "layernorm_after")),
+                       .intermediate = s.layer(lname(l, "intermediate.dense")),
+                       .output = s.layer(lname(l, "output.dense"))});
+  cls_ = s.id("vit.embeddings.cls_token");
+  position_ = s.id("vit.embeddings.position_embeddings");
+  patch_ = s.layer("vit.embeddings.patch_embeddings.projection");
+  final_norm_ = s.layer("vit.layernorm");
+  classifier_ = s.layer("classifier");
 }
 
 AttentionBlockOptions VitModel::block_options(int64_t l) const {
@@ -73,32 +74,6 @@ AttentionBlockOptions VitModel::block_options(int64_t l) const {
     o.dropout_seed = vit_detail::attention_seed(seed_, l);
   }
   return o;
-}
-
-AttentionBlockParams VitModel::block_params(int64_t l) const {
-  const int64_t C = config_.hidden_size;
-  AttentionBlockParams p;
-  p.qkv_proj_weight = ConstView2::contiguous(
-      store_.parameters().data() + info(lname(l, "attention.attention.query.weight")).offset, {3 * C, C});
-  if (config_.qkv_bias)
-    p.qkv_proj_bias = {store_.parameters().data() + info(lname(l, "attention.attention.query.bias")).offset,
-                       size_t(3 * C)};
-  p.o_proj_weight = matrix(lname(l, "attention.output.dense.weight"));
-  p.o_proj_bias = vec(lname(l, "attention.output.dense.bias"));
-  return p;
-}
-
-AttentionBlockGrads VitModel::block_grads(int64_t l) {
-  const int64_t C = config_.hidden_size;
-  AttentionBlockGrads g;
-  g.qkv_proj_weight = View2::contiguous(
-      store_.gradients().data() + info(lname(l, "attention.attention.query.weight")).offset, {3 * C, C});
-  if (config_.qkv_bias)
-    g.qkv_proj_bias = {store_.gradients().data() + info(lname(l, "attention.attention.query.bias")).offset,
-                       size_t(3 * C)};
-  g.o_proj_weight = grad_matrix(lname(l, "attention.output.dense.weight"));
-  g.o_proj_bias = grad_vec(lname(l, "attention.output.dense.bias"));
-  return g;
 }
 
 float VitModel::dropout_p() const {
@@ -140,11 +115,6 @@ void VitModel::init_random(uint64_t seed) {
     const bool random = (weight && !norm) || embedding;
     for (int64_t i = 0; i < p.numel; ++i) x[i] = random ? trunc_normal() : norm && weight ? 1.0f : 0.0f;
   }
-}
-
-std::unique_ptr<ImageClassifier> make_vit_classifier(const std::string& config_json,
-                                                  const std::string& source) {
-  return std::make_unique<VitModel>(parse_vit_config(config_json, source));
 }
 
 int64_t vit_parameter_count(const VitConfig& config) {

@@ -3,13 +3,11 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/models/config_reader.hpp"
+#include "encoder_config.hpp"
 
 namespace attnkit {
 namespace {
 
-constexpr std::pair<const char*, GeluApproximation> kActivations[] = {
-    {"gelu", GeluApproximation::kNone}, {"gelu_new", GeluApproximation::kTanh},
-    {"gelu_pytorch_tanh", GeluApproximation::kTanh}};
 constexpr std::pair<const char*, VitPooling> kPoolings[] = {{"cls", VitPooling::kCls},
                                                             {"mean", VitPooling::kMean}};
 constexpr std::pair<const char*, VitInitializer> kInitializers[] = {
@@ -54,10 +52,7 @@ VitConfig parse_vit_config(const std::string& text, const std::string& source) {
   if (r.has("architectures") && (archs.size() != 1 || archs[0] != "ViTForImageClassification"))
     r.fail_key("architectures", "must be [\"ViTForImageClassification\"]");
   VitConfig c;
-  c.hidden_size = r.size("hidden_size", kMaxConfigWidth);
-  c.num_hidden_layers = r.size("num_hidden_layers", kMaxConfigLayers);
-  c.num_attention_heads = r.size("num_attention_heads", kMaxConfigHeads);
-  c.intermediate_size = r.size("intermediate_size", kMaxConfigFfnWidth);
+  encoder_config::read(r, c, 0.0);
   if (!r.has("image_size")) r.fail_key("image_size", "is required");
   const std::vector<int64_t> image = r.integers("image_size", {}, true);  // HF: int or [H, W]
   if (image.size() != 1 && image.size() != 2)
@@ -71,10 +66,6 @@ VitConfig parse_vit_config(const std::string& text, const std::string& source) {
   c.num_channels = r.size("num_channels", 3, kMaxConfigWidth);
   r.integer("encoder_stride", c.patch_size);  // HF's masked-image-modeling decoder only
   c.qkv_bias = r.boolean("qkv_bias", true);
-  c.hidden_act = r.choice("hidden_act", GeluApproximation::kNone, kActivations);
-  c.hidden_dropout_prob = r.number("hidden_dropout_prob", 0.0);
-  c.attention_probs_dropout_prob = r.number("attention_probs_dropout_prob", 0.0);
-  c.layer_norm_eps = r.number("layer_norm_eps", 1e-12);
   c.initializer_range = r.number("initializer_range", 0.02);
   const ConfigLabels labels = r.labels(2);  // 2: HF's PretrainedConfig default
   c.num_labels = labels.num_labels;
@@ -87,16 +78,9 @@ VitConfig parse_vit_config(const std::string& text, const std::string& source) {
 }
 
 std::string vit_config_to_json(const VitConfig& c) {
-  const std::string architectures[] = {"ViTForImageClassification"};
   ConfigWriter w;
-  w.set("architectures", std::span<const std::string>(architectures)).set("model_type", "vit");
-  w.set("hidden_size", c.hidden_size)
-      .set("num_hidden_layers", c.num_hidden_layers)
-      .set("num_attention_heads", c.num_attention_heads)
-      .set("intermediate_size", c.intermediate_size)
-      .set("hidden_act", c.hidden_act == GeluApproximation::kNone ? "gelu" : "gelu_new")
-      .set("hidden_dropout_prob", c.hidden_dropout_prob)
-      .set("attention_probs_dropout_prob", c.attention_probs_dropout_prob)
+  w.architecture("ViTForImageClassification", "vit");
+  encoder_config::write(w, c)
       .set("layer_norm_eps", c.layer_norm_eps)
       .set("initializer_range", c.initializer_range);
   if (c.image_height == c.image_width) {

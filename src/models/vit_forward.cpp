@@ -81,10 +81,10 @@ void VitModel::embed(ConstView4 x) {
     }
   });
   linear_forward(a.emb.view(), a.patches.view(),
-                 matrix("vit.embeddings.patch_embeddings.projection.weight"),
-                 vec("vit.embeddings.patch_embeddings.projection.bias"));
-  const float* cls = vec("vit.embeddings.cls_token").data();
-  const float* pos = vec("vit.embeddings.position_embeddings").data();
+                 matrix(patch_.weight),
+                 vec(patch_.bias));
+  const float* cls = vec(cls_).data();
+  const float* pos = vec(position_).data();
   View2 x0 = a.resid[0].view();
   for_row_blocks(n_img * s, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -105,24 +105,25 @@ void VitModel::encoder_forward() {
   const AttentionBlockBatch bb{a.cu, {}};
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     VitLayerActivations& y = a.layers[size_t(l)];
+    const EncoderLayerIds& ly = layers_[size_t(l)];
     const ConstView2 x = a.resid[size_t(l)].view();
-    layer_norm_forward(y.h1.view(), y.mean1, y.rstd1, x, vec(lname(l, "layernorm_before.weight")),
-                       vec(lname(l, "layernorm_before.bias")), eps);
+    layer_norm_forward(y.h1.view(), y.mean1, y.rstd1, x, vec(ly.norm_before.weight),
+                       vec(ly.norm_before.bias), eps);
     // mid = x + drop(attn(h1)), formed in place in mid.
-    attention_block_forward(y.mid.view(), y.cache(), y.h1.view(), bb, block_params(l),
+    attention_block_forward(y.mid.view(), y.cache(), y.h1.view(), bb, attention_params(store_, ly.attn),
                             block_options(l));
     if (p > 0) dropout_forward(y.mid.view(), y.mid.view(), {p, seed_, vit_detail::attention_stream(l)});
     add_inplace(y.mid.view(), x);
     layer_norm_forward(y.h2.view(), y.mean2, y.rstd2, y.mid.view(),
-                       vec(lname(l, "layernorm_after.weight")), vec(lname(l, "layernorm_after.bias")),
+                       vec(ly.norm_after.weight), vec(ly.norm_after.bias),
                        eps);
-    linear_forward(y.pre.view(), y.h2.view(), matrix(lname(l, "intermediate.dense.weight")),
-                   vec(lname(l, "intermediate.dense.bias")));
+    linear_forward(y.pre.view(), y.h2.view(), matrix(ly.intermediate.weight),
+                   vec(ly.intermediate.bias));
     gelu_forward(y.u.view(), y.pre.view(), c.hidden_act);
     // x' = mid + drop(W₂·u + b₂), formed in place in the next residual.
     const View2 next = a.resid[size_t(l) + 1].view();
-    linear_forward(next, y.u.view(), matrix(lname(l, "output.dense.weight")),
-                   vec(lname(l, "output.dense.bias")));
+    linear_forward(next, y.u.view(), matrix(ly.output.weight),
+                   vec(ly.output.bias));
     if (p > 0) dropout_forward(next, next, {p, seed_, vit_detail::mlp_stream(l)});
     add_inplace(next, y.mid.view());
   }
@@ -133,7 +134,7 @@ void VitModel::head_forward() {
   VitActivations& a = *acts_;
   const int64_t n_img = a.images, s = c.seq_len(), np = c.num_patches(), C = c.hidden_size;
   const ConstView2 last = a.resid.back().view();
-  const auto w = vec("vit.layernorm.weight"), b = vec("vit.layernorm.bias");
+  const auto w = vec(final_norm_.weight), b = vec(final_norm_.bias);
   const float eps = float(c.layer_norm_eps);
   if (c.pooling == VitPooling::kCls) {  // only the [CLS] rows reach the classifier
     layer_norm_forward(a.final_out.view(), a.final_mean, a.final_rstd, cls_rows(last, n_img, s), w,
@@ -151,8 +152,8 @@ void VitModel::head_forward() {
       for (int64_t k = 0; k < C; ++k) dst[k] /= float(np);
     });
   }
-  linear_forward(a.logits.view(), a.pooled.view(), matrix("classifier.weight"),
-                 vec("classifier.bias"));
+  linear_forward(a.logits.view(), a.pooled.view(), matrix(classifier_.weight),
+                 vec(classifier_.bias));
 }
 
 void VitModel::backward(ConstView2 d_logits) {
@@ -171,10 +172,10 @@ void VitModel::head_backward(ConstView2 d_logits) {
   const VitConfig& c = config_;
   VitActivations& a = *acts_;
   const int64_t n_img = a.images, s = c.seq_len(), np = c.num_patches(), C = c.hidden_size;
-  linear_backward(a.d_pooled.view(), grad_matrix("classifier.weight"), grad_vec("classifier.bias"),
-                  d_logits, a.pooled.view(), matrix("classifier.weight"));
-  const auto w = vec("vit.layernorm.weight");
-  const auto gw = grad_vec("vit.layernorm.weight"), gb = grad_vec("vit.layernorm.bias");
+  linear_backward(a.d_pooled.view(), grad_matrix(classifier_.weight), grad_vec(classifier_.bias),
+                  d_logits, a.pooled.view(), matrix(classifier_.weight));
+  const auto w = vec(final_norm_.weight);
+  const auto gw = grad_vec(final_norm_.weight), gb = grad_vec(final_norm_.bias);
   View2 d_last = a.d_resid.view();
   if (c.pooling == VitPooling::kCls) {
     std::fill_n(a.d_resid.data(), a.d_resid.numel(), 0.0f);  // patch rows get no gradient here
@@ -209,32 +210,33 @@ void VitModel::encoder_backward() {
   const View2 d_resid = a.d_resid.view(), d_a = a.d_a.view(), d_h = a.d_h.view();
   for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
     VitLayerActivations& y = a.layers[size_t(l)];
+    const EncoderLayerIds& ly = layers_[size_t(l)];
     View2 d_o = d_resid;
     if (p > 0) {
       dropout_backward(d_a, d_resid, {p, seed_, vit_detail::mlp_stream(l)});
       d_o = d_a;
     }
-    linear_backward(a.d_f.view(), grad_matrix(lname(l, "output.dense.weight")),
-                    grad_vec(lname(l, "output.dense.bias")), d_o, y.u.view(),
-                    matrix(lname(l, "output.dense.weight")));
+    linear_backward(a.d_f.view(), grad_matrix(ly.output.weight),
+                    grad_vec(ly.output.bias), d_o, y.u.view(),
+                    matrix(ly.output.weight));
     gelu_backward(a.d_f.view(), a.d_f.view(), y.pre.view(), c.hidden_act);
-    linear_backward(d_h, grad_matrix(lname(l, "intermediate.dense.weight")),
-                    grad_vec(lname(l, "intermediate.dense.bias")), a.d_f.view(), y.h2.view(),
-                    matrix(lname(l, "intermediate.dense.weight")));
-    layer_norm_backward(d_a, grad_vec(lname(l, "layernorm_after.weight")),
-                        grad_vec(lname(l, "layernorm_after.bias")), d_h, y.mid.view(),
-                        vec(lname(l, "layernorm_after.weight")), y.mean2, y.rstd2);
+    linear_backward(d_h, grad_matrix(ly.intermediate.weight),
+                    grad_vec(ly.intermediate.bias), a.d_f.view(), y.h2.view(),
+                    matrix(ly.intermediate.weight));
+    layer_norm_backward(d_a, grad_vec(ly.norm_after.weight),
+                        grad_vec(ly.norm_after.bias), d_h, y.mid.view(),
+                        vec(ly.norm_after.weight), y.mean2, y.rstd2);
     add_inplace(d_resid, d_a);  // d(mid): the residual path plus the MLP path
     View2 d_attn_out = d_resid;
     if (p > 0) {
       dropout_backward(d_a, d_resid, {p, seed_, vit_detail::attention_stream(l)});
       d_attn_out = d_a;
     }
-    attention_block_backward(d_h, block_grads(l), scratch, d_attn_out, y.h1.view(), y.cache(), bb,
-                             block_params(l), block_options(l));
-    layer_norm_backward(d_a, grad_vec(lname(l, "layernorm_before.weight")),
-                        grad_vec(lname(l, "layernorm_before.bias")), d_h,
-                        a.resid[size_t(l)].view(), vec(lname(l, "layernorm_before.weight")),
+    attention_block_backward(d_h, attention_grads(store_, ly.attn), scratch, d_attn_out, y.h1.view(), y.cache(), bb,
+                             attention_params(store_, ly.attn), block_options(l));
+    layer_norm_backward(d_a, grad_vec(ly.norm_before.weight),
+                        grad_vec(ly.norm_before.bias), d_h,
+                        a.resid[size_t(l)].view(), vec(ly.norm_before.weight),
                         y.mean1, y.rstd1);
     add_inplace(d_resid, d_a);  // d(x): the residual path plus the attention path
   }
@@ -249,8 +251,8 @@ void VitModel::embed_backward() {
   const float p = dropout_p();
   View2 d_x0 = a.d_resid.view();
   if (p > 0) dropout_backward(d_x0, d_x0, {p, seed_, vit_detail::kEmbeddingStream});
-  float* d_pos = grad_vec("vit.embeddings.position_embeddings").data();
-  float* d_cls = grad_vec("vit.embeddings.cls_token").data();
+  float* d_pos = grad_vec(position_).data();
+  float* d_cls = grad_vec(cls_).data();
   parallel_for(s, [&](int64_t j) {  // each position sums its images in order
     std::vector<double> acc(size_t(C), 0.0);
     for (int64_t n = 0; n < n_img; ++n) {
@@ -267,9 +269,9 @@ void VitModel::embed_backward() {
     for (int64_t r = r0; r < r1; ++r)
       std::copy_n(d_x0.ptr((r / np) * s + 1 + r % np), C, d_e.ptr(r));
   });
-  linear_backward({}, grad_matrix("vit.embeddings.patch_embeddings.projection.weight"),
-                  grad_vec("vit.embeddings.patch_embeddings.projection.bias"), d_e,
-                  a.patches.view(), matrix("vit.embeddings.patch_embeddings.projection.weight"));
+  linear_backward({}, grad_matrix(patch_.weight),
+                  grad_vec(patch_.bias), d_e,
+                  a.patches.view(), matrix(patch_.weight));
 }
 
 }  // namespace attnkit

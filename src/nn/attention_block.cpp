@@ -39,7 +39,7 @@ AttentionBlockWorkspace::AttentionBlockWorkspace(const AttentionBlockOptions& o,
     d_gate_ = Tensor<float, 2>({t, hg});
     if (o.gate_source == GateSource::kQuery && o.rope_theta > 0) q_pre_ = Tensor<float, 2>({t, hd});
   }
-  if (o.sink != SinkMode::kNone) d_sink_ = Tensor<float, 2>({1, o.heads});
+  if (o.sink_logits != SinkLogits::kNone) d_sink_ = Tensor<float, 2>({1, o.heads});
 }
 
 void AttentionBlockWorkspace::resize(int64_t t) {
@@ -136,8 +136,8 @@ void validate_attention_block(const char* fn, const AttentionBlockOptions& o, Co
                       o.qkv_width(), "opts.qkv_bias");
   nn::check_matrix(p.o_proj_weight, fn, "o_proj_weight", "[C, H·D]", ch, hd);
   check_optional_span(p.o_proj_bias, o.o_bias, fn, "o_proj_bias", "[C]", ch, "opts.o_bias");
-  check_optional_span(p.sinks, o.sink == SinkMode::kLearned, fn, "sinks", "[H]", o.heads,
-                      "opts.sink is learned");
+  check_optional_span(p.sinks, o.sink_logits == SinkLogits::kLearned, fn, "sinks", "[H]", o.heads,
+                      "opts.sink_logits is learned");
   const bool gate = o.gate != GateMode::kNone, query = o.gate_source == GateSource::kQuery;
   if (query)
     check_optional(p.gate_proj_weight, gate, fn, "gate_proj_weight",
@@ -190,8 +190,8 @@ void validate_attention_block_backward(const char* fn, const AttentionBlockOptio
   nn::check_matrix(s.d_qkv, fn, "scratch.d_qkv", "[T, (H + 2·Hkv)·D]", t, o.qkv_width());
   nn::check_matrix(s.d_attn, fn, "scratch.d_attn", "[T, H·D]", t, hd);
   check_optional(s.d_gate, hg > 0, fn, "scratch.d_gate", "[T, Hg]", t, hg, "opts.gate is set");
-  check_optional(s.d_sink, o.sink != SinkMode::kNone, fn, "scratch.d_sink", "[1, H]", 1, o.heads,
-                 "opts.sink is set");
+  check_optional(s.d_sink, o.sink_logits != SinkLogits::kNone, fn, "scratch.d_sink", "[1, H]", 1, o.heads,
+                 "opts.sink_logits is set");
 }
 
 // Gate pre-activation g [T, Hg] from x (input source) or from each head's pre-RoPE query.

@@ -89,7 +89,7 @@ void attention_block_backward(View2 d_x, const AttentionBlockGrads& g,
        .lse = c.lse},
       {.d_out = nn::heads_view(ConstView2(s.d_attn), 0, o.heads, d), .d_q = d_q, .d_k = d_k,
        .d_v = nn::v_of(s.d_qkv, o), .d_sink = d_sink});
-  if (o.sink == SinkMode::kLearned && !g.sinks.empty())
+  if (o.sink_logits == SinkLogits::kLearned && !g.sinks.empty())
     for (int64_t h = 0; h < o.heads; ++h) g.sinks[size_t(h)] += d_sink[size_t(h)];
   if (o.rope_theta > 0) {
     rope_backward(d_q, batch.positions, {.theta = o.rope_theta});

@@ -49,8 +49,8 @@ std::span<T> sub(std::span<T> s, int64_t i0, int64_t n) {
 inline std::span<const float> sink_logits(const AttentionBlockOptions& o,
                                           const AttentionBlockParams& p,
                                           std::vector<float>& zeros) {
-  if (o.sink == SinkMode::kLearned) return p.sinks;
-  if (o.sink == SinkMode::kOffByOne) {
+  if (o.sink_logits == SinkLogits::kLearned) return p.sinks;
+  if (o.sink_logits == SinkLogits::kOffByOne) {
     zeros.assign(size_t(o.heads), 0.0f);
     return zeros;
   }

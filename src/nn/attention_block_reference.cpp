@@ -77,7 +77,7 @@ void attention_block_backward_reference(View2 d_x, const AttentionBlockGrads& g,
         }
       }
   }
-  std::vector<float> zeros, d_sink(o.sink == SinkMode::kNone ? 0 : size_t(o.heads));
+  std::vector<float> zeros, d_sink(o.sink_logits == SinkLogits::kNone ? 0 : size_t(o.heads));
   const View3 d_q = nn::q_of(s.d_qkv, o), d_k = nn::k_of(s.d_qkv, o);
   attention_reference_backward(
       o.attention(),
@@ -86,7 +86,7 @@ void attention_block_backward_reference(View2 d_x, const AttentionBlockGrads& g,
        .sink_logits = nn::sink_logits(o, p, zeros), .out = {}, .lse = {}},
       {.d_out = nn::heads_view(ConstView2(s.d_attn), 0, o.heads, d), .d_q = d_q, .d_k = d_k,
        .d_v = nn::v_of(s.d_qkv, o), .d_sink = d_sink});
-  if (o.sink == SinkMode::kLearned && !g.sinks.empty())
+  if (o.sink_logits == SinkLogits::kLearned && !g.sinks.empty())
     for (int64_t h = 0; h < o.heads; ++h) g.sinks[size_t(h)] += d_sink[size_t(h)];
   if (o.rope_theta > 0) {
     rope_backward_reference(d_q, batch.positions, {.theta = o.rope_theta});

@@ -12,8 +12,8 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/file_io.hpp"
 #include "attnkit/core/rng.hpp"
-#include "attnkit/core/file_io.hpp"
 #include "attnkit/io/safetensors.hpp"
+#include "attnkit/models/model_dir.hpp"
 
 namespace attnkit {
 namespace {
@@ -56,19 +56,6 @@ void check_directories(const std::string& in_dir, const std::string& out_dir) {
     check(fs::is_directory(out), "--out: ", out_dir, " exists and is not a directory");
     check(fs::is_empty(out), "--out: ", out_dir, " exists and is not empty");
   }
-}
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
-    out << text;
-    out.flush();
-    check(bool(out), "convert-gqa: cannot write ", tmp);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  check(!ec, "convert-gqa: cannot rename ", tmp, ": ", ec.message());
 }
 
 int64_t config_int(const ordered_json& j, const char* key, int64_t fallback) {
@@ -176,7 +163,7 @@ void convert_gqa(const std::string& in_dir, const std::string& out_dir, const Co
   fs::create_directories(out_dir, ec);
   check(!ec, "--out: cannot create ", out_dir, ": ", ec.message());
   save_safetensors(out_dir + "/model.safetensors", tensors, file.metadata());
-  write_text_atomically(out_dir + "/config.json", config.dump(2) + "\n");
+  write_model_config(out_dir, config.dump(2) + "\n", "convert-gqa");
 }
 
 }  // namespace attnkit

@@ -32,17 +32,6 @@ float fma_chains(int64_t iters, float seed) {
   return hn::GetLane(hn::SumOfLanes(d, s));
 }
 
-template <class F>
-double best_of(int repeats, F&& f) {
-  double best = 1e300;
-  for (int r = 0; r < repeats; ++r) {
-    const double t0 = now_seconds();
-    f();
-    best = std::min(best, now_seconds() - t0);
-  }
-  return best;
-}
-
 }  // namespace
 
 double measure_fma_gflops(int threads) {

@@ -86,7 +86,7 @@ void attention_row_probabilities(std::span<double> probs, std::span<double> sink
   check(int64_t(probs.size()) == H * n, "attention_row_probabilities: probs must have H·(query+1) = ",
         H * n, " entries, got ", probs.size());
   check(int64_t(sink_share.size()) == H, "attention_row_probabilities: sink_share must have ", H, " entries");
-  check(opts.sink != SinkMode::kLearned || int64_t(sinks.size()) == H,
+  check(opts.sink_logits != SinkLogits::kLearned || int64_t(sinks.size()) == H,
         "attention_row_probabilities: sinks must have ", H, " entries for learned sinks");
   const AttentionOptions a = opts.attention();
   const double scale = a.scale > 0 ? a.scale : 1.0 / std::sqrt(double(D));
@@ -109,8 +109,8 @@ void attention_row_probabilities(std::span<double> probs, std::span<double> sink
       p[j] = s;
       m = std::max(m, s);
     }
-    const bool has_sink = opts.sink != SinkMode::kNone;
-    const double b = opts.sink == SinkMode::kLearned ? double(sinks[size_t(h)]) : 0.0;
+    const bool has_sink = opts.sink_logits != SinkLogits::kNone;
+    const double b = opts.sink_logits == SinkLogits::kLearned ? double(sinks[size_t(h)]) : 0.0;
     if (has_sink) m = std::max(m, b);
     double z = has_sink ? std::exp(b - m) : 0.0;
     for (int64_t j = lo; j <= hi; ++j) z += p[j] = std::exp(p[j] - m);
@@ -130,7 +130,7 @@ SinkProfile sink_profile(GptModel& model, std::span<const int32_t> tokens,
   const int64_t Hkv = bo.kv();
   r.layers = L, r.heads = H, r.kv_heads = Hkv, r.query_pos = N, r.windows = opts.windows;
   r.gate_bins = bins;
-  r.has_sink_logit = c.sink != SinkMode::kNone;
+  r.has_sink_logit = c.sink_logits != SinkLogits::kNone;
   r.has_gate = c.gate != GateMode::kNone;
   r.mass.assign(size_t(L * H * n), 0.0);
   r.sink_share.assign(size_t(L * H), 0.0);

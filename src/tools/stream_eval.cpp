@@ -11,32 +11,15 @@
 
 namespace attnkit {
 
-StreamPolicy parse_stream_policy(std::string_view name) {
-  if (name == "dense") return StreamPolicy::dense;
-  if (name == "window") return StreamPolicy::window;
-  if (name == "sink") return StreamPolicy::sink;
-  if (name == "recompute") return StreamPolicy::recompute;
-  fail("--policy: expected dense, window, sink or recompute, got '", name, "'");
-}
-
-const char* stream_policy_name(StreamPolicy p) {
-  switch (p) {
-    case StreamPolicy::dense: return "dense";
-    case StreamPolicy::window: return "window";
-    case StreamPolicy::sink: return "sink";
-    case StreamPolicy::recompute: return "recompute";
-  }
-  return "?";
-}
-
 void validate(const StreamEvalOptions& o, const GptConfig& c, int64_t num_tokens) {
   check(o.tokens >= 2, "--tokens: must be >= 2, got ", o.tokens);
   check(o.tokens <= num_tokens, "--tokens: the text has only ", num_tokens, " tokens, asked for ", o.tokens);
   check(o.window >= 0, "--window: must be >= 0, got ", o.window);
-  check(o.n_sink >= 0, "--sinks: must be >= 0, got ", o.n_sink);
-  check(o.policy != StreamPolicy::recompute || o.window == 0 || o.window > c.registers,
+  check(o.sink_tokens >= 0, "--sink-tokens: must be >= 0, got ", o.sink_tokens);
+  check(o.policy != KVPolicy::paged, "--policy: streaming evaluation takes dense, window, sink or recompute, got paged");
+  check(o.policy != KVPolicy::recompute || o.window == 0 || o.window > c.registers,
         "--window: recompute's window must exceed the model's ", c.registers, " registers");
-  check(o.policy != StreamPolicy::recompute || o.window == 0 || o.window <= c.max_position_embeddings,
+  check(o.policy != KVPolicy::recompute || o.window == 0 || o.window <= c.max_position_embeddings,
         "--window: recompute runs a forward over the window, so it must be <= the context ",
         c.max_position_embeddings);
 }
@@ -80,16 +63,16 @@ StreamEvalResult stream_eval(GptModel& model, std::span<const int32_t> tokens, c
   const GptConfig& c = model.config();
   validate(opts, c, int64_t(tokens.size()));
   const int64_t T = opts.tokens, W = opts.window > 0 ? opts.window : c.max_position_embeddings;
-  if (opts.policy == StreamPolicy::recompute) return recompute(model, tokens, T, W);
+  if (opts.policy == KVPolicy::recompute) return recompute(model, tokens, T, W);
   GenerateOptions g{.temperature = 0};
-  if (opts.policy == StreamPolicy::dense) {
+  if (opts.policy == KVPolicy::dense) {
     g.capacity = T;
   } else {
-    g.n_sink = opts.policy == StreamPolicy::sink ? opts.n_sink : 0;
+    g.sink_tokens = opts.policy == KVPolicy::sink ? opts.sink_tokens : 0;
     g.window = W;
   }
   const std::vector<int32_t> regs = gpt_register_ids(c);
-  if (opts.policy == StreamPolicy::dense) g.capacity += int64_t(regs.size());
+  if (opts.policy == KVPolicy::dense) g.capacity += int64_t(regs.size());
   GptGenerator gen(model, g);
   for (int32_t id : regs) gen.feed(id);  // the registers open the stream, unscored
   StreamEvalResult r;

@@ -1,19 +1,14 @@
-// BERT training loop: examples → layout (pad / bucket / pack) → forward/backward → clip → AdamW;
-// evaluation, CSV log, checkpoints (see bert_trainer.hpp).
+// BERT training: step s's examples → layout (pad / bucket / pack) → forward/backward, and the
+// evaluation; the TrainingLoop clips, updates, logs and checkpoints (see bert_trainer.hpp).
 #include "attnkit/train/bert_trainer.hpp"
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 
-#include "attnkit/core/clock.hpp"
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/rng.hpp"
-#include "attnkit/train/grad_clip.hpp"
 
 namespace attnkit {
 namespace {
@@ -21,27 +16,12 @@ namespace {
 constexpr uint64_t kValidationSalt = 0x56414C49444154ull;  // validation examples' seed offset
 constexpr uint64_t kDropoutSalt = 0x44524F50ull;           // per-step dropout seed offset
 
-std::string format_eta(double seconds) {
-  const int64_t s = int64_t(seconds);
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
-  return buf;
-}
-
 }  // namespace
 
 BertObjective parse_bert_objective(const std::string& name) {
   if (name == "mlm") return BertObjective::kMlm;
   if (name == "mlm+nsp") return BertObjective::kMlmNsp;
   fail("--objective: expected mlm or mlm+nsp, got '", name, "'");
-}
-
-std::vector<NamedParameter> bert_named_parameters(BertModel& m) {
-  std::vector<NamedParameter> out;
-  for (const auto& p : m.parameter_info())
-    out.push_back({p.name, m.parameters().subspan(size_t(p.offset), size_t(p.numel)),
-                   std::span<const float>(m.gradients()).subspan(size_t(p.offset), size_t(p.numel))});
-  return out;
 }
 
 double majority_baseline(const BertTaskData& t) {
@@ -64,7 +44,8 @@ double majority_baseline(const BertTaskData& t) {
 }
 
 BertTrainer::BertTrainer(BertModel& model, BertDocuments docs, const BertTrainOptions& o)
-    : model_(model), docs_(std::move(docs)), options_(o), optimizer_(bert_named_parameters(model), o.adamw) {
+    : model_(model), docs_(std::move(docs)), options_(o), optimizer_(named_parameters(model), o.adamw),
+      loop_(*this, optimizer_, loop_options()) {
   check(!fine_tuning(), "--objective: a task objective needs task examples, not documents");
   check(!docs_.train.empty(), "--data: the training split has no documents");
   check(!docs_.validation.empty(), "--data: the validation split has no documents (documents are split by a "
@@ -77,7 +58,8 @@ BertTrainer::BertTrainer(BertModel& model, BertDocuments docs, const BertTrainOp
 }
 
 BertTrainer::BertTrainer(BertModel& model, BertTaskData task, const BertTrainOptions& o)
-    : model_(model), task_(std::move(task)), options_(o), optimizer_(bert_named_parameters(model), o.adamw) {
+    : model_(model), task_(std::move(task)), options_(o), optimizer_(named_parameters(model), o.adamw),
+      loop_(*this, optimizer_, loop_options()) {
   check(fine_tuning(), "--objective: pretraining objectives need documents, not task examples");
   check(!task_.train.empty() && !task_.validation.empty(), "task: need training and validation examples");
   const auto arch = model.config().architecture;
@@ -95,12 +77,10 @@ bool BertTrainer::fine_tuning() const {
 
 void BertTrainer::check_setup() const {
   const auto& o = options_;
-  check(o.steps >= 1, "--steps: must be >= 1");
   check(o.batch >= 1, "--batch: must be >= 1");
   check(o.bucket_pool >= 1, "bucket_pool: must be >= 1");
   check(o.max_len >= 5 && o.max_len <= model_.config().max_position_embeddings,
         "--seq: must be in [5, max_position_embeddings = ", model_.config().max_position_embeddings, "]");
-  check(!o.out_dir.empty(), "--out: a directory is required");
   for (const auto* set : {&task_.train, &task_.validation})
     for (const auto& e : *set)
       check(int64_t(e.tokens.size()) <= o.max_len, "task: an example has ", e.tokens.size(),
@@ -140,45 +120,66 @@ std::vector<BertExample> BertTrainer::step_examples(int64_t s) const {
   return out;
 }
 
-int64_t BertTrainer::resume() {
-  run_.emplace(resume_run(options_.out_dir, "bert", true,
-                          {.config_json = bert_config_to_json(model_.config()),
-                           .load = [&](const std::string& ckpt) {
-                             const BertModel saved = BertModel::load(ckpt);
-                             std::copy(saved.parameters().begin(), saved.parameters().end(),
-                                       model_.parameters().begin());
-                             optimizer_.load_state(ckpt + "/optimizer.safetensors");
-                             return optimizer_.step_count();
-                           },
-                           .seed = options_.seed}));
-  return next_step_ = optimizer_.step_count();
+TrainingLoopOptions BertTrainer::loop_options() const {
+  return {.steps = options_.steps, .eval_every = options_.eval_every, .checkpoint_every = options_.checkpoint_every,
+          .clip = options_.clip, .seed = options_.seed, .out_dir = options_.out_dir, .start = options_.start,
+          .progress = options_.progress, .progress_every = 10};
 }
 
-RunDir& BertTrainer::run_dir() { return open_run(run_, options_.out_dir, options_.start, "bert"); }
+void BertTrainer::load_weights(const std::string& ckpt) {
+  const BertModel saved = BertModel::load(ckpt);
+  std::copy(saved.parameters().begin(), saved.parameters().end(), model_.parameters().begin());
+}
 
-BertStepResult BertTrainer::step(int64_t s) {
-  const double t0 = now_seconds();
+float BertTrainer::forward_backward(int64_t s) {
   const std::vector<BertExample> ex = step_examples(s);
   const LaidOutBatch lb = lay_out(ex, options_.batching, options_.max_len);
   model_.set_training(true, options_.seed ^ (kDropoutSalt + uint64_t(s) * 0x9E3779B97F4A7C15ull));
   model_.zero_grad();
   const BertLosses l = model_.forward(lb.batch(), lb.targets());
-  const auto kept = "; the last good checkpoint in " + options_.out_dir + " is kept";
-  check(std::isfinite(l.total), "training diverged at step ", s, ": loss = ", l.total, kept);
-  model_.backward();
+  if (std::isfinite(l.total)) model_.backward();
   model_.set_training(false);
-  std::vector<std::span<float>> grads{model_.gradients()};
-  const double norm = options_.clip > 0 ? clip_grad_norm(grads, options_.clip)
-                                        : global_grad_norm(std::vector<std::span<const float>>{model_.gradients()});
-  check(std::isfinite(norm), "training diverged at step ", s, ": gradient norm = ", norm, kept);
-  const double lr = warmup_cosine_lr(options_.schedule, s);
-  optimizer_.step(lr);
-  BertStepResult r;
-  r.step = s, r.loss = l.total, r.mlm_loss = l.mlm, r.nsp_loss = l.nsp + l.task, r.lr = lr, r.grad_norm = norm;
-  r.real_tokens = lb.real_tokens, r.computed_tokens = lb.computed_tokens();
-  r.loss_positions = fine_tuning() ? int64_t(ex.size()) : l.mlm_count;
-  r.seconds = now_seconds() - t0;
-  return r;
+  last_.mlm_loss = l.mlm, last_.nsp_loss = l.nsp + l.task;
+  last_.real_tokens = lb.real_tokens, last_.computed_tokens = lb.computed_tokens();
+  last_.loss_positions = fine_tuning() ? int64_t(ex.size()) : l.mlm_count;
+  return l.total;
+}
+
+BertStepResult BertTrainer::result(const StepRecord& r) const {
+  BertStepResult out = last_;
+  out.step = r.step, out.loss = r.loss, out.lr = r.lr, out.grad_norm = r.grad_norm, out.seconds = r.seconds;
+  return out;
+}
+
+void BertTrainer::after_step(const StepRecord& r) {
+  real_done_ += double(last_.real_tokens);
+  seconds_done_ += r.seconds;
+}
+
+std::string BertTrainer::log_header() const {
+  return "step,loss,mlm_loss,nsp_or_task_loss,lr,grad_norm,real_tokens,computed_tokens,"
+         "loss_positions,seconds,val_loss,val_accuracy\n";
+}
+
+void BertTrainer::log_row(std::ostream& log, const StepRecord& r, bool evaluated) {
+  const BertStepResult t = result(r);
+  log << t.step << ',' << t.loss << ',' << t.mlm_loss << ',' << t.nsp_loss << ',' << t.lr << ',' << t.grad_norm
+      << ',' << t.real_tokens << ',' << t.computed_tokens << ',' << t.loss_positions << ',' << t.seconds << ',';
+  if (evaluated) log << val_.loss << ',' << val_.accuracy;
+  else log << ',';
+  log << '\n';
+}
+
+std::string BertTrainer::progress_text(const StepRecord& r, int64_t steps, const std::string& eta,
+                                       bool evaluated) const {
+  const std::string val = !evaluated ? std::string()
+                          : " | val " + std::to_string(val_.loss) +
+                                (val_.accuracy > 0 ? " acc " + std::to_string(val_.accuracy) : std::string());
+  char line[256];
+  std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.2e | %.0f real tok/s | ETA %s%s",
+                (long long)(r.step + 1), (long long)steps, r.loss, r.lr, real_done_ / seconds_done_, eta.c_str(),
+                val.c_str());
+  return line;
 }
 
 BertEvalResult BertTrainer::evaluate(int64_t max_examples) {
@@ -237,60 +238,6 @@ BertEvalResult BertTrainer::evaluate(int64_t max_examples) {
   r.f1 = tp > 0 ? 2.0 * double(tp) / double(2 * tp + fp + fn) : 0;
   r.loss_fraction = fine_tuning() ? 0 : double(r.count) / double(real);
   return r;
-}
-
-void BertTrainer::save_checkpoint(int64_t completed) {
-  check(optimizer_.step_count() == completed, "checkpoint: optimizer step mismatch");
-  RunDir& run = run_dir();
-  const std::string tmp = run.begin_checkpoint(completed);
-  model_.save(tmp);
-  kill_point_for_tests(completed, "model");
-  optimizer_.save_state(tmp + "/optimizer.safetensors");
-  run.commit_checkpoint(completed, options_.seed);
-}
-
-BertStepResult BertTrainer::run() {
-  run_dir();
-  const bool tty = isatty(fileno(stderr));
-  std::ofstream log(options_.out_dir + "/log.csv", next_step_ == 0 ? std::ios::trunc : std::ios::app);
-  if (next_step_ == 0)
-    log << "step,loss,mlm_loss,nsp_or_task_loss,lr,grad_norm,real_tokens,computed_tokens,"
-           "loss_positions,seconds,val_loss,val_accuracy\n";
-  BertStepResult last{};
-  double real_done = 0, seconds = 0;
-  int64_t done = 0;
-  for (int64_t s = next_step_; s < options_.steps; ++s) {
-    last = step(s);
-    next_step_ = s + 1;
-    real_done += double(last.real_tokens);
-    ++done;
-    seconds += last.seconds;
-    const bool eval = (options_.eval_every > 0 && next_step_ % options_.eval_every == 0) ||
-                      next_step_ == options_.steps;
-    const BertEvalResult val = eval ? evaluate(options_.eval_examples) : BertEvalResult{};
-    log << s << ',' << last.loss << ',' << last.mlm_loss << ',' << last.nsp_loss << ',' << last.lr << ','
-        << last.grad_norm << ',' << last.real_tokens << ',' << last.computed_tokens << ','
-        << last.loss_positions << ',' << last.seconds << ',';
-    if (eval) log << val.loss << ',' << val.accuracy;
-    else log << ',';
-    log << '\n' << std::flush;
-    if ((options_.checkpoint_every > 0 && next_step_ % options_.checkpoint_every == 0) ||
-        next_step_ == options_.steps)
-      save_checkpoint(next_step_);
-    if (options_.progress && (tty || eval || s % 10 == 0)) {
-      const double rate = real_done / seconds;
-      std::fprintf(stderr, "%sstep %lld/%lld | loss %.4f | lr %.2e | %.0f real tok/s | ETA %s%s%s",
-                   tty ? "\r" : "", (long long)next_step_, (long long)options_.steps, last.loss, last.lr, rate,
-                   format_eta(double(options_.steps - next_step_) * seconds / double(done)).c_str(),
-                   eval ? (" | val " + std::to_string(val.loss) +
-                           (val.accuracy > 0 ? " acc " + std::to_string(val.accuracy) : std::string()))
-                              .c_str()
-                        : "",
-                   tty ? "   " : "\n");
-    }
-  }
-  if (options_.progress && tty) std::fprintf(stderr, "\n");
-  return last;
 }
 
 }  // namespace attnkit

@@ -1,17 +1,13 @@
-// GPT causal-LM training loop: windows → forward/backward → clip → AdamW; eval, log, checkpoints.
+// GPT causal-LM training: step s's windows → forward/backward (the TrainingLoop clips, updates,
+// evaluates, logs and checkpoints).
 #include "attnkit/train/gpt_trainer.hpp"
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <vector>
 
-#include "attnkit/core/clock.hpp"
 #include "attnkit/core/error.hpp"
-#include "attnkit/nn/parallel_blocks.hpp"  // first_non_finite
 #include "attnkit/train/grad_clip.hpp"
 
 namespace attnkit {
@@ -38,23 +34,7 @@ Windows split_windows(const Tensor<int32_t, 2>& rows, const std::vector<int32_t>
   return w;
 }
 
-std::string format_eta(double seconds) {
-  const int64_t s = int64_t(seconds);
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
-  return buf;
-}
-
 }  // namespace
-
-std::vector<NamedParameter> gpt_named_parameters(GptModel& m) {
-  std::vector<NamedParameter> out;
-  // Tied embeddings are one tensor: each name appears once in the layout.
-  for (const auto& p : m.parameter_info())
-    out.push_back({p.name, m.parameters().subspan(size_t(p.offset), size_t(p.numel)),
-                   std::span<const float>(m.gradients()).subspan(size_t(p.offset), size_t(p.numel))});
-  return out;
-}
 
 double evaluate_loss(GptModel& model, std::span<const int32_t> tokens, int64_t seq_len,
                      int64_t max_windows) {
@@ -75,7 +55,13 @@ double evaluate_loss(GptModel& model, std::span<const int32_t> tokens, int64_t s
 
 GptTrainer::GptTrainer(GptModel& model, const TextCorpus& corpus, const TrainOptions& options)
     : model_(model), corpus_(corpus), options_(options),
-      optimizer_(gpt_named_parameters(model), options.adamw) {
+      optimizer_(named_parameters(model), options.adamw),
+      loop_(*this, optimizer_,
+            {.steps = options.steps, .eval_every = options.eval_every,
+             .checkpoint_every = options.checkpoint_every, .clip = options.clip, .seed = options.seed,
+             .out_dir = options.out_dir, .start = options.start,
+             .writer = options.dp_rank == 0 && options.tp_rank == 0, .collective_save = bool(options.tp_save),
+             .progress = options.progress, .progress_every = std::max<int64_t>(10, options.steps / 20)}) {
   check(options.steps >= 1, "--steps: must be >= 1");
   check(options.batch >= 1, "--batch: must be >= 1");
   check(options.seq_len >= 1 && options.seq_len <= model.config().max_position_embeddings,
@@ -96,30 +82,27 @@ GptTrainer::GptTrainer(GptModel& model, const TextCorpus& corpus, const TrainOpt
   options_.schedule.total_steps = std::max(options_.schedule.total_steps, options_.schedule.warmup_steps);
 }
 
-int64_t GptTrainer::resume() {
+std::string GptTrainer::config_json() const {
   // Tensor parallel: tp_load splits the whole-model checkpoint into this shard and checks the config.
-  const bool tp = bool(options_.tp_load);
-  run_.emplace(resume_run(options_.out_dir, "gpt", writer(),
-                          {.config_json = tp ? std::string() : gpt_config_to_json(model_.config()),
-                           .load = [&](const std::string& ckpt) {
-                             if (tp) {
-                               options_.tp_load(optimizer_, ckpt);
-                             } else {
-                               const GptModel saved = GptModel::load(ckpt);
-                               std::copy(saved.parameters().begin(), saved.parameters().end(),
-                                         model_.parameters().begin());
-                               optimizer_.load_state(ckpt + "/optimizer.safetensors");
-                             }
-                             return optimizer_.step_count();
-                           },
-                           .seed = options_.seed}));
-  return next_step_ = optimizer_.step_count();
+  return options_.tp_load ? std::string() : gpt_config_to_json(model_.config());
 }
 
-RunDir& GptTrainer::run_dir() { return open_run(run_, options_.out_dir, options_.start, "gpt", writer()); }
+void GptTrainer::load_weights(const std::string& ckpt) {
+  const GptModel saved = GptModel::load(ckpt);
+  std::copy(saved.parameters().begin(), saved.parameters().end(), model_.parameters().begin());
+}
 
-TrainStepResult GptTrainer::step(int64_t s) {
-  const double t0 = now_seconds();
+void GptTrainer::load_checkpoint(AdamW& optimizer, const std::string& ckpt) {
+  if (options_.tp_load) return options_.tp_load(optimizer, ckpt);
+  TrainingTask::load_checkpoint(optimizer, ckpt);
+}
+
+void GptTrainer::save_checkpoint_files(AdamW& optimizer, const std::string& dir, int64_t step) {
+  if (options_.tp_save) return options_.tp_save(optimizer, dir);  // collective; only rank 0 writes
+  TrainingTask::save_checkpoint_files(optimizer, dir, step);
+}
+
+float GptTrainer::forward_backward(int64_t s) {
   const std::vector<int32_t> regs = gpt_register_ids(model_.config());
   const BatchSamplerOptions sampler{.batch = options_.batch, .seq_len = options_.seq_len - int64_t(regs.size()),
                                     .seed = options_.seed};
@@ -131,6 +114,7 @@ TrainStepResult GptTrainer::step(int64_t s) {
     rows = std::move(mine);
   }
   const Windows w = split_windows(rows, regs);
+  step_tokens_ = int64_t(w.tokens.size());
   model_.zero_grad();
   float loss = 0;
   try {
@@ -147,85 +131,45 @@ TrainStepResult GptTrainer::step(int64_t s) {
     options_.dp_average({&loss, 1});
   }
   if (options_.tp_sync_gradients) options_.tp_sync_gradients();
-  check(std::isfinite(loss), "training diverged at step ", s, ": loss = ", loss,
-        "; the last good checkpoint in ", options_.out_dir, " is kept");
-  std::vector<std::span<float>> grads{model_.gradients()};
-  double norm = 0;
-  if (options_.tp_grad_norm) {  // the whole model's norm: every shard scales by the same factor
-    norm = options_.tp_grad_norm();
-    if (options_.clip > 0) scale_to_max_norm(grads, options_.clip, norm);
-  } else {
-    norm = options_.clip > 0 ? clip_grad_norm(grads, options_.clip)
-                             : global_grad_norm(std::vector<std::span<const float>>{model_.gradients()});
-  }
-  check(std::isfinite(norm), "training diverged at step ", s, ": gradient norm = ", norm,
-        "; the last good checkpoint in ", options_.out_dir, " is kept");
-  const double lr = warmup_cosine_lr(options_.schedule, s);
-  optimizer_.step(lr);
-  // An update can overflow even from a finite loss.
-  if (const int64_t bad = nn::first_non_finite(model_.parameters()); bad >= 0)
-    fail("training diverged at step ", s, ": a parameter became ", model_.parameters()[size_t(bad)],
-         " (lr ", lr, "); the last good checkpoint in ", options_.out_dir, " is kept");
-  const double dt = now_seconds() - t0;
-  return {s, loss, lr, norm, double(w.tokens.size()) * double(options_.dp_size) / dt};  // all processes
+  return loss;
+}
+
+double GptTrainer::clip_gradients(double clip) {
+  if (!options_.tp_grad_norm) return TrainingTask::clip_gradients(clip);
+  // The whole model's norm: every shard scales by the same factor.
+  const double norm = options_.tp_grad_norm();
+  const std::span<float> grads[] = {model_.gradients()};
+  if (clip > 0) scale_to_max_norm(grads, clip, norm);
+  return norm;
 }
 
 double GptTrainer::evaluate(int64_t windows) {
   return evaluate_loss(model_, corpus_.tokens(Split::validation), options_.seq_len, windows);
 }
 
-void GptTrainer::save_checkpoint(int64_t completed) {
-  check(optimizer_.step_count() == completed, "checkpoint: optimizer step mismatch");
-  RunDir& run = run_dir();
-  const std::string tmp = writer() ? run.begin_checkpoint(completed) : std::string();
-  if (options_.tp_save) {
-    options_.tp_save(optimizer_, tmp);  // collective; only rank 0 writes (into tmp)
-  } else {
-    model_.save(tmp);
-    kill_point_for_tests(completed, "model");
-    optimizer_.save_state(tmp + "/optimizer.safetensors");
-  }
-  if (writer()) run.commit_checkpoint(completed, options_.seed);
+void GptTrainer::after_step(const StepRecord& r) {
+  tokens_done_ += double(options_.batch * options_.seq_len);
+  seconds_done_ += r.seconds;
 }
 
-TrainStepResult GptTrainer::run() {
-  const bool writer = this->writer();  // one process writes
-  run_dir();
-  const bool tty = isatty(fileno(stderr));
-  std::ofstream log;
-  if (writer) log.open(options_.out_dir + "/log.csv", next_step_ == 0 ? std::ios::trunc : std::ios::app);
-  if (writer && next_step_ == 0) log << "step,loss,lr,grad_norm,tokens_per_s,val_loss\n";
-  TrainStepResult last{};
-  const double start = now_seconds();
-  double tokens_done = 0;
-  for (int64_t s = next_step_; s < options_.steps; ++s) {
-    last = step(s);
-    next_step_ = s + 1;
-    tokens_done += double(options_.batch * options_.seq_len);
-    const bool eval = (options_.eval_every > 0 && next_step_ % options_.eval_every == 0) ||
-                      next_step_ == options_.steps;
-    const double val = eval ? evaluate(options_.eval_windows) : NAN;
-    log << s << ',' << last.loss << ',' << last.lr << ',' << last.grad_norm << ','
-        << last.tokens_per_second << ',';
-    if (eval) log << val;
-    log << '\n' << std::flush;
-    const bool checkpoint = (options_.checkpoint_every > 0 && next_step_ % options_.checkpoint_every == 0) ||
-                            next_step_ == options_.steps;
-    if (checkpoint && (writer || options_.tp_save)) save_checkpoint(next_step_);  // tp_save: collective
-    // On a terminal the bar redraws every step; in a log, about 20 lines per run (at least 10 steps apart).
-    const int64_t every = std::max<int64_t>(10, options_.steps / 20);
-    if (writer && options_.progress && (tty || eval || s % every == 0)) {
-      const double elapsed = now_seconds() - start;
-      const double rate = tokens_done / elapsed;
-      const double eta = double(options_.steps - next_step_) * options_.batch * options_.seq_len / rate;
-      std::fprintf(stderr, "%sstep %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | ETA %s%s%s",
-                   tty ? "\r" : "", (long long)next_step_, (long long)options_.steps, last.loss,
-                   last.lr, rate, format_eta(eta).c_str(),
-                   eval ? (" | val " + std::to_string(val)).c_str() : "", tty ? "   " : "\n");
-    }
-  }
-  if (writer && options_.progress && tty) std::fprintf(stderr, "\n");
-  return last;
+TrainStepResult GptTrainer::result(const StepRecord& r) const {  // tokens/s of all processes
+  return {r.step, r.loss, r.lr, r.grad_norm, double(step_tokens_) * double(options_.dp_size) / r.seconds};
+}
+
+void GptTrainer::log_row(std::ostream& log, const StepRecord& r, bool evaluated) {
+  const TrainStepResult t = result(r);
+  log << t.step << ',' << t.loss << ',' << t.lr << ',' << t.grad_norm << ',' << t.tokens_per_second << ',';
+  if (evaluated) log << val_loss_;
+  log << '\n';
+}
+
+std::string GptTrainer::progress_text(const StepRecord& r, int64_t steps, const std::string& eta,
+                                      bool evaluated) const {
+  char line[256];
+  std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | ETA %s%s",
+                (long long)(r.step + 1), (long long)steps, r.loss, r.lr, tokens_done_ / seconds_done_, eta.c_str(),
+                evaluated ? (" | val " + std::to_string(val_loss_)).c_str() : "");
+  return line;
 }
 
 }  // namespace attnkit

@@ -1,8 +1,6 @@
 // Image classification trainer (see image_trainer.hpp).
 #include "attnkit/train/image_trainer.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -13,11 +11,9 @@
 #include <set>
 #include <sstream>
 
-#include "attnkit/core/clock.hpp"
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/rng.hpp"
 #include "attnkit/nn/cross_entropy.hpp"
-#include "attnkit/train/grad_clip.hpp"
 
 namespace attnkit {
 
@@ -62,15 +58,6 @@ double batch_loss(ConstView2 logits, std::span<const int32_t> labels, View2 d_lo
 }
 
 }  // namespace
-
-std::vector<NamedParameter> image_named_parameters(ImageClassifier& model) {
-  std::vector<NamedParameter> out;
-  const std::span<float> p = model.parameters(), g = model.gradients();
-  for (const auto& t : model.parameter_info())
-    out.push_back({t.name, p.subspan(size_t(t.offset), size_t(t.numel)),
-                   g.subspan(size_t(t.offset), size_t(t.numel))});
-  return out;
-}
 
 void save_image_normalization(const std::string& dir, const ImageNormalization& norm,
                               const ImageShape& shape) {
@@ -145,7 +132,7 @@ ImageTrainer::ImageTrainer(ImageClassifier& model, const ImageDataset& train, co
       train_(train),
       test_(test),
       options_(options),
-      optimizer_(image_named_parameters(model), options.adamw, no_decay_for(model)) {
+      optimizer_(named_parameters(model), options.adamw, no_decay_for(model)) {
   check(options_.epochs >= 1, "--epochs: must be >= 1, got ", options_.epochs);
   check(options_.batch >= 1, "--batch: must be >= 1, got ", options_.batch);
   check(std::isfinite(options_.max_lr) && options_.max_lr > 0, "--lr: must be a finite number > 0, got ",
@@ -175,6 +162,14 @@ ImageTrainer::ImageTrainer(ImageClassifier& model, const ImageDataset& train, co
                .warmup_steps = int64_t(std::llround(options_.warmup_epochs * double(steps_per_epoch_))),
                .total_steps = total_steps()};
   schedule_.warmup_steps = std::min(schedule_.warmup_steps, schedule_.total_steps);
+  loop_.emplace(static_cast<TrainingTask&>(*this), optimizer_,
+                TrainingLoopOptions{.steps = total_steps(), .eval_every = steps_per_epoch_,
+                                    .checkpoint_every = steps_per_epoch_, .clip = options_.clip,
+                                    .max_seconds = options_.max_minutes * 60.0, .seed = options_.seed,
+                                    .out_dir = options_.out_dir, .start = options_.start,
+                                    .progress = options_.progress,
+                                    .progress_every = std::max<int64_t>(1, steps_per_epoch_ / 10),
+                                    .newline_after_eval = true});
 }
 
 std::vector<int64_t> ImageTrainer::epoch_order(int64_t epoch) const {
@@ -189,21 +184,7 @@ std::vector<int64_t> ImageTrainer::epoch_order(int64_t epoch) const {
   return order;
 }
 
-int64_t ImageTrainer::resume() {
-  run_.emplace(resume_run(options_.out_dir, "image", true,
-                          {.config_json = model_.config_json(),
-                           .load = [&](const std::string& ckpt) {
-                             model_.load_weights(ckpt);
-                             optimizer_.load_state(ckpt + "/optimizer.safetensors");
-                             return optimizer_.step_count();
-                           },
-                           .seed = options_.seed}));
-  return next_step_ = optimizer_.step_count();
-}
-
-RunDir& ImageTrainer::run_dir() { return open_run(run_, options_.out_dir, options_.start, "image"); }
-
-double ImageTrainer::step(int64_t s, int64_t* correct) {
+float ImageTrainer::forward_backward(int64_t s) {
   const int64_t epoch = s / steps_per_epoch_, b = s % steps_per_epoch_;
   if (order_epoch_ != epoch) order_ = epoch_order(epoch), order_epoch_ = epoch;
   const ImageShape sh = model_.input_shape();
@@ -218,17 +199,22 @@ double ImageTrainer::step(int64_t s, int64_t* correct) {
   model_.zero_grad();
   const ConstView2 logits = model_.forward(x.view());
   Tensor<float, 2> d_logits({n, logits.shape[1]});
-  const double loss = batch_loss(logits, labels, d_logits.view(), correct);
-  check(std::isfinite(loss), "ImageTrainer: step ", s, ": the loss is not finite (", loss,
-        "); lower --lr. The last checkpoint in ", options_.out_dir, " is intact");
-  model_.backward(d_logits.view());
-  if (options_.clip > 0) {
-    const std::span<float> g[] = {model_.gradients()};
-    const double norm = clip_grad_norm(g, options_.clip);
-    check(std::isfinite(norm), "ImageTrainer: step ", s, ": the gradient is not finite");
-  }
-  optimizer_.step(learning_rate(s));
-  return loss;
+  step_correct_ = 0;
+  step_loss_ = batch_loss(logits, labels, d_logits.view(), &step_correct_);
+  if (std::isfinite(step_loss_)) model_.backward(d_logits.view());
+  return float(step_loss_);
+}
+
+double ImageTrainer::step(int64_t s, int64_t* correct) {
+  loop_->step(s);
+  if (correct) *correct += step_correct_;
+  return step_loss_;
+}
+
+void ImageTrainer::after_step(const StepRecord& r) {
+  trained_seconds_ += r.seconds;
+  if (r.step + 1 == schedule_.warmup_steps) warmup_end_seconds_ = trained_seconds_;
+  loss_sum_ += step_loss_, correct_ += step_correct_, seen_ += options_.batch, epoch_seconds_ += r.seconds;
 }
 
 double ImageTrainer::learning_rate(int64_t s) const {
@@ -245,74 +231,51 @@ double ImageTrainer::learning_rate(int64_t s) const {
          0.5 * (1.0 + std::cos(std::numbers::pi * progress)) * (options_.max_lr - options_.min_lr);
 }
 
-void ImageTrainer::save_checkpoint() {
-  RunDir& run = run_dir();
-  const std::string tmp = run.begin_checkpoint(next_step_);
-  model_.save(tmp);
-  kill_point_for_tests(next_step_, "model");
-  save_image_normalization(tmp, norm_, model_.input_shape());
-  optimizer_.save_state(tmp + "/optimizer.safetensors");
-  run.commit_checkpoint(next_step_, options_.seed);
+void ImageTrainer::save_model(const std::string& dir) {
+  model_.save(dir);
+  save_image_normalization(dir, norm_, model_.input_shape());
+}
+
+std::string ImageTrainer::log_header() const {
+  return "epoch,step,train_loss,train_accuracy,test_loss,test_accuracy,seconds,images_per_second\n";
+}
+
+std::string ImageTrainer::progress_text(const StepRecord& r, int64_t steps, const std::string&, bool) const {
+  char line[256];
+  std::snprintf(line, sizeof line, "epoch %lld step %lld/%lld | loss %.4f | acc %.3f | %.0f img/s",
+                (long long)(r.step / steps_per_epoch_ + 1), (long long)(r.step + 1), (long long)steps,
+                loss_sum_ / double(seen_ / options_.batch), double(correct_) / double(seen_),
+                double(seen_) / epoch_seconds_);
+  return line;
+}
+
+// One row per epoch (or per budget stop): the epoch's training statistics and the evaluation.
+void ImageTrainer::log_row(std::ostream& log, const StepRecord& step, bool evaluated) {
+  if (!evaluated) return;
+  ImageEpochResult r;
+  r.epoch = step.step / steps_per_epoch_ + 1;
+  r.step = step.step + 1;
+  const int64_t batches = seen_ / options_.batch;
+  r.train_loss = batches > 0 ? loss_sum_ / double(batches) : 0;
+  r.train_accuracy = seen_ > 0 ? double(correct_) / double(seen_) : 0;
+  r.seconds = epoch_seconds_;
+  r.images_per_second = epoch_seconds_ > 0 ? double(seen_) / epoch_seconds_ : 0;
+  r.test = test_result_;
+  log << r.epoch << ',' << r.step << ',' << r.train_loss << ',' << r.train_accuracy << ',' << r.test.loss << ','
+      << r.test.accuracy << ',' << r.seconds << ',' << r.images_per_second << '\n';
+  if (options_.progress)
+    std::fprintf(stderr, "epoch %lld%s: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.0f s, %.0f img/s\n",
+                 (long long)r.epoch, step.budget_reached ? " (time budget reached)" : "", r.train_loss,
+                 r.train_accuracy, r.test.loss, r.test.accuracy, r.seconds, r.images_per_second);
+  results_.push_back(r);
+  loss_sum_ = 0, epoch_seconds_ = 0, correct_ = 0, seen_ = 0;
 }
 
 std::vector<ImageEpochResult> ImageTrainer::run() {
-  run_dir();
-  const bool tty = isatty(fileno(stderr));
-  std::ofstream log(options_.out_dir + "/log.csv", next_step_ == 0 ? std::ios::trunc : std::ios::app);
-  if (next_step_ == 0)
-    log << "epoch,step,train_loss,train_accuracy,test_loss,test_accuracy,seconds,images_per_second\n";
-  std::vector<ImageEpochResult> results;
-  const double budget = options_.max_minutes * 60.0;
-  double trained = 0;  // seconds spent in training steps in this process
-  bool out_of_time = false;
-  const int64_t total = total_steps();
-  while (next_step_ < total && !out_of_time) {
-    const int64_t epoch = next_step_ / steps_per_epoch_;
-    const int64_t end = std::min(total, (epoch + 1) * steps_per_epoch_);
-    double loss_sum = 0, epoch_seconds = 0;
-    int64_t correct = 0, seen = 0;
-    const int64_t every = std::max<int64_t>(1, steps_per_epoch_ / 10);
-    while (next_step_ < end) {
-      const double t0 = now_seconds();
-      if (next_step_ == schedule_.warmup_steps) warmup_end_seconds_ = trained;
-      loss_sum += step(next_step_, &correct);
-      const double dt = now_seconds() - t0;
-      epoch_seconds += dt, trained += dt;
-      trained_seconds_ = trained;
-      seen += options_.batch;
-      ++next_step_;
-      if (options_.progress && (tty || (next_step_ - epoch * steps_per_epoch_) % every == 0))
-        std::fprintf(stderr, "%sepoch %lld step %lld/%lld | loss %.4f | acc %.3f | %.0f img/s%s",
-                     tty ? "\r" : "", (long long)(epoch + 1), (long long)next_step_, (long long)total,
-                     loss_sum / double(seen / options_.batch), double(correct) / double(seen),
-                     double(seen) / epoch_seconds, tty ? "   " : "\n");
-      if (budget > 0 && trained >= budget) {
-        out_of_time = true;
-        break;
-      }
-    }
-    if (options_.progress && tty) std::fprintf(stderr, "\n");
-    ImageEpochResult r;
-    r.epoch = epoch + 1;
-    r.step = next_step_;
-    const int64_t batches = seen / options_.batch;
-    r.train_loss = batches > 0 ? loss_sum / double(batches) : 0;
-    r.train_accuracy = seen > 0 ? double(correct) / double(seen) : 0;
-    r.seconds = epoch_seconds;
-    r.images_per_second = epoch_seconds > 0 ? double(seen) / epoch_seconds : 0;
-    r.test = evaluate_images(model_, test_, norm_, options_.eval_limit);
-    log << r.epoch << ',' << r.step << ',' << r.train_loss << ',' << r.train_accuracy << ','
-        << r.test.loss << ',' << r.test.accuracy << ',' << r.seconds << ',' << r.images_per_second
-        << '\n';
-    log.flush();  // before the commit: the checkpoint records the log's length
-    save_checkpoint();
-    if (options_.progress)
-      std::fprintf(stderr, "epoch %lld%s: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.0f s, %.0f img/s\n",
-                   (long long)r.epoch, out_of_time ? " (time budget reached)" : "", r.train_loss,
-                   r.train_accuracy, r.test.loss, r.test.accuracy, r.seconds, r.images_per_second);
-    results.push_back(r);
-  }
-  return results;
+  results_.clear();
+  loss_sum_ = 0, epoch_seconds_ = 0, correct_ = 0, seen_ = 0;
+  loop_->run();
+  return results_;
 }
 
 }  // namespace attnkit

@@ -1,6 +1,7 @@
 // Checks of the optimisation flags shared by the trainers (see train_checks.hpp).
 #include "attnkit/train/train_checks.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "attnkit/core/error.hpp"
@@ -23,6 +24,12 @@ int64_t checked_warmup(int64_t warmup, bool given, int64_t steps, const char* wa
   check(warmup <= steps, warmup_flag, ": ", warmup, " warmup steps exceed the run's ", steps, " (", steps_flag,
         ")");
   return warmup;
+}
+
+WarmupCosineSchedule checked_schedule(const ScheduleFlags& f, int64_t steps, double weight_decay, double clip) {
+  check_optim_flags({.lr = f.lr, .min_lr = f.min_lr, .weight_decay = weight_decay, .clip = clip, .threads = f.threads});
+  const int64_t warmup = checked_warmup(f.warmup, f.warmup_given, steps, "--warmup", "--steps");
+  return {.max_lr = f.lr, .min_lr = f.min_lr, .warmup_steps = warmup, .total_steps = std::max(steps, warmup)};
 }
 
 void check_non_negative(int64_t value, const char* flag) {

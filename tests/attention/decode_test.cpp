@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -20,7 +21,6 @@
 namespace attnkit {
 namespace {
 
-using testing::randn;
 
 struct Decoded {
   std::vector<float> out, lse;
@@ -69,9 +69,9 @@ TEST(Decode, DenseEqualsFlashAttentionOverTheHistory) {
 }
 
 TEST(Decode, SinkPolicyEqualsAttentionOverSinksAndWindowAtCachePositions) {
-  const int64_t h = 4, hkv = 2, d = 16, n_sink = 4, window = 37, total = 300;
+  const int64_t h = 4, hkv = 2, d = 16, sink_tokens = 4, window = 37, total = 300;
   KVCache cache({.kv_heads = hkv, .head_dim = d, .dtype = DType::f32, .policy = KVPolicy::sink,
-                 .window = window, .n_sink = n_sink});
+                 .window = window, .sink_tokens = sink_tokens});
   const int64_t s = cache.add_sequence();
   const auto k = randn(total * hkv * d, 4), v = randn(total * hkv * d, 5);
   const std::vector<int64_t> seqs{s};
@@ -82,10 +82,10 @@ TEST(Decode, SinkPolicyEqualsAttentionOverSinksAndWindowAtCachePositions) {
     if (t % 41 != 40 && t != total - 1) continue;
     const auto q = randn(h * d, uint32_t(100 + t));
     const auto got = run(true, o, cache, seqs, q, h, d);
-    // Expected: exactly the first n_sink and the last `window` tokens, rotated by cache position.
+    // Expected: exactly the first sink_tokens and the last `window` tokens, rotated by cache position.
     std::vector<int64_t> keep;
     for (int64_t p = 0; p <= t; ++p)
-      if (p < n_sink || p > t - window) keep.push_back(p);
+      if (p < sink_tokens || p > t - window) keep.push_back(p);
     const int64_t m = int64_t(keep.size());
     std::vector<float> kk(static_cast<size_t>(m * hkv * d)), vv(kk.size()), qq = q, out(q.size());
     for (int64_t i = 0; i < m; ++i)
@@ -192,6 +192,32 @@ TEST(Decode, BenchmarkShapesWithPartialSubBlocksEqualTheReference) {
       EXPECT_LT(max_diff(fast.out, ref.out), 2e-6) << "hkv=" << hkv << " " << dtype_name(dt);
       EXPECT_LT(max_diff(fast.lse, ref.lse), 2e-5) << "hkv=" << hkv << " " << dtype_name(dt);
     }
+}
+
+// Wide query groups (n·G rows filling whole vectors: MQA and G = 16), served by the wide-group
+// kernels: every dtype, several queries per sequence (causal edge inside a block), a window,
+// rope, and cache lengths that leave partial blocks and register blocks.
+TEST(Decode, WideGroupsEqualTheReference) {
+  const int64_t h = 32;
+  const AttentionOptions window{.window_left = 300, .window_right = 0};
+  for (const int64_t d : {64, 128})
+    for (const auto [hkv, n] : {std::pair<int64_t, int64_t>{1, 1}, {1, 3}, {2, 1}, {2, 2}})
+      for (const DType dt : {DType::f32, DType::f16, DType::i8})
+        for (const DecodeOptions& o : {DecodeOptions{}, DecodeOptions{.attention = window},
+                                       DecodeOptions{.rope_theta = 10000}}) {
+          const int64_t len = 600;
+          KVCache c({.kv_heads = hkv, .head_dim = d, .capacity = len, .dtype = dt});
+          c.add_sequence();
+          const auto k = randn(len * hkv * d, 41), v = randn(len * hkv * d, 42), q = randn(n * h * d, 43);
+          c.append(0, 0, ConstView3::contiguous(k.data(), {len, hkv, d}), ConstView3::contiguous(v.data(), {len, hkv, d}));
+          const std::vector<int64_t> seqs{0};
+          const auto fast = run(true, o, c, seqs, q, h, d), ref = run(false, o, c, seqs, q, h, d);
+          const std::string what = "d=" + std::to_string(d) + " hkv=" + std::to_string(hkv) + " n=" +
+                                   std::to_string(n) + " " + std::string(dtype_name(dt)) + " window=" +
+                                   std::to_string(o.attention.window_left) + " rope=" + std::to_string(o.rope_theta);
+          EXPECT_LT(max_diff(fast.out, ref.out), 2e-6) << what;
+          EXPECT_LT(max_diff(fast.lse, ref.lse), 2e-5) << what;
+        }
 }
 
 TEST(Decode, SameBitsForAnyThreadCount) {

@@ -13,6 +13,7 @@
 #include "attnkit/attention/ms_deform_attn.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "nn/nn_testing.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
@@ -289,15 +290,6 @@ TEST(MsDeformAttn, BitwiseIdenticalAcrossThreadCounts) {
     EXPECT_EQ(grads[i].dv.raw, grads[0].dv.raw);
     EXPECT_EQ(grads[i].dloc.raw, grads[0].dloc.raw);
     EXPECT_EQ(grads[i].dw.raw, grads[0].dw.raw);
-  }
-}
-
-void expect_error(const std::function<void()>& call, const std::string& needle) {
-  try {
-    call();
-    ADD_FAILURE() << "no error, expected one naming " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
 }
 

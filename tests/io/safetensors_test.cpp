@@ -20,6 +20,8 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/io/safetensors.hpp"
+#include "test_dirs.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
@@ -44,19 +46,11 @@ void write_text(const fs::path& p, std::string_view s) {
 // Each test gets a fresh directory, removed afterwards.
 class SafetensorsIo : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("attnkit_st_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(std::string_view name) const { return (dir_ / name).string(); }
+  std::string path(std::string_view name) const { return scratch_.path(name); }
   // Names in the directory that look like our temp files.
   std::vector<std::string> temp_files() const {
     std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(dir_))
+    for (const auto& e : fs::directory_iterator(scratch_.dir()))
       if (e.path().filename().string().find(".tmp.") != std::string::npos)
         out.push_back(e.path().filename().string());
     return out;
@@ -69,7 +63,7 @@ class SafetensorsIo : public ::testing::Test {
                                 {"beta", DType::i8, {2}, byte_span(b)}};
     save_safetensors(p, ts, {{"format", "pt"}});
   }
-  fs::path dir_;
+  ScratchDir scratch_{"attnkit_st"};
 };
 
 TEST_F(SafetensorsIo, RoundTripsDtypesRankZeroEmptyAndMetadata) {
@@ -128,12 +122,7 @@ TEST_F(SafetensorsIo, RoundTripsDtypesRankZeroEmptyAndMetadata) {
     EXPECT_LE(f.tensors()[i - 1].name, f.tensors()[i].name);
   EXPECT_EQ(f.find("nope"), nullptr);
   EXPECT_THROW(f.read_f32("nope"), Error);
-  try {
-    (void)f.read_f32("q.i8");
-    ADD_FAILURE() << "read_f32 accepted I8";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("read_f32 needs F32, F16 or BF16"), std::string::npos);
-  }
+  expect_error([&] { (void)f.read_f32("q.i8"); }, "read_f32 needs F32, F16 or BF16");
 }
 
 TEST_F(SafetensorsIo, ReadsUnalignedData) {
@@ -153,7 +142,7 @@ TEST_F(SafetensorsIo, ReadsUnalignedData) {
   file.append(reinterpret_cast<const char*>(a), 12);
   file.append(reinterpret_cast<const char*>(b), 4);
   file.append(reinterpret_cast<const char*>(c), 4);
-  write_text(dir_ / "odd.safetensors", file);
+  write_text(scratch_.dir() / "odd.safetensors", file);
 
   const SafetensorsFile f(path("odd.safetensors"));
   EXPECT_NE(reinterpret_cast<uintptr_t>(f.bytes(*f.find("a")).data()) % 4, 0u);
@@ -182,12 +171,7 @@ TEST_F(SafetensorsIo, OpenErrorsNameThePath) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()).rfind(missing + ": cannot open", 0), 0u) << e.what();
   }
-  try {
-    SafetensorsFile f(dir_.string());
-    ADD_FAILURE() << "opened a directory";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
-  }
+  expect_error([&] { SafetensorsFile f(scratch_.dir().string()); }, "not a regular file");
 }
 
 TEST_F(SafetensorsIo, SaveRejectsInconsistentTensors) {
@@ -195,12 +179,7 @@ TEST_F(SafetensorsIo, SaveRejectsInconsistentTensors) {
   const std::string p = path("bad.safetensors");
   auto expect_save_error = [&](std::vector<TensorToWrite> ts, std::string_view phrase) {
     SCOPED_TRACE(phrase);
-    try {
-      save_safetensors(p, ts);
-      ADD_FAILURE() << "saved invalid tensors";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
-    }
+    expect_error([&] { save_safetensors(p, ts); }, phrase);
     EXPECT_FALSE(fs::exists(p));
     EXPECT_TRUE(temp_files().empty());
   };
@@ -265,12 +244,8 @@ TEST_F(SafetensorsIo, WriteFailureMidFileLeavesExistingFileIntact) {
 TEST_F(SafetensorsIo, SaveIntoMissingDirectoryFails) {
   const std::vector<float> two = {1, 2};
   const TensorToWrite ts[] = {{"x", DType::f32, {2}, byte_span(two)}};
-  try {
-    save_safetensors(path("no/such/dir/x.safetensors"), ts);
-    ADD_FAILURE() << "saved into a missing directory";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot create temporary file"), std::string::npos) << e.what();
-  }
+  expect_error([&] { save_safetensors(path("no/such/dir/x.safetensors"), ts); },
+               "cannot create temporary file");
 }
 
 // Runs `command`, returning its exit code (-1 if it did not exit normally).

@@ -15,7 +15,6 @@
 namespace attnkit {
 namespace {
 
-using testing::randn;
 
 ConstView3 view(const std::vector<float>& x, int64_t n, int64_t hkv, int64_t d) {
   return ConstView3::contiguous(x.data(), {n, hkv, d});
@@ -39,7 +38,7 @@ TEST(KVCache, BytesEqualKvPlanPrediction) {
 
 TEST(KVCache, SinkPolicyPinsSinksAndRotatesTheWindow) {
   KVCache cache({.kv_heads = 1, .head_dim = 4, .dtype = DType::f32, .policy = KVPolicy::sink,
-                 .window = 5, .n_sink = 2});
+                 .window = 5, .sink_tokens = 2});
   const int64_t s = cache.add_sequence();
   const auto data = randn(4 * 23, 1);
   for (int64_t t = 0; t < 23; ++t) {  // one token at a time, wrapping the ring several times
@@ -110,6 +109,18 @@ TEST(KVCache, PagedBlocksAreSharedAndReturned) {
   Tensor<float, 3> k({10, 1, 2}), v({10, 1, 2});
   cache.gather(b, 0, k.view(), v.view());
   for (int64_t i = 0; i < 20; ++i) EXPECT_EQ(k.data()[i], data[size_t(i)]);
+}
+
+TEST(KVCache, PolicyNamesRoundTripAndRecomputeIsNoCache) {
+  for (KVPolicy p : {KVPolicy::dense, KVPolicy::window, KVPolicy::sink, KVPolicy::paged, KVPolicy::recompute})
+    EXPECT_EQ(parse_kv_policy(kv_policy_name(p)), p);
+  try {
+    parse_kv_policy("lru", "--policy");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--policy"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(KVCache({.policy = KVPolicy::recompute, .window = 4}), Error);  // streaming only
 }
 
 TEST(KVCache, BadUseFailsCleanlyAndKeepsOtherSequences) {

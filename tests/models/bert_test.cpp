@@ -59,9 +59,7 @@ TEST_P(BertGradient, EveryParameterMatchesFiniteDifferences) {
   const BertConfig cfg = tiny(GetParam());
   BertModel m(cfg);
   m.init_random(3);
-  std::mt19937 rng(11);
-  std::normal_distribution<float> n01(0.0f, 0.3f);
-  for (float& p : m.parameters()) p += n01(rng);  // non-trivial LayerNorm and bias values
+  add_randn(m.parameters(), 11, 0.3f);  // non-trivial LayerNorm and bias values
   const Example e = example(cfg);
   const BertBatch batch{e.tokens, e.types, e.cu, e.seqs};
   const BertTargets tg = targets_of(cfg, e);
@@ -72,15 +70,7 @@ TEST_P(BertGradient, EveryParameterMatchesFiniteDifferences) {
   m.backward();
   const std::vector<float> grads(m.gradients().begin(), m.gradients().end());
   auto loss = [&] { return double(m.forward(batch, tg).total); };
-  std::mt19937 pick(5);
-  for (const auto& p : m.parameter_info()) {
-    nn_testing::GradCheck check;
-    for (int k = 0; k < 4; ++k) {
-      const int64_t i = p.offset + int64_t(pick() % uint32_t(p.numel));
-      check.add(nn_testing::numeric_grad(loss, &m.parameters()[size_t(i)]), grads[size_t(i)]);
-    }
-    check.expect_ok(p.name);
-  }
+  nn_testing::expect_sampled_gradients(loss, m.parameters(), m.parameter_info(), grads, 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(

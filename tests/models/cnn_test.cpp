@@ -12,6 +12,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
+#include "models/image_round_trip.hpp"
 #include "nn/nn_testing.hpp"
 
 namespace attnkit {
@@ -24,41 +25,20 @@ CnnConfig tiny(ChannelAttention a) {
   return c;
 }
 
-std::vector<float> images(int64_t n, int64_t s, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> x(size_t(n * s * s));
-  for (float& v : x) v = d(rng);
-  return x;
-}
-
-// Central difference with step h. ReLU and max-pool kinks make a difference meaningless when the
-// step crosses one; such entries are recognised by differences at h and h/2 that disagree (on a
-// smooth stretch they agree to O(h^2)) and another entry is drawn instead.
-double numeric_grad(const std::function<double()>& loss, float* x, float h) {
-  const float saved = *x;
-  *x = saved + h;
-  const double up = loss(), x_up = *x;
-  *x = saved - h;
-  const double down = loss(), x_down = *x;
-  *x = saved;
-  return (up - down) / (x_up - x_down);
-}
-
 class CnnGradient : public ::testing::TestWithParam<ChannelAttention> {};
 
+// Central differences with steps h and h/2. ReLU and max-pool kinks make a difference meaningless
+// when the step crosses one; such entries are recognised by differences at h and h/2 that disagree
+// (on a smooth stretch they agree to O(h^2)) and another entry is drawn instead.
 TEST_P(CnnGradient, EveryParameterMatchesFiniteDifferences) {
   const ThreadCountScope one_thread(1);  // tiny shapes: thread hand-offs would dominate
   const CnnConfig cfg = tiny(GetParam());
   CnnModel m(cfg);
   m.init_random(3);
   const int64_t n = 3;
-  const std::vector<float> x = images(n, 8, 5);
+  const std::vector<float> x = randn(n * 8 * 8, 5);
   const ConstView4 xv = ConstView4::contiguous(x.data(), {n, 1, 8, 8});
-  std::mt19937 rng(9);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> r(size_t(n * 3));
-  for (float& v : r) v = d(rng);
+  const std::vector<float> r = randn(n * 3, 9);
   auto loss = [&] {
     const ConstView2 y = m.forward(xv);
     double s = 0;
@@ -78,7 +58,7 @@ TEST_P(CnnGradient, EveryParameterMatchesFiniteDifferences) {
     while (checked < 4 && kinks < 8) {
       const int64_t i = p.offset + int64_t(pick() % uint32_t(p.numel));
       float* x = &m.parameters()[size_t(i)];
-      const double a = numeric_grad(loss, x, 1e-3f), b = numeric_grad(loss, x, 5e-4f);
+      const double a = nn_testing::numeric_grad(loss, x, 1e-3f), b = nn_testing::numeric_grad(loss, x, 5e-4f);
       if (std::abs(a - b) > 2 * nn_testing::kFiniteDifferenceBar * std::max(1.0, std::abs(a))) {
         ++kinks;
         continue;
@@ -100,7 +80,7 @@ TEST(Cnn, TrainingUpdatesRunningStatisticsAndEvalUsesThem) {
   const ThreadCountScope one_thread(1);
   CnnModel m(tiny(ChannelAttention::kCbam));
   m.init_random(1);
-  const std::vector<float> x = images(4, 8, 2);
+  const std::vector<float> x = randn(4 * 8 * 8, 2);
   const ConstView4 xv = ConstView4::contiguous(x.data(), {4, 1, 8, 8});
   const std::vector<float> before(m.buffers().begin(), m.buffers().end());
   const ConstView2 e1 = m.forward(xv);
@@ -126,24 +106,11 @@ TEST(Cnn, SaveLoadRoundTripIsBitwise) {
   cfg.labels = {"a", "b", "c"};
   CnnModel m(cfg);
   m.init_random(4);
-  const std::vector<float> x = images(2, 8, 3);
+  const std::vector<float> x = randn(2 * 8 * 8, 3);
   const ConstView4 xv = ConstView4::contiguous(x.data(), {2, 1, 8, 8});
-  m.set_training(true);
-  m.forward(xv);  // moves the running statistics away from their initial values
-  m.set_training(false);
-  const ConstView2 y = m.forward(xv);
-  const std::vector<float> want(y.data, y.data + 6);
-  const std::string dir = ::testing::TempDir() + "/attnkit_cnn_roundtrip";
-  std::filesystem::remove_all(dir);
-  m.save(dir);
-  std::unique_ptr<ImageClassifier> back = load_image_classifier(dir);
-  ASSERT_EQ(back->model_type(), "cnn");
+  const std::unique_ptr<ImageClassifier> back = expect_bitwise_round_trip(m, xv, "cnn");
+  ASSERT_TRUE(back);
   EXPECT_EQ(static_cast<CnnModel&>(*back).config().labels, cfg.labels);
-  EXPECT_TRUE(std::equal(m.parameters().begin(), m.parameters().end(), back->parameters().begin()));
-  EXPECT_TRUE(std::equal(m.buffers().begin(), m.buffers().end(), back->buffers().begin()));
-  const ConstView2 z = back->forward(xv);
-  EXPECT_EQ(std::vector<float>(z.data, z.data + 6), want);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Cnn, BadConfigsAndInputsThrow) {

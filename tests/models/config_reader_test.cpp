@@ -15,19 +15,10 @@
 #include "attnkit/models/gpt_config.hpp"
 #include "attnkit/models/model_registry.hpp"
 #include "attnkit/models/vit_config.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

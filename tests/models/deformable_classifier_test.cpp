@@ -28,6 +28,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
+#include "models/image_round_trip.hpp"
 #include "nn/nn_testing.hpp"
 
 namespace attnkit {
@@ -38,14 +39,6 @@ DeformableConfig tiny() {
   c.image_size = 16, c.num_labels = 3, c.widths = {2, 3, 3, 4};
   c.d_model = 8, c.heads = 4, c.points = 2, c.layers = 2, c.ffn_dim = 8;
   return c;
-}
-
-std::vector<float> randn(int64_t n, uint32_t seed, float sigma = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, sigma);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (float& v : x) v = d(rng);
-  return x;
 }
 
 // init_random, then values that make every path carry signal: non-uniform attention weights, a
@@ -66,16 +59,6 @@ void perturb(DeformableClassifier& m, uint32_t seed) {
     else if (p.name.find("norm") != std::string::npos || p.name.ends_with("bn.weight")) sigma = 0.1f;
     for (int64_t i = 0; i < p.numel; ++i) w[size_t(p.offset + i)] += sigma * d(rng);
   }
-}
-
-double numeric_grad(const std::function<double()>& loss, float* x, float h) {
-  const float saved = *x;
-  *x = saved + h;
-  const double up = loss(), x_up = *x;
-  *x = saved - h;
-  const double down = loss(), x_down = *x;
-  *x = saved;
-  return (up - down) / (x_up - x_down);
 }
 
 TEST(DeformableClassifier, EveryParameterMatchesFiniteDifferences) {
@@ -110,11 +93,11 @@ TEST(DeformableClassifier, EveryParameterMatchesFiniteDifferences) {
       const int64_t i = p.offset + (count == p.numel ? e : int64_t(pick() % uint32_t(p.numel)));
       float* xi = &m.parameters()[size_t(i)];
       const double g = grads[size_t(i)];
-      double fd = numeric_grad(loss, xi, 1e-2f);
+      double fd = nn_testing::numeric_grad(loss, xi, 1e-2f);
       for (float h : {2.5e-3f, 1e-3f}) {  // a kink within reach: retry with smaller steps
         if (std::abs(fd - g) < nn_testing::kFiniteDifferenceBar * std::max(1.0, std::abs(fd))) break;
         ++second_step;
-        const double fd_small = numeric_grad(loss, xi, h);
+        const double fd_small = nn_testing::numeric_grad(loss, xi, h);
         if (std::abs(fd_small - g) < std::abs(fd - g)) fd = fd_small;
       }
       check.add(fd, g);
@@ -269,25 +252,12 @@ TEST(DeformableClassifier, SaveLoadRoundTripIsBitwise) {
   m.init_random(4);
   const std::vector<float> x = randn(2 * 256, 3);
   const ConstView4 xv = ConstView4::contiguous(x.data(), {2, 1, 16, 16});
-  m.set_training(true);
-  m.forward(xv);  // moves the running statistics away from their initial values
-  m.set_training(false);
-  const ConstView2 y = m.forward(xv);
-  const std::vector<float> want(y.data, y.data + 6);
-  const std::string dir = ::testing::TempDir() + "/attnkit_deformable_roundtrip";
-  std::filesystem::remove_all(dir);
-  m.save(dir);
-  std::unique_ptr<ImageClassifier> back = load_image_classifier(dir);
-  ASSERT_EQ(back->model_type(), "deformable");
+  const std::unique_ptr<ImageClassifier> back = expect_bitwise_round_trip(m, xv, "deformable");
+  ASSERT_TRUE(back);
   const auto& bc = static_cast<DeformableClassifier&>(*back).config();
   EXPECT_EQ(bc.labels, cfg.labels);
   EXPECT_EQ(bc.widths, cfg.widths);
   EXPECT_EQ(bc.points, cfg.points);
-  EXPECT_TRUE(std::equal(m.parameters().begin(), m.parameters().end(), back->parameters().begin()));
-  EXPECT_TRUE(std::equal(m.buffers().begin(), m.buffers().end(), back->buffers().begin()));
-  const ConstView2 z = back->forward(xv);
-  EXPECT_EQ(std::vector<float>(z.data, z.data + 6), want);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(DeformableClassifier, BadConfigsAndInputsThrow) {

@@ -30,6 +30,7 @@
 #include "attnkit/models/gpt.hpp"
 #include "attnkit/models/image_classifier.hpp"
 #include "attnkit/models/vit.hpp"
+#include "test_random.hpp"
 
 namespace attnkit {
 namespace {
@@ -59,14 +60,6 @@ struct Outputs {
   }
 };
 
-std::vector<float> normal(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
 std::vector<int32_t> ids(size_t n, int32_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<int32_t> v(n);
@@ -74,8 +67,20 @@ std::vector<int32_t> ids(size_t n, int32_t vocab, uint32_t seed) {
   return v;
 }
 
-void sgd(std::span<float> params, std::span<const float> grads) {
-  for (size_t i = 0; i < params.size(); ++i) params[i] -= kLearningRate * grads[i];
+// kSteps of plain SGD on m: step(s) returns the loss after m's forward and backward (gradients
+// zeroed first). Adds the losses as "logits.losses" and the trained parameters as "trained.*".
+template <class Model>
+void train_and_add(Outputs& out, Model& m, const std::function<float(int)>& step) {
+  std::vector<float> losses;
+  for (int s = 0; s < kSteps; ++s) {
+    m.zero_grad();
+    losses.push_back(step(s));
+    const std::span<float> params = m.parameters();
+    const std::span<const float> grads = m.gradients();
+    for (size_t i = 0; i < params.size(); ++i) params[i] -= kLearningRate * grads[i];
+  }
+  out.add("logits.losses", {kSteps}, losses);
+  out.add_all("trained.", m.parameter_info(), m.parameters());
 }
 
 // Writes the directory (when regenerating) or compares `out` with its expected.safetensors.
@@ -130,15 +135,11 @@ Outputs run_gpt(const fs::path& dir) {
   std::vector<float> logits(tokens.size() * size_t(V));
   m.logits(batch, View2::contiguous(logits.data(), {int64_t(tokens.size()), V}));
   out.add("logits", {int64_t(tokens.size()), V}, logits);
-  std::vector<float> losses;
-  for (int s = 0; s < kSteps; ++s) {
-    m.zero_grad();
-    losses.push_back(m.forward(batch, targets));
+  train_and_add(out, m, [&](int) {
+    const float loss = m.forward(batch, targets);
     m.backward();
-    sgd(m.parameters(), m.gradients());
-  }
-  out.add("logits.losses", {kSteps}, losses);
-  out.add_all("trained.", m.parameter_info(), m.parameters());
+    return loss;
+  });
   return out;
 }
 
@@ -170,16 +171,12 @@ Outputs run_bert(const fs::path& dir) {
     m.mlm_logits(View2::contiguous(mlm_logits.data(), {T, c.vocab_size}));
     out.add("logits.mlm", {T, c.vocab_size}, mlm_logits);
   }
-  std::vector<float> losses;
-  for (int s = 0; s < kSteps; ++s) {
+  train_and_add(out, m, [&](int s) {
     m.set_training(true, uint64_t(100 + s));  // dropout on, one mask seed per step
-    m.zero_grad();
-    losses.push_back(m.forward(batch, targets).total);
+    const float loss = m.forward(batch, targets).total;
     m.backward();
-    sgd(m.parameters(), m.gradients());
-  }
-  out.add("logits.losses", {kSteps}, losses);
-  out.add_all("trained.", m.parameter_info(), m.parameters());
+    return loss;
+  });
   return out;
 }
 
@@ -189,7 +186,7 @@ Outputs run_image(const fs::path& dir) {
   std::unique_ptr<ImageClassifier> m = load_image_classifier(dir.string());
   const ImageShape s = m->input_shape();
   const int64_t N = 3, K = m->num_classes();
-  const std::vector<float> x = normal(size_t(N * s.channels * s.height * s.width), 13);
+  const std::vector<float> x = randn(N * s.channels * s.height * s.width, 13);
   const ConstView4 xv = ConstView4::contiguous(x.data(), {N, s.channels, s.height, s.width});
   const std::vector<int32_t> labels{0, int32_t(K - 1), 1};
   Outputs out;
@@ -199,10 +196,8 @@ Outputs run_image(const fs::path& dir) {
   for (int64_t i = 0; i < N; ++i)
     for (int64_t k = 0; k < K; ++k) copy.push_back(logits(i, k));
   out.add("logits", {N, K}, copy);
-  std::vector<float> losses;
-  for (int st = 0; st < kSteps; ++st) {
+  train_and_add(out, *m, [&](int st) {
     m->set_training(true, uint64_t(200 + st));
-    m->zero_grad();
     const ConstView2 z = m->forward(xv);
     // mean cross-entropy over the batch and its gradient softmax(z) - onehot, divided by N
     std::vector<float> d(size_t(N * K));
@@ -217,12 +212,9 @@ Outputs run_image(const fs::path& dir) {
             float((std::exp(double(z(i, k)) - mx) / sum - (k == labels[size_t(i)] ? 1.0 : 0.0)) /
                   double(N));
     }
-    losses.push_back(float(loss));
     m->backward(ConstView2::contiguous(d.data(), {N, K}));
-    sgd(m->parameters(), m->gradients());
-  }
-  out.add("logits.losses", {kSteps}, losses);
-  out.add_all("trained.", m->parameter_info(), m->parameters());
+    return float(loss);
+  });
   out.add_all("trained.", m->buffer_info(), m->buffers());
   return out;
 }
@@ -242,7 +234,7 @@ std::vector<GoldenDir> goldens() {
                  c.vocab_size = 19, c.hidden_size = 8, c.intermediate_size = 12;
                  c.num_hidden_layers = 2, c.num_attention_heads = 2, c.num_key_value_heads = 1;
                  c.head_dim = 4, c.max_position_embeddings = 16, c.tie_word_embeddings = false;
-                 c.gate = GateMode::kHeadwise, c.sink = SinkMode::kLearned;
+                 c.gate = GateMode::kHeadwise, c.sink_logits = SinkLogits::kLearned;
                  GptModel m(c);
                  m.init_random(1);
                  m.save(dir.string());

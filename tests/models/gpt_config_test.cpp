@@ -32,12 +32,12 @@ TEST(GptConfig, RoundTripsAttnkitKeys) {
   GptConfig c;
   c.gate = GateMode::kElementwise;
   c.gate_source = GateSource::kQuery;
-  c.sink = SinkMode::kLearned;
+  c.sink_logits = SinkLogits::kLearned;
   c.window = 64;
   const GptConfig back = parse_gpt_config(gpt_config_to_json(c));
   EXPECT_EQ(back.gate, GateMode::kElementwise);
   EXPECT_EQ(back.gate_source, GateSource::kQuery);
-  EXPECT_EQ(back.sink, SinkMode::kLearned);
+  EXPECT_EQ(back.sink_logits, SinkLogits::kLearned);
   EXPECT_EQ(back.window, 64);
   EXPECT_EQ(back.num_key_value_heads, c.num_key_value_heads);
   EXPECT_EQ(back.head_dim, c.head_dim);

@@ -15,20 +15,20 @@
 namespace attnkit {
 namespace {
 
-GptConfig tiny(GateMode gate, GateSource source, SinkMode sink, int64_t window) {
+GptConfig tiny(GateMode gate, GateSource source, SinkLogits sink, int64_t window) {
   GptConfig c;
   c.vocab_size = 40, c.hidden_size = 24, c.intermediate_size = 40, c.num_hidden_layers = 2;
   c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 6;
   c.max_position_embeddings = 64;
-  c.gate = gate, c.gate_source = source, c.sink = sink, c.window = window;
+  c.gate = gate, c.gate_source = source, c.sink_logits = sink, c.window = window;
   return c;
 }
 
 // Plain, head-wise gate + learned sinks, element-wise query gate + off-by-one with a window.
 std::vector<GptConfig> variants() {
-  return {tiny(GateMode::kNone, GateSource::kInput, SinkMode::kNone, -1),
-          tiny(GateMode::kHeadwise, GateSource::kInput, SinkMode::kLearned, -1),
-          tiny(GateMode::kElementwise, GateSource::kQuery, SinkMode::kOffByOne, 5)};
+  return {tiny(GateMode::kNone, GateSource::kInput, SinkLogits::kNone, -1),
+          tiny(GateMode::kHeadwise, GateSource::kInput, SinkLogits::kLearned, -1),
+          tiny(GateMode::kElementwise, GateSource::kQuery, SinkLogits::kOffByOne, 5)};
 }
 
 // Calls set(values) on parameter "model.layers.L.<suffix>" of every layer L that has it.
@@ -68,7 +68,7 @@ TEST(GptGenerate, DecodeStepsEqualTheFullForward) {
     GptGenerator gen(model, {.temperature = 0});
     for (int64_t t = 0; t < 30; ++t) ref.compare(gen.feed(tokens[size_t(t)]), t);
     // Same arithmetic in a different order (one token vs a packed batch): float32 rounding.
-    EXPECT_LT(ref.worst, 1e-5 * std::max(1.0, ref.scale)) << "gate " << int(cfg.gate) << " sink " << int(cfg.sink);
+    EXPECT_LT(ref.worst, 1e-5 * std::max(1.0, ref.scale)) << "gate " << int(cfg.gate) << " sink " << int(cfg.sink_logits);
   }
 }
 
@@ -91,18 +91,18 @@ TEST(GptGenerate, BatchedStepsEqualTheFullForward) {
     for (; at < 34; ++at) ref.compare(gen.feed(tokens[size_t(at)]), at);
     EXPECT_EQ(gen.position(), 34);
     EXPECT_EQ(gen.cache().cached(0, 1), 34);
-    EXPECT_LT(ref.worst, 1e-5 * std::max(1.0, ref.scale)) << "gate " << int(cfg.gate) << " sink " << int(cfg.sink);
+    EXPECT_LT(ref.worst, 1e-5 * std::max(1.0, ref.scale)) << "gate " << int(cfg.gate) << " sink " << int(cfg.sink_logits);
   }
 }
 
 // A prompt longer than a sink + window cache: batched while nothing is evicted, then one token at
 // a time, so it ends where feeding token by token ends.
 TEST(GptGenerate, PromptPastASinkCacheEqualsTokenByToken) {
-  GptModel model(tiny(GateMode::kNone, GateSource::kInput, SinkMode::kNone, -1));
+  GptModel model(tiny(GateMode::kNone, GateSource::kInput, SinkLogits::kNone, -1));
   model.init_random(5);
   std::vector<int32_t> prompt;
   for (int i = 0; i < 50; ++i) prompt.push_back((i * 13 + 1) % 40);
-  const GenerateOptions o{.n_sink = 2, .window = 10, .temperature = 0};
+  const GenerateOptions o{.sink_tokens = 2, .window = 10, .temperature = 0};
   GptGenerator batched(model, o), single(model, o);
   const auto a = batched.feed_prompt(prompt);
   std::span<const float> b;
@@ -115,9 +115,9 @@ TEST(GptGenerate, PromptPastASinkCacheEqualsTokenByToken) {
 }
 
 TEST(GptGenerate, BadBatchedStepsThrowAndChangeNothing) {
-  GptModel model(tiny(GateMode::kNone, GateSource::kInput, SinkMode::kNone, -1));
+  GptModel model(tiny(GateMode::kNone, GateSource::kInput, SinkLogits::kNone, -1));
   model.init_random(6);
-  GptGenerator sink(model, {.n_sink = 2, .window = 6, .temperature = 0});
+  GptGenerator sink(model, {.sink_tokens = 2, .window = 6, .temperature = 0});
   const std::vector<int32_t> eight{1, 2, 3, 4, 5, 6, 7, 8}, nine{1, 2, 3, 4, 5, 6, 7, 8, 9};
   sink.feed_tokens(eight);                     // exactly fills the 8 slots
   EXPECT_THROW(sink.feed_tokens({eight.data(), 2}), Error);  // would evict keys the first one sees
@@ -132,12 +132,12 @@ TEST(GptGenerate, BadBatchedStepsThrowAndChangeNothing) {
 }
 
 TEST(GptGenerate, SinkCacheKeepsConstantMemoryPastTheDenseCapacity) {
-  GptModel model(tiny(GateMode::kNone, GateSource::kInput, SinkMode::kNone, -1));
+  GptModel model(tiny(GateMode::kNone, GateSource::kInput, SinkLogits::kNone, -1));
   model.init_random(1);
   GptGenerator dense(model, {.capacity = 16, .temperature = 0});
   for (int i = 0; i < 16; ++i) dense.feed(i % 40);
   EXPECT_THROW(dense.feed(1), Error);  // a dense cache is full at its capacity
-  GptGenerator stream(model, {.n_sink = 4, .window = 12, .seed = 5});
+  GptGenerator stream(model, {.sink_tokens = 4, .window = 12, .seed = 5});
   const int64_t bytes = stream.cache().nbytes();
   int32_t tok = 1;
   for (int i = 0; i < 500; ++i) tok = stream.sample(stream.feed(tok));
@@ -153,7 +153,7 @@ namespace attnkit {
 namespace {
 
 TEST(GptGenerate, FillCacheRandomAdvancesTheCache) {
-  GptModel model(tiny(GateMode::kNone, GateSource::kInput, SinkMode::kNone, -1));
+  GptModel model(tiny(GateMode::kNone, GateSource::kInput, SinkLogits::kNone, -1));
   model.init_random(1);
   GptGenerator gen(model, {.capacity = 16, .temperature = 0});
   gen.fill_cache_random(10, 3);

@@ -19,11 +19,11 @@
 namespace attnkit {
 namespace {
 
-GptConfig tiny(int64_t kv_heads, GateMode gate, SinkMode sink, GateSource source = GateSource::kInput) {
+GptConfig tiny(int64_t kv_heads, GateMode gate, SinkLogits sink, GateSource source = GateSource::kInput) {
   GptConfig c;
   c.vocab_size = 40, c.hidden_size = 24, c.intermediate_size = 30, c.num_hidden_layers = 2;
   c.num_attention_heads = 4, c.num_key_value_heads = kv_heads, c.head_dim = 6;
-  c.max_position_embeddings = 64, c.attention_bias = true, c.gate = gate, c.sink = sink;
+  c.max_position_embeddings = 64, c.attention_bias = true, c.gate = gate, c.sink_logits = sink;
   c.gate_source = source, c.tie_word_embeddings = false;
   return c;
 }
@@ -51,7 +51,7 @@ class EmulatedSum {
 
 void expect_backward_matches(const GptConfig& cfg, int64_t ranks) {
   SCOPED_TRACE("Hkv " + std::to_string(cfg.num_key_value_heads) + " P " + std::to_string(ranks) + " gate " +
-               std::to_string(int(cfg.gate)) + " sink " + std::to_string(int(cfg.sink)));
+               std::to_string(int(cfg.gate)) + " sink " + std::to_string(int(cfg.sink_logits)));
   ThreadCountScope one(1);
   GptModel model(cfg);
   model.init_random(5);
@@ -134,15 +134,15 @@ void expect_backward_matches(const GptConfig& cfg, int64_t ranks) {
 
 TEST(GptTpBackward, ShardGradientsSumToTheWholeModels) {
   for (int64_t ranks : {2, 4}) {
-    expect_backward_matches(tiny(4, GateMode::kNone, SinkMode::kNone), ranks);  // Hkv >= P
-    expect_backward_matches(tiny(1, GateMode::kNone, SinkMode::kNone), ranks);  // Hkv < P: replicated
-    expect_backward_matches(tiny(2, GateMode::kHeadwise, SinkMode::kLearned), ranks);
-    expect_backward_matches(tiny(2, GateMode::kElementwise, SinkMode::kOffByOne, GateSource::kQuery), ranks);
+    expect_backward_matches(tiny(4, GateMode::kNone, SinkLogits::kNone), ranks);  // Hkv >= P
+    expect_backward_matches(tiny(1, GateMode::kNone, SinkLogits::kNone), ranks);  // Hkv < P: replicated
+    expect_backward_matches(tiny(2, GateMode::kHeadwise, SinkLogits::kLearned), ranks);
+    expect_backward_matches(tiny(2, GateMode::kElementwise, SinkLogits::kOffByOne, GateSource::kQuery), ranks);
   }
 }
 
 TEST(GptTpBackward, LayoutRoundTrip) {
-  const GptConfig cfg = tiny(1, GateMode::kHeadwise, SinkMode::kLearned);
+  const GptConfig cfg = tiny(1, GateMode::kHeadwise, SinkLogits::kLearned);
   GptModel model(cfg);
   model.init_random(3);
   for (int64_t ranks : {1, 2, 4}) {

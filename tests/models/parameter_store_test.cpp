@@ -51,6 +51,42 @@ TEST(ParameterStore, LayoutLookupsAndViews) {
   EXPECT_THROW(dup.add("x", {2}), Error);
 }
 
+TEST(ParameterStore, HandlesViewTheSameFloatsAsNamesWithoutALookUp) {
+  ParameterStore s("TestModel");
+  s.add_linear("q", 2, 3);  // q.weight [2, 3], q.bias [2]
+  s.add("k.weight", {1, 3});  // k.weight and k2.weight are consecutive, as fused k/v
+  s.add("k2.weight", {1, 3});
+  s.add_batch_norm("bn", 2);
+  s.allocate();
+  std::iota(s.parameters().begin(), s.parameters().end(), 0.0f);
+  const LayerIds q = s.layer("q");
+  EXPECT_EQ(s.matrix(q.weight).data, s.matrix("q.weight").data);
+  EXPECT_EQ(s.vec(q.bias).data(), s.parameter("q.bias").data());
+  EXPECT_EQ(s.vec(q.bias).size(), 2u);
+  // rows > 0 extends the view over the tensors that follow (fused q/k/v): k.weight then k2.weight
+  const TensorId k = s.id("k.weight");
+  const ConstView2 fused = s.matrix(k, 2);
+  EXPECT_EQ(fused.shape[0], 2);
+  EXPECT_EQ(fused.shape[1], 3);
+  EXPECT_EQ(fused(1, 0), s.parameter("k2.weight")[0]);
+  s.grad_matrix(k, 2)(1, 2) = 4.0f;
+  EXPECT_EQ(s.gradient("k2.weight")[2], 4.0f);
+  // absent tensors: an id that is false and empty views
+  const LayerIds none = s.find_layer("missing");
+  EXPECT_FALSE(none.weight);
+  EXPECT_TRUE(s.vec(none.bias).empty());
+  EXPECT_EQ(s.matrix(none.weight).data, nullptr);
+  EXPECT_THROW(s.id("missing"), Error);
+  // batch norm: affine parameters and running statistics; running_var resets to one
+  const BatchNormIds bn = s.batch_norm("bn");
+  EXPECT_EQ(s.vec(bn.affine.weight).data(), s.parameter("bn.weight").data());
+  EXPECT_EQ(s.buffer(bn.running_var)[1], 1.0f);
+  EXPECT_EQ(s.buffer(bn.running_mean)[1], 0.0f);
+  s.buffer(bn.running_var)[1] = 3.0f;
+  s.reset_buffers();
+  EXPECT_EQ(s.buffer("bn.running_var")[1], 1.0f);
+}
+
 TEST(ParameterStore, SaveLoadRoundTripsParametersAndBuffers) {
   const std::string dir = (std::filesystem::temp_directory_path() / "attnkit_store_test").string();
   ParameterStore s = make();

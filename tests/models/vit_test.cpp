@@ -14,6 +14,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "nn/nn_testing.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
@@ -28,7 +29,7 @@ VitConfig tiny(VitPooling pooling) {
 }
 
 std::vector<float> random_images(const VitConfig& c, int64_t n, uint32_t seed) {
-  return nn_testing::randn_vec(n * c.num_channels * c.image_height * c.image_width, seed);
+  return randn(n * c.num_channels * c.image_height * c.image_width, seed);
 }
 
 ConstView4 image_view(const VitConfig& c, const std::vector<float>& x, int64_t n) {
@@ -39,9 +40,7 @@ ConstView4 image_view(const VitConfig& c, const std::vector<float>& x, int64_t n
 VitModel noisy_model(const VitConfig& c, uint32_t seed) {
   VitModel m(c);
   m.init_random(seed);
-  std::mt19937 rng(seed + 100);
-  std::normal_distribution<float> n01(0.0f, 0.3f);
-  for (float& p : m.parameters()) p += n01(rng);
+  add_randn(m.parameters(), seed + 100, 0.3f);
   return m;
 }
 
@@ -177,7 +176,7 @@ TEST_P(VitPoolings, EveryParameterGradientMatchesFiniteDifferences) {
   VitModel m = noisy_model(c, 3);
   const int64_t n = 3;
   const std::vector<float> x = random_images(c, n, 4);
-  const std::vector<float> r = nn_testing::randn_vec(n * c.num_labels, 5);
+  const std::vector<float> r = randn(n * c.num_labels, 5);
   m.set_training(true, 99);  // fixed seed: the dropout masks stay put between evaluations
   auto loss = [&] {
     const ConstView2 y = m.forward(image_view(c, x, n));
@@ -189,16 +188,10 @@ TEST_P(VitPoolings, EveryParameterGradientMatchesFiniteDifferences) {
   m.zero_grad();
   m.backward(ConstView2::contiguous(r.data(), {n, c.num_labels}));
   const std::vector<float> grads(m.gradients().begin(), m.gradients().end());
-  std::mt19937 pick(5);
-  for (const auto& p : m.parameter_info()) {
-    nn_testing::GradCheck check;
-    for (int k = 0; k < 6; ++k) {
-      const int64_t i = p.offset + int64_t(pick() % uint32_t(p.numel));
-      check.add(nn_testing::numeric_grad(loss, &m.parameters()[size_t(i)]), grads[size_t(i)]);
-    }
-    check.expect_ok(p.name);
-    EXPECT_GT(check.scale, 0.0) << p.name << ": no gradient reached it";
-  }
+  const auto& info = m.parameter_info();
+  const auto checks = nn_testing::expect_sampled_gradients(loss, m.parameters(), info, grads, 6);
+  for (size_t t = 0; t < info.size(); ++t)
+    EXPECT_GT(checks[t].scale, 0.0) << info[t].name << ": no gradient reached it";
 }
 
 INSTANTIATE_TEST_SUITE_P(Vit, VitPoolings, ::testing::Values(VitPooling::kCls, VitPooling::kMean),
@@ -208,7 +201,7 @@ TEST(Vit, BackwardAccumulatesAndIsIdenticalForAnyThreadCount) {
   VitConfig c = tiny(VitPooling::kCls);
   c.hidden_size = 32, c.num_attention_heads = 4, c.intermediate_size = 64;
   const int64_t n = 8;
-  const std::vector<float> x = random_images(c, n, 6), r = nn_testing::randn_vec(n * c.num_labels, 7);
+  const std::vector<float> x = random_images(c, n, 6), r = randn(n * c.num_labels, 7);
   auto run = [&](int threads) {
     const ThreadCountScope scope(threads);
     VitModel m = noisy_model(c, 8);
@@ -309,12 +302,7 @@ TEST(Vit, FanInInitIsPyTorchsModuleDefault) {
 }
 
 void expect_error_naming(const std::string& json, const std::string& key) {
-  try {
-    make_image_classifier(json);
-    ADD_FAILURE() << "no error for " << json;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
-  }
+  expect_error([&] { make_image_classifier(json); }, key);
 }
 
 TEST(Vit, BadConfigsThrowNamingTheKey) {

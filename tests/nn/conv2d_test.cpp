@@ -7,6 +7,7 @@
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/nn/conv2d.hpp"
 #include "nn/vision_testing.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
@@ -147,15 +148,6 @@ TEST(Conv2d, OptionalGradientsAreSkipped) {
   conv2d_backward({}, dw.v4(pr.ws()), {}, pr.dy.c4(pr.ys()), pr.x.c4(pr.xs()), pr.w.c4(pr.ws()), pr.opts());
   conv2d_backward_reference({}, dw_ref.v4(pr.ws()), {}, pr.dy.c4(pr.ys()), pr.x.c4(pr.xs()), pr.w.c4(pr.ws()), pr.opts());
   for (int64_t i = 0; i < dw.n; ++i) EXPECT_NEAR(dw[i], dw_ref[i], 1e-4 * (1 + std::abs(dw_ref[i])));
-}
-
-void expect_error(const std::function<void()>& f, const std::string& phrase) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; wanted " << phrase;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
-  }
 }
 
 TEST(Conv2d, BadArgumentsNameTheArgument) {

@@ -111,7 +111,7 @@ void compare_fused(const Mat& h, const Mat& w, const std::vector<float>& b,
   const double scale = ex.n_valid ? d_loss / double(ex.n_valid) : 0.0;
   Mat d_h = Mat(t, c).randn(1), d_h_ref(t, c), d_w = Mat(v, c).randn(2), d_w_ref = d_w;
   const Mat d_w0 = d_w;
-  std::vector<float> d_b = b.empty() ? std::vector<float>{} : nn_testing::randn_vec(v, 3);
+  std::vector<float> d_b = b.empty() ? std::vector<float>{} : randn(v, 3);
   std::vector<float> d_b_ref = d_b;
   const std::vector<float> d_b0 = d_b;
   linear_cross_entropy_backward(d_h.view(), d_w.view(), d_b, h.cview(), w.cview(), b, targets,
@@ -162,7 +162,7 @@ TEST(NnCrossEntropy, FusedMatchesReferenceAcrossVocabularyChunks) {
       for (int64_t v : {int64_t(17), 2 * kChunk + 4}) {
         const Mat h = Mat(t, c).randn(uint32_t(t + c), 0.5f),
                   w = Mat(v, c).randn(uint32_t(v), 0.5f);
-        const auto b = (t + c) % 2 ? nn_testing::randn_vec(v, 5) : std::vector<float>{};
+        const auto b = (t + c) % 2 ? randn(v, 5) : std::vector<float>{};
         compare_fused(h, w, b, random_targets(t, v, uint32_t(t * c)),
                       testing::PrintToString(std::vector<int64_t>{t, c, v}));
       }
@@ -257,7 +257,7 @@ TEST(NnCrossEntropy, ReferenceGradientsMatchFiniteDifferences) {
     g.expect_ok("cross_entropy");
   }
   Mat h = Mat(4, 3).randn(2), w = Mat(7, 3).randn(3);
-  std::vector<float> b = nn_testing::randn_vec(7, 4), losses(4), lse(4);
+  std::vector<float> b = randn(7, 4), losses(4), lse(4);
   auto loss = [&] {
     return double(
         linear_cross_entropy_forward_reference(losses, lse, h.cview(), w.cview(), b, targets));
@@ -295,7 +295,7 @@ TEST(NnCrossEntropy, AllIgnoredGivesZeroLossAndGradients) {
 TEST(NnCrossEntropy, FusedIsBitwiseIdenticalForAnyThreadCount) {
   const int64_t t = 150, c = 40, v = kChunk + 52;  // several token tiles, two chunks
   const Mat h = Mat(t, c).randn(1), w = Mat(v, c).randn(2, 0.3f);
-  const auto b = nn_testing::randn_vec(v, 3);
+  const auto b = randn(v, 3);
   const auto targets = random_targets(t, v, 4);
   auto run = [&](int threads) {
     ThreadCountScope scope(threads);
@@ -317,7 +317,7 @@ TEST(NnCrossEntropy, FusedIsBitwiseIdenticalForAnyThreadCount) {
 
 TEST(NnCrossEntropy, LogitsForwardMatchesReference) {
   const Mat h = Mat(7, 17).randn(1), w = Mat(33, 17).randn(2);
-  const auto b = nn_testing::randn_vec(33, 3);
+  const auto b = randn(33, 3);
   Mat z(7, 33), z_ref(7, 33), mag(7, 33);
   logits_forward(z.view(), h.cview(), w.cview(), b);
   logits_forward_reference(z_ref.view(), h.cview(), w.cview(), b);

@@ -10,6 +10,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "nn/nn_testing.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
@@ -104,14 +105,8 @@ TEST(NnDropout, RejectsProbabilityOutsideZeroOne) {
   const Mat x(2, 3);
   Mat y(2, 3);
   for (float p : {1.0f, -0.1f, NAN}) {
-    try {
-      dropout_forward(y.view(), x.cview(), {.p = p});
-      ADD_FAILURE() << "p = " << p << " accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("dropout_forward: p: expected a value in [0, 1)"),
-                std::string::npos)
-          << e.what();
-    }
+    expect_error([&] { dropout_forward(y.view(), x.cview(), {.p = p}); },
+                 "dropout_forward: p: expected a value in [0, 1)");
   }
 }
 

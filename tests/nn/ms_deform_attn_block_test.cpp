@@ -18,6 +18,7 @@
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/nn/ms_deform_attn_block.hpp"
 #include "nn/nn_testing.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
@@ -34,9 +35,9 @@ struct BlockCase {
 
   explicit BlockCase(uint32_t seed) {
     s = 12 + 4;
-    query = nn_testing::randn_vec(b * q * opts.d_model, seed);
-    input = nn_testing::randn_vec(b * s * opts.d_model, seed + 1);
-    d_out = nn_testing::randn_vec(b * q * opts.d_model, seed + 2);
+    query = randn(b * q * opts.d_model, seed);
+    input = randn(b * s * opts.d_model, seed + 1);
+    d_out = randn(b * q * opts.d_model, seed + 2);
     std::mt19937 rng(seed + 3);
     ref.resize(size_t(b * q * opts.levels * 2));
     for (size_t i = 0; i < ref.size(); ++i) {
@@ -48,7 +49,7 @@ struct BlockCase {
     mask[3] = mask[size_t(s + 7)] = mask[size_t(s + 15)] = 1;
     ms_deform_attn_block_init(w, opts, seed);
     auto fill = [&](std::vector<float>& dst, uint32_t sd, float sigma) {
-      const auto r = nn_testing::randn_vec(int64_t(dst.size()), sd, sigma);
+      const auto r = randn(int64_t(dst.size()), sd, sigma);
       std::copy(r.begin(), r.end(), dst.begin());
     };
     fill(w.sampling_offsets_weight.storage(), seed + 4, 0.01f);
@@ -224,13 +225,13 @@ TEST(MsDeformAttnBlock, RejectsBadArguments) {
     spoil(in, o);
     std::vector<float> out(size_t(st.b * st.q * st.opts.d_model));
     MsDeformAttnBlockCache cache;
-    try {
-      ms_deform_attn_block_forward(View3::contiguous(out.data(), {st.b, st.q, st.opts.d_model}),
-                                   cache, in, st.w.params(), o);
-      ADD_FAILURE() << "no error, expected one naming " << needle;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
+    attnkit::expect_error(
+        [&] {
+          ms_deform_attn_block_forward(
+              View3::contiguous(out.data(), {st.b, st.q, st.opts.d_model}), cache, in,
+              st.w.params(), o);
+        },
+        needle);
   };
   expect_error([](auto&, auto& o) { o.heads = 3; }, "opts.d_model");
   expect_error([](auto&, auto& o) { o.points = 3; }, "sampling_offsets_weight");

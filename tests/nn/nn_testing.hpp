@@ -14,10 +14,12 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "attnkit/core/tensor.hpp"
+#include "test_random.hpp"
 
 namespace attnkit::nn_testing {
 
@@ -71,14 +73,6 @@ struct Mat {
   }
 };
 
-inline std::vector<float> randn_vec(int64_t n, uint32_t seed, float sigma = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> n01(0.0f, sigma);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = n01(rng);
-  return v;
-}
-
 inline std::vector<float> abs_vec(const std::vector<float>& v) {
   std::vector<float> a(v.size());
   for (size_t i = 0; i < v.size(); ++i) a[i] = std::abs(v[i]);
@@ -124,11 +118,12 @@ inline bool bitwise_equal(const Mat& a, const Mat& b) { return a.raw == b.raw; }
 // margin, while a wrong or missing gradient term is off by O(0.1..1)·|gradient|.
 constexpr double kFiniteDifferenceBar = 1e-3;
 
-inline double numeric_grad(const std::function<double()>& loss, float* x) {
+// Central difference of loss() at *x with step h (divided by the steps as stored in float).
+inline double numeric_grad(const std::function<double()>& loss, float* x, float h = 1e-2f) {
   const float saved = *x;
-  *x = saved + 1e-2f;
+  *x = saved + h;
   const double up = loss(), x_up = *x;
-  *x = saved - 1e-2f;
+  *x = saved - h;
   const double down = loss(), x_down = *x;
   *x = saved;
   return (up - down) / (x_up - x_down);
@@ -154,6 +149,27 @@ struct GradCheck {
     EXPECT_LT(worst, kFiniteDifferenceBar * std::max(1.0, scale)) << what << ": scale " << scale;
   }
 };
+
+// Central differences of loss() at `per_tensor` entries of each parameter tensor in `infos`
+// (fields name, offset, numel into the flat `params`; entries drawn with mt19937(seed)) against
+// the flat analytic gradient `grads`; expects each tensor's GradCheck ok and returns them in order.
+template <class Infos>
+std::vector<GradCheck> expect_sampled_gradients(const std::function<double()>& loss,
+                                                std::span<float> params, const Infos& infos,
+                                                const std::vector<float>& grads, int per_tensor,
+                                                uint32_t seed = 5) {
+  std::mt19937 pick(seed);
+  std::vector<GradCheck> checks;
+  for (const auto& p : infos) {
+    GradCheck& check = checks.emplace_back();
+    for (int k = 0; k < per_tensor; ++k) {
+      const int64_t i = p.offset + int64_t(pick() % uint32_t(p.numel));
+      check.add(numeric_grad(loss, &params[size_t(i)]), grads[size_t(i)]);
+    }
+    check.expect_ok(p.name);
+  }
+  return checks;
+}
 
 // Σ r ⊙ y in double: the scalar loss whose gradient w.r.t. y is r.
 inline double weighted_sum(const Mat& y, const Mat& r) {

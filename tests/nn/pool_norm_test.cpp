@@ -19,14 +19,24 @@ using vision_testing::Buf;
 using vision_testing::expect_gradient;
 using vision_testing::weighted;
 
+// The 2×2 fast path, a padded stride-2 window and a window that leaves padding out of the average.
+const std::vector<Pool2dOptions> kPoolings = {
+    {.kernel = 2},
+    {.kernel = 3, .stride = 2, .padding = 1},
+    {.kernel = 3, .stride = 1, .padding = 1, .count_include_pad = false}};
+
+// Pooled output size along a dimension of n positions (stride 0 means the kernel size).
+int64_t pooled_size(int64_t n, const Pool2dOptions& o) {
+  return (n + 2 * o.padding - o.kernel) / (o.stride ? o.stride : o.kernel) + 1;
+}
+
 TEST(Pool2d, ForwardMatchesDirectWindows) {
   const int64_t n = 2, c = 3, h = 7, w = 6;
   Buf x(n * c * h * w);
   x.randn(3);
-  for (const Pool2dOptions& o : {Pool2dOptions{.kernel = 2}, Pool2dOptions{.kernel = 3, .stride = 2, .padding = 1},
-                                 Pool2dOptions{.kernel = 3, .stride = 1, .padding = 1, .count_include_pad = false}}) {
+  for (const Pool2dOptions& o : kPoolings) {
     const int64_t s = o.stride ? o.stride : o.kernel;
-    const int64_t oh = (h + 2 * o.padding - o.kernel) / s + 1, ow = (w + 2 * o.padding - o.kernel) / s + 1;
+    const int64_t oh = pooled_size(h, o), ow = pooled_size(w, o);
     Buf ymax(n * c * oh * ow), yavg(n * c * oh * ow);
     std::vector<int32_t> am(size_t(ymax.n));
     max_pool2d_forward(ymax.v4({n, c, oh, ow}), am, x.c4({n, c, h, w}), o);
@@ -58,7 +68,7 @@ TEST(Pool2d, MaxPropagatesTheFirstNaNOfEachWindow) {
   // 2×2 windows (the fast path) and 3×3 stride-2 padded windows (the general path).
   for (const Pool2dOptions& o : {Pool2dOptions{.kernel = 2}, Pool2dOptions{.kernel = 3, .stride = 2, .padding = 1}}) {
     const int64_t h = 13, w = 12, s = o.stride ? o.stride : o.kernel;  // several vectors of pairs
-    const int64_t oh = (h + 2 * o.padding - o.kernel) / s + 1, ow = (w + 2 * o.padding - o.kernel) / s + 1;
+    const int64_t oh = pooled_size(h, o), ow = pooled_size(w, o);
     Buf x(h * w);
     for (int64_t i = 0; i < x.n; ++i) x[i] = float(i);
     for (int64_t i = 0; i < x.n; i += 7) x[i] = -x[i];  // maxima in varying window positions
@@ -94,10 +104,8 @@ TEST(Pool2d, GradientsMatchFiniteDifferences) {
   const int64_t n = 2, c = 2, h = 5, w = 5;
   Buf x(n * c * h * w);
   x.randn(5);
-  for (const Pool2dOptions& o : {Pool2dOptions{.kernel = 2}, Pool2dOptions{.kernel = 3, .stride = 2, .padding = 1},
-                                 Pool2dOptions{.kernel = 3, .stride = 1, .padding = 1, .count_include_pad = false}}) {
-    const int64_t s = o.stride ? o.stride : o.kernel;
-    const int64_t oh = (h + 2 * o.padding - o.kernel) / s + 1, ow = (w + 2 * o.padding - o.kernel) / s + 1;
+  for (const Pool2dOptions& o : kPoolings) {
+    const int64_t oh = pooled_size(h, o), ow = pooled_size(w, o);
     Buf r(n * c * oh * ow), y(r.n), dx(x.n);
     r.randn(6);
     std::vector<int32_t> am(size_t(r.n));

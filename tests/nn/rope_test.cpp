@@ -11,6 +11,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "nn/nn_testing.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
@@ -23,7 +24,7 @@ struct Qkv {
   std::vector<float> buf;
   Qkv(int64_t t_, int64_t h_, int64_t d_, uint32_t seed)
       : t(t_), h(h_), d(d_), ld((3 * h_) * d_ + 5) {
-    buf = nn_testing::randn_vec(t * ld, seed);
+    buf = randn(t * ld, seed);
   }
   View3 q() { return {buf.data(), {t, h, d}, {ld, d, 1}}; }
   View3 k() { return {buf.data() + h * d, {t, h, d}, {ld, d, 1}}; }
@@ -144,15 +145,8 @@ TEST(NnRope, RejectsBadArguments) {
   std::vector<float> x(2 * 5);
   View3 odd{x.data(), {2, 1, 5}, {5, 5, 1}};
   const std::vector<int64_t> pos = {0, 1};
-  try {
-    rope_forward(odd, pos, {});
-    ADD_FAILURE() << "odd D accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(
-        std::string(e.what()).find("rope_forward: x: head dimension D must be even, got D = 5"),
-        std::string::npos)
-        << e.what();
-  }
+  expect_error([&] { rope_forward(odd, pos, {}); },
+               "rope_forward: x: head dimension D must be even, got D = 5");
   View3 even{x.data(), {2, 1, 4}, {5, 4, 1}};
   EXPECT_THROW(rope_forward(even, std::vector<int64_t>{0}, {}), Error);
   EXPECT_THROW(rope_forward(even, std::vector<int64_t>{0, -3}, {}), Error);

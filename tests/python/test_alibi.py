@@ -14,13 +14,6 @@ import attnkit
 import torch_attention as ta
 
 
-def make(rng, tq, tk, h, hkv, d):
-    return (rng.standard_normal((tq, h, d), dtype=np.float32),
-            rng.standard_normal((tk, hkv, d), dtype=np.float32),
-            rng.standard_normal((tk, hkv, d), dtype=np.float32),
-            rng.standard_normal((tq, h, d), dtype=np.float32))
-
-
 def paper_slopes(h, rows=None):
     """The ALiBi paper's geometric slopes 2^(-8(i+1)/H); [rows, H] scaled per row if rows."""
     s = 2.0 ** (-8.0 * np.arange(1, h + 1) / h)
@@ -35,18 +28,13 @@ def check(q, k, v, dout, slopes, *, causal=False, window=(-1, -1), sinks=None, c
               alibi_slopes=slopes, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
     if reference:
         out, lse = attnkit.attention_reference(q, k, v, return_lse=True, **kw)
-        dq, dk, dv, ds = attnkit.attention_reference_backward(dout, q, k, v, **kw)
+        grads = attnkit.attention_reference_backward(dout, q, k, v, **kw)
     else:
         out, lse = attnkit.flash_attention(q, k, v, return_lse=True, **kw)
-        dq, dk, dv, ds = attnkit.flash_attention_backward(dout, q, k, v, out, lse, **kw)
-    tkw = dict(window=(window[0], 0) if causal else window, scale=scale, softcap=softcap,
-               sinks=sinks, cu_q=cu_q, cu_k=cu_k, alibi=slopes)
-    ref = ta.run(q, k, v, dout, torch.float64, **tkw)
-    pt = ta.run(q, k, v, dout, torch.float32, **tkw)
-    ours = {"out": out, "lse": lse, "dq": dq, "dk": dk, "dv": dv}
-    if sinks is not None:
-        ours["dsink"] = ds
-    ta.assert_all_within_bar(ours, ref, pt)
+        grads = attnkit.flash_attention_backward(dout, q, k, v, out, lse, **kw)
+    ta.assert_matches_torch(q, k, v, dout, out, lse, grads, causal=causal, window=window,
+                            sinks=sinks, scale=scale, softcap=softcap, cu_q=cu_q, cu_k=cu_k,
+                            alibi=slopes)
     return out
 
 
@@ -54,7 +42,7 @@ def check(q, k, v, dout, slopes, *, causal=False, window=(-1, -1), sinks=None, c
 @pytest.mark.parametrize("hkv", [4, 2, 1])
 def test_mha_gqa_mqa_grid(length, hkv):
     rng = np.random.default_rng(length * 5 + hkv)
-    check(*make(rng, length, length, 4, hkv, 32), paper_slopes(4),
+    check(*ta.random_inputs(rng, length, length, 4, hkv, 32), paper_slopes(4),
           causal=(length + hkv) % 2 == 0)
 
 
@@ -62,18 +50,18 @@ def test_mha_gqa_mqa_grid(length, hkv):
 @pytest.mark.parametrize("causal", [True, False])
 def test_lq_ne_lk(lq, lk, causal):
     rng = np.random.default_rng(lq + 3 * lk + causal)
-    check(*make(rng, lq, lk, 4, 2, 16), paper_slopes(4), causal=causal)
+    check(*ta.random_inputs(rng, lq, lk, 4, 2, 16), paper_slopes(4), causal=causal)
 
 
 @pytest.mark.parametrize("window", [(16, 0), (5, 5), (-1, 3), (200, -1)])
 def test_windows(window):
     rng = np.random.default_rng(sum(window) + 400)
-    check(*make(rng, 300, 300, 4, 1, 16), paper_slopes(4), window=window)
+    check(*ta.random_inputs(rng, 300, 300, 4, 1, 16), paper_slopes(4), window=window)
 
 
 def test_softcap_sinks_scale():
     rng = np.random.default_rng(1)
-    q, k, v, dout = make(rng, 150, 170, 6, 2, 16)
+    q, k, v, dout = ta.random_inputs(rng, 150, 170, 6, 2, 16)
     check(q * 2, k, v, dout, paper_slopes(6), causal=True, softcap=4.0, scale=0.3,
           sinks=rng.standard_normal(6).astype(np.float32))
     check(q, k, v, dout, paper_slopes(6), softcap=2.0, sinks=np.zeros(6, np.float32))
@@ -84,7 +72,7 @@ def test_varlen_per_sequence_slopes_with_an_empty_sequence():
     lq, lk = [0, 37, 5, 80], [3, 37, 0, 100]
     cu_q = np.cumsum([0] + lq).astype(np.int32)
     cu_k = np.cumsum([0] + lk).astype(np.int32)
-    q, k, v, dout = make(rng, cu_q[-1], cu_k[-1], 4, 2, 16)
+    q, k, v, dout = ta.random_inputs(rng, cu_q[-1], cu_k[-1], 4, 2, 16)
     sinks = rng.standard_normal(4).astype(np.float32)
     for causal in (True, False):
         check(q, k, v, dout, paper_slopes(4, rows=4), causal=causal, sinks=sinks, cu_q=cu_q,
@@ -94,7 +82,7 @@ def test_varlen_per_sequence_slopes_with_an_empty_sequence():
 @pytest.mark.parametrize("causal", [True, False])
 def test_reference_functions(causal):
     rng = np.random.default_rng(3)
-    check(*make(rng, 40, 57, 4, 2, 16), paper_slopes(4), causal=causal, softcap=3.0,
+    check(*ta.random_inputs(rng, 40, 57, 4, 2, 16), paper_slopes(4), causal=causal, softcap=3.0,
           reference=True)
 
 
@@ -169,7 +157,7 @@ def _reference_backward(q, k, v, slopes, **kw):
                                  np.array([0.5, 0.5, np.inf, 0.1], np.float32)])
 def test_bad_slopes_raise_value_error(fn, bad):
     rng = np.random.default_rng(6)
-    q, k, v, _ = make(rng, 5, 5, 4, 2, 8)
+    q, k, v, _ = ta.random_inputs(rng, 5, 5, 4, 2, 8)
     with pytest.raises(ValueError, match="alibi_slopes"):
         fn(q, k, v, bad, causal=True)
 

@@ -42,7 +42,7 @@ def torch_block(x, p, cfg, cu, pos):
     if cfg["rope_theta"]:
         q, k = rope(q0, pos, cfg["rope_theta"]), rope(k, pos, cfg["rope_theta"])
     sinks = {"none": None, "learned": p.get("sinks"),
-             "off_by_one": torch.zeros(h, dtype=x.dtype)}[cfg["sink"]]
+             "off_by_one": torch.zeros(h, dtype=x.dtype)}[cfg["sink_logits"]]
     window = (cfg["window"][0], 0 if cfg["causal"] else cfg["window"][1])
     attn, _ = ta.attention(q, k, v, window=window, sinks=sinks, cu_q=cu, cu_k=cu)
     s = None
@@ -83,7 +83,7 @@ def make(rng, cfg, c, lengths, bias):
     if bias:
         p["qkv_proj_bias"] = nn.fuse_qkv(rn(h * d, sc=0.5), rn(hkv * d, sc=0.5), rn(hkv * d, sc=0.5))
         p["o_proj_bias"] = rn(c, sc=0.5)
-    if cfg["sink"] == "learned":
+    if cfg["sink_logits"] == "learned":
         p["sinks"] = rn(h)
     if hg:
         query = cfg["gate_source"] == "query"
@@ -95,21 +95,21 @@ def make(rng, cfg, c, lengths, bias):
 
 
 def config(heads=4, kv_heads=2, head_dim=16, rope_theta=10000.0, causal=True, window=(-1, -1),
-           sink="none", gate="none", gate_source="input"):
+           sink_logits="none", gate="none", gate_source="input"):
     return dict(heads=heads, kv_heads=kv_heads, head_dim=head_dim, rope_theta=rope_theta,
-                causal=causal, window=window, sink=sink, gate=gate, gate_source=gate_source)
+                causal=causal, window=window, sink_logits=sink_logits, gate=gate, gate_source=gate_source)
 
 
 CASES = {
     "gqa2_plain": (config(), 48, [23, 41], True),
     "gqa4_headwise_input_learned_window": (
-        config(kv_heads=1, window=(16, -1), sink="learned", gate="headwise"), 48, [37, 30], True),
+        config(kv_heads=1, window=(16, -1), sink_logits="learned", gate="headwise"), 48, [37, 30], True),
     "elementwise_input_off_by_one_bert": (
-        config(causal=False, sink="off_by_one", gate="elementwise"), 32, [19, 1, 28], True),
+        config(causal=False, sink_logits="off_by_one", gate="elementwise"), 32, [19, 1, 28], True),
     "headwise_query_learned": (
-        config(gate="headwise", gate_source="query", sink="learned"), 40, [33, 24], True),
+        config(gate="headwise", gate_source="query", sink_logits="learned"), 40, [33, 24], True),
     "elementwise_query_off_by_one_window_no_bias": (
-        config(kv_heads=4, causal=False, window=(8, 4), sink="off_by_one", gate="elementwise",
+        config(kv_heads=4, causal=False, window=(8, 4), sink_logits="off_by_one", gate="elementwise",
                gate_source="query", rope_theta=500000.0), 40, [29, 17], False),
     "elementwise_query_no_rope": (
         config(heads=2, kv_heads=1, gate="elementwise", gate_source="query", rope_theta=0.0),

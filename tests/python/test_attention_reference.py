@@ -1,7 +1,6 @@
 """attnkit.attention_reference (forward and backward) against an independent PyTorch formulation."""
 import numpy as np
 import pytest
-import torch
 
 import attnkit
 import torch_attention as ta
@@ -10,10 +9,7 @@ LENGTHS = [1, 7, 17, 63, 65, 113]
 
 
 def make(rng, tq, tk, h, hkv, d, sinks=False):
-    q = rng.standard_normal((tq, h, d), dtype=np.float32)
-    k = rng.standard_normal((tk, hkv, d), dtype=np.float32)
-    v = rng.standard_normal((tk, hkv, d), dtype=np.float32)
-    dout = rng.standard_normal((tq, h, d), dtype=np.float32)
+    q, k, v, dout = ta.random_inputs(rng, tq, tk, h, hkv, d)
     s = rng.standard_normal(h).astype(np.float32) if sinks else None
     return q, k, v, dout, s
 
@@ -23,15 +19,9 @@ def check(q, k, v, dout, sinks=None, causal=False, window=(-1, -1), cu_q=None, c
     kw = dict(causal=causal, window=window, scale=scale, softcap=softcap, sink_logits=sinks,
               cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
     out, lse = attnkit.attention_reference(q, k, v, return_lse=True, **kw)
-    dq, dk, dv, ds = attnkit.attention_reference_backward(dout, q, k, v, **kw)
-    win = (window[0], 0) if causal else window
-    tkw = dict(window=win, scale=scale, softcap=softcap, sinks=sinks, cu_q=cu_q, cu_k=cu_k)
-    ref = ta.run(q, k, v, dout, torch.float64, **tkw)
-    pt = ta.run(q, k, v, dout, torch.float32, **tkw)
-    ours = {"out": out, "lse": lse, "dq": dq, "dk": dk, "dv": dv}
-    if sinks is not None:
-        ours["dsink"] = ds
-    ta.assert_all_within_bar(ours, ref, pt)
+    grads = attnkit.attention_reference_backward(dout, q, k, v, **kw)
+    ta.assert_matches_torch(q, k, v, dout, out, lse, grads, causal=causal, window=window,
+                            sinks=sinks, scale=scale, softcap=softcap, cu_q=cu_q, cu_k=cu_k)
     return out, lse
 
 

@@ -1,12 +1,9 @@
 """`attnkit bench decode` end to end on tiny warm shapes: one JSON row per Hkv with the issue's keys,
 rounds reported as medians with per-round time ratios, and bad arguments give one error line."""
 import json
-import os
 import subprocess
 
-import attnkit
-
-CLI = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
+from cli_helpers import CLI
 
 
 def run(*args):

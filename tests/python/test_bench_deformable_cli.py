@@ -1,12 +1,9 @@
 """`attnkit bench deformable` end to end on tiny sizes: one row per size with N = Σ side_l², the
 fitted slopes and crossover are reported, and bad arguments give one error line and exit 2."""
 import json
-import os
 import subprocess
 
-import attnkit
-
-CLI = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
+from cli_helpers import CLI
 
 
 def run(*args):

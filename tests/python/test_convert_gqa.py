@@ -3,7 +3,6 @@ K/V projections equal ``w.view(N, m, D, C).mean(1)`` (or the first head of each 
 other tensor and config key is copied unchanged, and the converted model's logits equal the same
 network written in torch (test_gpt.torch_gpt) with torch-pooled weights."""
 import json
-import os
 import subprocess
 
 import numpy as np
@@ -13,8 +12,8 @@ import torch
 import attnkit
 import torch_attention as ta
 from test_gpt import CONFIG, random_weights, torch_gpt
+from cli_helpers import CLI
 
-CLI = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
 MHA = {**CONFIG, "num_key_value_heads": CONFIG["num_attention_heads"], "transformers_version": "4.46.0",
        "eos_token_id": [2, 3]}  # keys convert_gqa copies without reading them
 

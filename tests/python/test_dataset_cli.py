@@ -10,9 +10,7 @@ import subprocess
 import numpy as np
 import pytest
 
-import attnkit
-
-CLI = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
+from cli_helpers import CLI
 
 
 def write_idx(path, a):

@@ -41,15 +41,15 @@ def test_dense_equals_attention_over_the_history():
 
 def test_sink_policy_with_rope_through_wraparound():
     rng = np.random.default_rng(1)
-    h, hkv, d, n_sink, window, theta = 4, 1, 16, 4, 50, 10000.0
-    cache = attnkit.KVCache(1, hkv, d, dtype="f32", policy="sink", window=window, n_sink=n_sink)
+    h, hkv, d, sink_tokens, window, theta = 4, 1, 16, 4, 50, 10000.0
+    cache = attnkit.KVCache(1, hkv, d, dtype="f32", policy="sink", window=window, sink_tokens=sink_tokens)
     k = rng.standard_normal((400, hkv, d), dtype=np.float32)
     v = rng.standard_normal((400, hkv, d), dtype=np.float32)
     for t in range(400):
         cache.append(k[t:t + 1], v[t:t + 1])
         if t not in (30, 53, 54, 199, 399):
             continue
-        keep = [p for p in range(t + 1) if p < n_sink or p > t - window]
+        keep = [p for p in range(t + 1) if p < sink_tokens or p > t - window]
         np.testing.assert_array_equal(cache.positions(), keep)
         q = rng.standard_normal((1, h, d), dtype=np.float32)
         out = attnkit.decode_attention(q, cache, rope_theta=theta)
@@ -136,3 +136,22 @@ def test_bad_use_raises_and_keeps_other_sequences():
     with pytest.raises(ValueError, match="policy"):
         attnkit.KVCache(1, 1, 8, capacity=4, policy="lru")
     np.testing.assert_array_equal(cache.gather(seq=b)[0], x)
+
+
+@pytest.mark.parametrize("hkv,n,window", [(1, 1, -1), (1, 3, 200), (2, 2, -1)])
+def test_wide_groups_match_torch(hkv, n, window):
+    """MQA-like groups (n·G query rows per KV head fill whole vectors): the wide-group kernels,
+    against PyTorch over the stored f16 history, within the 2x bar of torch float32's error."""
+    rng = np.random.default_rng(5)
+    h, d, total = 32, 128, 777
+    k = rng.standard_normal((total, hkv, d), dtype=np.float32)
+    v = rng.standard_normal((total, hkv, d), dtype=np.float32)
+    q = rng.standard_normal((n, h, d), dtype=np.float32)
+    cache = attnkit.KVCache(1, hkv, d, capacity=total, dtype="f16")
+    cache.append(k, v)
+    out, lse = attnkit.decode_attention(q, cache, window=(window, 0), return_lse=True)
+    k16, v16 = (torch.tensor(x).half().float().numpy() for x in (k, v))
+    ref = torch_decode(q, k16, v16, torch.float64, window=(window, 0))
+    pt = torch_decode(q, k16, v16, torch.float32, window=(window, 0))
+    ta.assert_within_bar(out, ref[0], pt[0], 2, "out")
+    ta.assert_within_bar(lse, ref[1], pt[1], 2, "lse")

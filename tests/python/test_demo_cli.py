@@ -6,9 +6,8 @@ import subprocess
 
 import pytest
 
-import attnkit
+from cli_helpers import CLI
 
-CLI = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
 pytestmark = pytest.mark.skipif(not os.path.isdir("/usr/share/games/fortunes"),
                                 reason="fortunes not installed")
 

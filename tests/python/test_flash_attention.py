@@ -14,19 +14,12 @@ import torch_attention as ta
 CLI = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
 
 
-def make(rng, tq, tk, h, hkv, d):
-    return (rng.standard_normal((tq, h, d), dtype=np.float32),
-            rng.standard_normal((tk, hkv, d), dtype=np.float32),
-            rng.standard_normal((tk, hkv, d), dtype=np.float32),
-            rng.standard_normal((tq, h, d), dtype=np.float32))
-
-
 def check(q, k, v, dout, *, causal=False, window=(-1, -1), sinks=None, cu_q=None, cu_k=None,
           scale=None, softcap=0.0, dropout_p=0.0, seed=0):
     kw = dict(causal=causal, window=window, scale=scale, softcap=softcap, sink_logits=sinks,
               cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, dropout_p=dropout_p, seed=seed)
     out, lse = attnkit.flash_attention(q, k, v, return_lse=True, **kw)
-    dq, dk, dv, ds = attnkit.flash_attention_backward(dout, q, k, v, out, lse, **kw)
+    grads = attnkit.flash_attention_backward(dout, q, k, v, out, lse, **kw)
     keep = None
     if dropout_p > 0:
         h = q.shape[1]
@@ -35,14 +28,9 @@ def check(q, k, v, dout, *, causal=False, window=(-1, -1), sinks=None, cu_q=None
             m = np.stack([attnkit.dropout_keep_mask(seed, dropout_p, b, hh, lq, lk)
                           for hh in range(h)])
             return torch.tensor(m / (1.0 - dropout_p))
-    tkw = dict(window=(window[0], 0) if causal else window, scale=scale, softcap=softcap,
-               sinks=sinks, cu_q=cu_q, cu_k=cu_k, keep=keep)
-    ref = ta.run(q, k, v, dout, torch.float64, **tkw)
-    pt = ta.run(q, k, v, dout, torch.float32, **tkw)
-    ours = {"out": out, "lse": lse, "dq": dq, "dk": dk, "dv": dv}
-    if sinks is not None:
-        ours["dsink"] = ds
-    ta.assert_all_within_bar(ours, ref, pt)
+    ta.assert_matches_torch(q, k, v, dout, out, lse, grads, causal=causal, window=window,
+                            sinks=sinks, scale=scale, softcap=softcap, cu_q=cu_q, cu_k=cu_k,
+                            keep=keep)
     return out, lse
 
 
@@ -50,30 +38,30 @@ def check(q, k, v, dout, *, causal=False, window=(-1, -1), sinks=None, cu_q=None
 @pytest.mark.parametrize("hkv", [8, 4, 2, 1])
 def test_gqa_grid(length, hkv):
     rng = np.random.default_rng(length * 7 + hkv)
-    check(*make(rng, length, length, 8, hkv, 32), causal=(length + hkv) % 2 == 1)
+    check(*ta.random_inputs(rng, length, length, 8, hkv, 32), causal=(length + hkv) % 2 == 1)
 
 
 @pytest.mark.parametrize("lq,lk", [(7, 113), (113, 7), (65, 600), (600, 65)])
 def test_lq_ne_lk(lq, lk):
     rng = np.random.default_rng(lq + 3 * lk)
-    check(*make(rng, lq, lk, 4, 2, 16), causal=True)
+    check(*ta.random_inputs(rng, lq, lk, 4, 2, 16), causal=True)
 
 
 @pytest.mark.parametrize("d", [32, 64, 80, 128, 256, 20])
 def test_head_dims(d):
     rng = np.random.default_rng(d)
-    check(*make(rng, 100, 100, 4, 2, d), causal=True)
+    check(*ta.random_inputs(rng, 100, 100, 4, 2, d), causal=True)
 
 
 @pytest.mark.parametrize("window", [(16, 0), (5, 5), (-1, 3), (200, -1)])
 def test_windows(window):
     rng = np.random.default_rng(abs(hash(window)) % 1000)
-    check(*make(rng, 300, 300, 4, 1, 16), window=window)
+    check(*ta.random_inputs(rng, 300, 300, 4, 1, 16), window=window)
 
 
 def test_sinks_softcap_scale():
     rng = np.random.default_rng(1)
-    q, k, v, dout = make(rng, 150, 150, 6, 2, 16)
+    q, k, v, dout = ta.random_inputs(rng, 150, 150, 6, 2, 16)
     check(q * 2, k, v, dout, causal=True, sinks=rng.standard_normal(6).astype(np.float32),
           softcap=4.0, scale=0.3)
     check(q, k, v, dout, causal=True, sinks=np.zeros(6, np.float32))  # off-by-one softmax
@@ -83,19 +71,19 @@ def test_varlen_with_empty_sequences():
     rng = np.random.default_rng(2)
     cu_q = np.array([0, 0, 40, 45, 45, 130], np.int32)
     cu_k = np.array([0, 3, 43, 43, 43, 150], np.int32)
-    q, k, v, dout = make(rng, 130, 150, 4, 2, 16)
+    q, k, v, dout = ta.random_inputs(rng, 130, 150, 4, 2, 16)
     out, lse = check(q, k, v, dout, causal=True, cu_q=cu_q, cu_k=cu_k)
     assert np.all(out[40:45] == 0) and np.all(np.isneginf(lse[:, 40:45]))
 
 
 def test_dropout_against_torch_with_the_same_mask():
     rng = np.random.default_rng(3)
-    check(*make(rng, 70, 90, 4, 2, 16), causal=True, dropout_p=0.25, seed=11)
+    check(*ta.random_inputs(rng, 70, 90, 4, 2, 16), causal=True, dropout_p=0.25, seed=11)
 
 
 def test_dropout_rate_and_backward_match_reference():
     rng = np.random.default_rng(4)
-    q, k, v, dout = make(rng, 200, 200, 4, 2, 16)
+    q, k, v, dout = ta.random_inputs(rng, 200, 200, 4, 2, 16)
     keep = np.stack([attnkit.dropout_keep_mask(5, 0.3, 0, h, 200, 200) for h in range(4)])
     assert abs(1 - keep.mean() - 0.3) < 0.01
     kw = dict(causal=True, dropout_p=0.3, seed=5)
@@ -150,7 +138,7 @@ def test_long_rows_32k_finite_and_correct_on_sampled_rows():
 ])
 def test_bad_arguments_raise_value_error_naming_the_argument(bad, match):
     rng = np.random.default_rng(7)
-    q, k, v, _ = make(rng, 20, 20, 8, bad.get("kv_heads", 2), 8)
+    q, k, v, _ = ta.random_inputs(rng, 20, 20, 8, bad.get("kv_heads", 2), 8)
     if bad.get("nan"):
         v[4, 1, 3] = np.inf
     cu = bad.get("cu", (None, None))

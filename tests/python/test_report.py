@@ -17,10 +17,9 @@ import sys
 
 import pytest
 
-import attnkit
 from attnkit import report_claims
+from cli_helpers import CLI
 
-CLI = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--disable-default-apps", "--no-first-run",

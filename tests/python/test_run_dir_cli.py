@@ -8,11 +8,8 @@ import subprocess
 
 import pytest
 
-import attnkit
+from cli_helpers import CLI, FASHION, FORTUNES
 
-CLI = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
-FORTUNES = "/usr/share/games/fortunes"
-FASHION = "/usr/share/datasets/fashion-mnist"
 SMALL = ["--batch", "2", "--seq", "16", "--eval-every", "0", "--checkpoint-every", "1", "--quiet", "--threads", "1"]
 pytestmark = pytest.mark.skipif(not os.path.isdir(FORTUNES), reason="fortunes not installed")
 

@@ -11,11 +11,8 @@ import time
 
 import pytest
 
-import attnkit
+from cli_helpers import CLI, FASHION, FORTUNES
 
-CLI = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
-FORTUNES = "/usr/share/games/fortunes"
-FASHION = "/usr/share/datasets/fashion-mnist"
 PHASES = ["model", "rename", "pointer", "publish", "prune"]
 
 
@@ -75,27 +72,31 @@ def assert_no_litter(out, extra=()):
                                                      "manifest.json", *extra])
 
 
+def assert_killed_at_phases_resumes_bitwise(args, tmp_path, plan, columns, extra=()):
+    """Runs args(dir) once to the end as the reference, then killed at each (step, phase) of `plan`
+    (restarting from the second), checking the committed step after each kill; resumes and checks
+    the result equals the reference and leaves nothing else behind."""
+    assert subprocess.run(args(tmp_path / "ref"), capture_output=True).returncode == 0
+    out = tmp_path / "run"
+    for i, (step, phase, committed) in enumerate(plan):
+        killed_at(args(out) + ([] if i == 0 else restart_flag(out)), f"{step}:{phase}")
+        assert committed_step(out) == committed, (step, phase)
+    r = subprocess.run(args(out) + ["--resume"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert_same_run(tmp_path / "ref", out, columns)
+    assert_no_litter(out, extra)
+
+
 GPT_COLUMNS = ("step", "loss", "lr", "grad_norm", "val_loss")
 
 
 @pytest.mark.skipif(not os.path.isdir(FORTUNES), reason="fortunes not installed")
 def test_gpt_killed_at_every_checkpoint_phase_resumes_bitwise(tmp_path):
-    steps = 8
-    assert subprocess.run(gpt_args(tmp_path / "ref", steps), capture_output=True).returncode == 0
-    out = tmp_path / "run"
     # Each (step, phase): the checkpoint that must be committed after the kill.
     plan = [(1, "model", None), (1, "rename", None), (1, "pointer", None), (1, "publish", 1), (2, "prune", 2),
             (3, "model", 2), (4, "rename", 3), (5, "pointer", 4), (6, "publish", 6), (7, "prune", 7),
             (8, "model", 7), (8, "publish", 8)]
-    first = True
-    for step, phase, committed in plan:
-        killed_at(gpt_args(out, steps) + ([] if first else restart_flag(out)), f"{step}:{phase}")
-        first = False
-        assert committed_step(out) == committed, (step, phase)
-    r = subprocess.run(gpt_args(out, steps) + ["--resume"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert_same_run(tmp_path / "ref", out, GPT_COLUMNS)
-    assert_no_litter(out)
+    assert_killed_at_phases_resumes_bitwise(lambda out: gpt_args(out, 8), tmp_path, plan, GPT_COLUMNS)
 
 
 @pytest.mark.skipif(not os.path.isdir(FORTUNES), reason="fortunes not installed")
@@ -126,34 +127,17 @@ def test_gpt_killed_at_timed_points_resumes_bitwise(tmp_path):
 
 @pytest.mark.skipif(not os.path.isdir(FORTUNES), reason="fortunes not installed")
 def test_bert_killed_at_checkpoint_phases_resumes_bitwise(tmp_path):
-    assert subprocess.run(bert_args(tmp_path / "ref"), capture_output=True).returncode == 0
-    out = tmp_path / "run"
     plan = [(1, "model", None), (1, "publish", 1), (2, "pointer", 1), (3, "rename", 2), (3, "prune", 3),
             (4, "model", 3)]
-    first = True
-    for step, phase, committed in plan:
-        killed_at(bert_args(out) + ([] if first else restart_flag(out)), f"{step}:{phase}")
-        first = False
-        assert committed_step(out) == committed, (step, phase)
-    r = subprocess.run(bert_args(out) + ["--resume"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert_same_run(tmp_path / "ref", out, ("step", "loss", "mlm_loss", "lr", "grad_norm", "val_loss"))
-    assert_no_litter(out)
+    assert_killed_at_phases_resumes_bitwise(bert_args, tmp_path, plan,
+                                            ("step", "loss", "mlm_loss", "lr", "grad_norm", "val_loss"))
 
 
 @pytest.mark.skipif(not os.path.isdir(FASHION), reason="Fashion-MNIST not installed")
 def test_cnn_killed_at_every_checkpoint_phase_resumes_bitwise(tmp_path):
-    assert subprocess.run(cnn_args(tmp_path / "ref"), capture_output=True).returncode == 0
-    out = tmp_path / "run"
     # 4 steps per epoch: checkpoints after steps 4, 8 and 12.
     plan = [(4, "model", None), (4, "rename", None), (4, "pointer", None), (4, "publish", 4), (8, "prune", 8),
             (12, "model", 8), (12, "rename", 8), (12, "pointer", 8), (12, "publish", 12)]
-    first = True
-    for step, phase, committed in plan:
-        killed_at(cnn_args(out) + ([] if first else restart_flag(out)), f"{step}:{phase}")
-        first = False
-        assert committed_step(out) == committed, (step, phase)
-    r = subprocess.run(cnn_args(out) + ["--resume"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert_same_run(tmp_path / "ref", out, ("epoch", "step", "train_loss", "test_loss", "test_accuracy"))
-    assert_no_litter(out, ["preprocessor_config.json"])
+    assert_killed_at_phases_resumes_bitwise(cnn_args, tmp_path, plan,
+                                            ("epoch", "step", "train_loss", "test_loss", "test_accuracy"),
+                                            ["preprocessor_config.json"])

@@ -8,9 +8,8 @@ import subprocess
 import pytest
 
 import attnkit
+from cli_helpers import CLI, FORTUNES
 
-CLI = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
-FORTUNES = "/usr/share/games/fortunes"
 pytestmark = pytest.mark.skipif(not os.path.isdir(FORTUNES), reason="fortunes not installed")
 
 
@@ -53,7 +52,21 @@ def test_eval_and_streaming_generation(tmp_path):
     r = subprocess.run([CLI, "eval", "--model", str(out), "--windows", "4"], capture_output=True, text=True)
     assert r.returncode == 0 and "bits per byte" in r.stdout
     g = subprocess.run([CLI, "generate", "--model", str(out), "--prompt", "Q: ", "--max-tokens",
-                        "600", "--sink", "4", "--window", "32", "--no-stop", "--seed", "3"],
+                        "600", "--sink-tokens", "4", "--window", "32", "--no-stop", "--seed", "3"],
                        capture_output=True)
     assert g.returncode == 0
     assert b"600 tokens" in g.stderr and b"36 tokens held" in g.stderr, g.stderr
+
+
+def test_python_presets_are_the_cli_presets(tmp_path):
+    import json
+    from attnkit import train as t
+    assert t.GPT_PRESETS == ("tiny", "small") and t.BERT_PRESETS == ("tiny", "mini", "small")
+    out = tmp_path / "run"
+    assert train(out, "--steps", "1").returncode == 0
+    assert t.gpt_preset("tiny") == json.loads((out / "config.json").read_text())
+    small = t.gpt_preset("small")
+    assert (small["hidden_size"], small["num_hidden_layers"], small["vocab_size"]) == (256, 6, t.VOCAB_SIZE)
+    assert t.bert_preset("mini")["hidden_size"] == 128
+    with pytest.raises(ValueError, match="--preset: unknown preset 'huge'"):
+        t.gpt_preset("huge")

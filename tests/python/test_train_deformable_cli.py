@@ -9,9 +9,8 @@ import subprocess
 import pytest
 
 import attnkit
+from cli_helpers import CLI, FASHION
 
-CLI = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
-FASHION = "/usr/share/datasets/fashion-mnist"
 pytestmark = pytest.mark.skipif(not os.path.isdir(FASHION), reason="dataset-fashion-mnist not installed")
 
 SMALL = ["--widths", "4,8,8,8", "--d-model", "16", "--heads", "4", "--points", "2", "--layers", "1",

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import attnkit
+from cli_helpers import CLI
 
-CLI = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
 DATA = "/usr/share/datasets/fashion-mnist"
 pytestmark = pytest.mark.skipif(not os.path.isdir(DATA), reason="dataset-fashion-mnist not installed")
 

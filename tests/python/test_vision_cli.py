@@ -4,7 +4,6 @@ for bit, classify reads PGM / PNG (resized) / IDX files and agrees with the Pyth
 forward, and bad input is one line with exit code 2."""
 import gzip
 import json
-import os
 import struct
 import subprocess
 
@@ -12,9 +11,7 @@ import numpy as np
 import pytest
 
 import attnkit
-
-CLI = os.path.join(os.path.dirname(attnkit.__file__), "..", "..", "attnkit")
-FASHION = "/usr/share/datasets/fashion-mnist"
+from cli_helpers import CLI, FASHION
 
 
 def write_idx(path, a):

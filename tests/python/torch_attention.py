@@ -64,6 +64,15 @@ def attention(q, k, v, *, window=(-1, -1), scale=None, softcap=0.0, sinks=None,
     return torch.cat(outs, dim=0), torch.cat(lses, dim=1)
 
 
+def random_inputs(rng, tq, tk, h, hkv, d):
+    """float32 N(0, 1) draws from `rng`, in this order: q [Tq, H, D], k and v [Tk, Hkv, D], and
+    dout [Tq, H, D]."""
+    return (rng.standard_normal((tq, h, d), dtype=np.float32),
+            rng.standard_normal((tk, hkv, d), dtype=np.float32),
+            rng.standard_normal((tk, hkv, d), dtype=np.float32),
+            rng.standard_normal((tq, h, d), dtype=np.float32))
+
+
 def run(q, k, v, dout, dtype, **kw):
     """Forward and autograd backward in `dtype` from float32 numpy inputs.
 
@@ -121,6 +130,20 @@ def assert_all_within_bar(ours, ref64, ref32):
             assert_within_bar(val, ref64[name], ref32[name], 3, name, scale=grad_scale)
         else:
             assert_within_bar(val, ref64[name], ref32[name], 2, name)
+
+
+def assert_matches_torch(q, k, v, dout, out, lse, grads, *, causal, window, sinks=None, **kw):
+    """Runs `run` in float64 and float32 with the same options and asserts ours (out, lse and
+    grads = (dq, dk, dv, dsink), dsink checked only with sinks) within `assert_all_within_bar`.
+    `causal` turns `window` (left, right) into (left, 0); `kw` passes on to `attention`."""
+    kw = dict(window=(window[0], 0) if causal else window, sinks=sinks, **kw)
+    ref = run(q, k, v, dout, torch.float64, **kw)
+    pt = run(q, k, v, dout, torch.float32, **kw)
+    dq, dk, dv, ds = grads
+    ours = {"out": out, "lse": lse, "dq": dq, "dk": dk, "dv": dv}
+    if sinks is not None:
+        ours["dsink"] = ds
+    assert_all_within_bar(ours, ref, pt)
 
 
 def rope(x, positions, theta):

@@ -13,6 +13,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/io/safetensors.hpp"
 #include "attnkit/models/gpt.hpp"
+#include "test_dirs.hpp"
 
 namespace attnkit {
 namespace {
@@ -21,14 +22,7 @@ namespace fs = std::filesystem;
 
 class ConvertGqa : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("attnkit_gqa_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return scratch_.path(name); }
 
   // A tiny MHA (or GQA) model with q/k/v biases and untied head, saved to path(name).
   GptModel save_model(const std::string& name, int64_t kv_heads) {
@@ -42,7 +36,7 @@ class ConvertGqa : public ::testing::Test {
     m.save(path(name));
     return m;
   }
-  fs::path dir_;
+  ScratchDir scratch_{"attnkit_gqa"};
 };
 
 // Rows [h·D, (h+1)·D) of a K/V tensor [Hkv·D, cols] (cols = 1 for a bias).

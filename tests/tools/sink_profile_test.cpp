@@ -13,12 +13,12 @@
 namespace attnkit {
 namespace {
 
-GptConfig tiny(GateMode gate, SinkMode sink, int64_t window) {
+GptConfig tiny(GateMode gate, SinkLogits sink, int64_t window) {
   GptConfig c;
   c.vocab_size = 40, c.hidden_size = 24, c.intermediate_size = 40, c.num_hidden_layers = 2;
   c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 6;
   c.max_position_embeddings = 64;
-  c.gate = gate, c.sink = sink, c.window = window;
+  c.gate = gate, c.sink_logits = sink, c.window = window;
   return c;
 }
 
@@ -42,9 +42,9 @@ std::vector<int32_t> text(int64_t n) {
 }
 
 const GptConfig kConfigs[] = {
-    tiny(GateMode::kNone, SinkMode::kNone, -1),
-    tiny(GateMode::kHeadwise, SinkMode::kLearned, -1),
-    tiny(GateMode::kElementwise, SinkMode::kOffByOne, 9),
+    tiny(GateMode::kNone, SinkLogits::kNone, -1),
+    tiny(GateMode::kHeadwise, SinkLogits::kLearned, -1),
+    tiny(GateMode::kElementwise, SinkLogits::kOffByOne, 9),
 };
 
 TEST(SinkProfile, RowsSumToOneMinusSinkAndReproduceTheKernel) {
@@ -61,7 +61,7 @@ TEST(SinkProfile, RowsSumToOneMinusSinkAndReproduceTheKernel) {
       for (int64_t h = 0; h < H; ++h) {
         double sum = 0, worst_p = 0, out_scale = 0, worst_out = 0;
         for (int64_t j = 0; j <= N; ++j) sum += p[size_t(h * (N + 1) + j)];
-        if (cfg.sink == SinkMode::kNone) EXPECT_EQ(sink[size_t(h)], 0.0);
+        if (cfg.sink_logits == SinkLogits::kNone) EXPECT_EQ(sink[size_t(h)], 0.0);
         else EXPECT_GT(sink[size_t(h)], 1e-6);
         EXPECT_NEAR(sum + sink[size_t(h)], 1.0, 1e-12);
         // p_j = exp(scale·q·k_j - lse): lse from the flash kernel (float32, includes the sink).

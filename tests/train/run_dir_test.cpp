@@ -12,16 +12,12 @@
 #include <sstream>
 
 #include "attnkit/core/error.hpp"
+#include "test_dirs.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
 namespace fs = std::filesystem;
-
-std::string fresh_dir(const std::string& name) {
-  const std::string d = ::testing::TempDir() + "/run_dir_" + name + "_" + std::to_string(::getpid());
-  fs::remove_all(d);
-  return d;
-}
 
 void write(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
@@ -49,19 +45,8 @@ void commit(RunDir& run, int64_t step, const std::string& tag, uint64_t seed = 7
   run.commit_checkpoint(step, seed);
 }
 
-// The error message of `f`, or "" if it did not throw attnkit::Error.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(RunDir, CommitWritesAStepDirectoryAManifestAndThePointer) {
-  const std::string d = fresh_dir("commit");
+  const std::string d = fresh_dir("run_dir_commit");
   RunDir run(d, RunStart::kNew, "gpt");
   EXPECT_FALSE(fs::exists(d));  // the constructor only checks
   run.prepare();
@@ -83,7 +68,7 @@ TEST(RunDir, CommitWritesAStepDirectoryAManifestAndThePointer) {
 }
 
 TEST(RunDir, TheNextCommitMovesThePointerAndPrunesTheOldCheckpoint) {
-  const std::string d = fresh_dir("prune");
+  const std::string d = fresh_dir("run_dir_prune");
   RunDir run(d, RunStart::kNew, "bert");
   run.prepare();
   commit(run, 2, "a");
@@ -96,7 +81,7 @@ TEST(RunDir, TheNextCommitMovesThePointerAndPrunesTheOldCheckpoint) {
 }
 
 TEST(RunDir, ANewRunRefusesADirectoryThatHoldsARun) {
-  const std::string d = fresh_dir("refuse_new");
+  const std::string d = fresh_dir("run_dir_refuse_new");
   fs::create_directories(d);
   write(d + "/notes.txt", "not a run file");
   EXPECT_EQ(error_of([&] { RunDir(d, RunStart::kNew, "gpt"); }), "");  // unrelated files are fine
@@ -110,7 +95,7 @@ TEST(RunDir, ANewRunRefusesADirectoryThatHoldsARun) {
 }
 
 TEST(RunDir, OverwriteRemovesTheRunsFilesOnly) {
-  const std::string d = fresh_dir("overwrite");
+  const std::string d = fresh_dir("run_dir_overwrite");
   RunDir first(d, RunStart::kNew, "gpt");
   first.prepare();
   commit(first, 3, "a");
@@ -130,7 +115,7 @@ TEST(RunDir, OverwriteRemovesTheRunsFilesOnly) {
 }
 
 TEST(RunDir, ResumeRefusesWhatIsMissingOrInconsistent) {
-  const std::string d = fresh_dir("refuse_resume");
+  const std::string d = fresh_dir("run_dir_refuse_resume");
   auto refusal = [&] { return error_of([&] { RunDir(d, RunStart::kResume, "gpt"); }); };
   EXPECT_NE(refusal().find("does not exist"), std::string::npos);
   fs::create_directories(d);
@@ -164,7 +149,7 @@ TEST(RunDir, ResumeRefusesWhatIsMissingOrInconsistent) {
 }
 
 TEST(RunDir, ResumeChecksConfigOptimizerStepAndSeed) {
-  const std::string d = fresh_dir("checks");
+  const std::string d = fresh_dir("run_dir_checks");
   {
     RunDir run(d, RunStart::kNew, "image");
     run.prepare();
@@ -182,7 +167,7 @@ TEST(RunDir, ResumeChecksConfigOptimizerStepAndSeed) {
 }
 
 TEST(RunDir, ResumeRemovesAKilledRunsTemporariesAndRestoresTheTopLevelFiles) {
-  const std::string d = fresh_dir("cleanup");
+  const std::string d = fresh_dir("run_dir_cleanup");
   {
     RunDir run(d, RunStart::kNew, "gpt");
     run.prepare();
@@ -210,7 +195,7 @@ TEST(RunDir, ResumeRemovesAKilledRunsTemporariesAndRestoresTheTopLevelFiles) {
 }
 
 TEST(RunDir, TheWriterNeedsAWritableOut) {
-  const std::string d = fresh_dir("writable");
+  const std::string d = fresh_dir("run_dir_writable");
   fs::create_directories(d);
   write(d + "/file", "x");
   const std::string e = error_of([&] { RunDir(d + "/file/sub", RunStart::kNew, "gpt"); });

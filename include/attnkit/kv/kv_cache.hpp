@@ -4,13 +4,17 @@
 // float32 scale per token per head, for K and for V). Policies decide which tokens stay:
 //   dense   every token, up to `capacity` per sequence (appending past it is an error);
 //   window  the last `window` tokens, in a ring;
-//   sink    the first `n_sink` tokens pinned forever plus the last `window` in a ring
+//   sink    the first `sink_tokens` tokens pinned forever plus the last `window` in a ring
 //           (StreamingLLM, Xiao et al. 2023);
 //   paged   fixed-size blocks of `block_size` tokens from a shared pool of `num_blocks`, a block
 //           table per sequence (vLLM's PagedAttention layout); blocks return to the pool when a
 //           sequence is freed; running out is an error for that sequence only.
+// (The fifth policy, recompute, keeps no cache: streaming evaluation re-computes a sliding
+// window per token, tools/stream_eval.hpp; KVCache refuses it.)
+// "Sink tokens" are these pinned cache entries; the learned per-head "sink logits" added to the
+// softmax denominator are another thing (nn/attention_block.hpp).
 // Keys are stored as given (before RoPE when the caller uses rope-on-read in decode): the cache
-// position of a token is its index in the cache's logical order (sinks 0..n_sink-1, then the
+// position of a token is its index in the cache's logical order (sinks 0..sink_tokens-1, then the
 // window oldest first), which is what StreamingLLM rotates keys by.
 // Every mutation validates first and changes nothing when it throws attnkit::Error.
 #include <cstddef>
@@ -25,7 +29,14 @@
 
 namespace attnkit {
 
-enum class KVPolicy : uint8_t { dense, window, sink, paged };
+// Which tokens a KV cache keeps (see above), for the cache, the generator and streaming evaluation.
+enum class KVPolicy : uint8_t { dense, window, sink, paged, recompute };
+
+// The policy called `name` ("dense", "window", "sink", "paged", "recompute"); throws
+// attnkit::Error naming `what` (a flag or argument) otherwise.
+KVPolicy parse_kv_policy(std::string_view name, std::string_view what = "policy");
+// The name parse_kv_policy accepts for p.
+const char* kv_policy_name(KVPolicy p);
 
 struct KVCacheConfig {
   int64_t layers = 1;
@@ -35,7 +46,7 @@ struct KVCacheConfig {
   DType dtype = DType::f16;     // f32, f16, bf16 or i8
   KVPolicy policy = KVPolicy::dense;
   int64_t window = 0;           // window, sink: recent tokens kept
-  int64_t n_sink = 0;           // sink: first tokens pinned
+  int64_t sink_tokens = 0;      // sink: first tokens pinned (StreamingLLM's sink tokens)
   int64_t block_size = 16;      // paged: tokens per block
   int64_t num_blocks = 0;       // paged: pool size; 0 = enough for max_sequences × capacity
   int64_t max_sequences = 1;    // sequences held at once
@@ -57,7 +68,7 @@ class KVCache {
   explicit KVCache(const KVCacheConfig& config);
 
   const KVCacheConfig& config() const { return config_; }
-  // Slots per sequence: capacity (dense), window, n_sink + window (sink), capacity (paged).
+  // Slots per sequence: capacity (dense), window, sink_tokens + window (sink), capacity (paged).
   int64_t slots_per_sequence() const { return slots_; }
   // Bytes of K/V storage and int8 scales allocated (block tables and bookkeeping excluded).
   int64_t nbytes() const { return nbytes_; }

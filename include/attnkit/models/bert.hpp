@@ -29,9 +29,10 @@
 #include <vector>
 
 #include "attnkit/core/tensor.hpp"
+#include "attnkit/models/attention_ids.hpp"
 #include "attnkit/models/bert_config.hpp"
 #include "attnkit/models/parameter_info.hpp"
-#include "attnkit/models/parameter_store.hpp"
+#include "attnkit/models/parameter_model.hpp"
 #include "attnkit/nn/attention_block.hpp"
 
 namespace attnkit {
@@ -62,7 +63,7 @@ struct BertLosses {
 
 class BertActivations;  // defined in bert.cpp: saved activations for one batch shape
 
-class BertModel {
+class BertModel : public ParameterModel {
  public:
   // A model with all parameters zero (call init_random or load weights).
   explicit BertModel(const BertConfig& config);
@@ -71,15 +72,6 @@ class BertModel {
   BertModel& operator=(BertModel&&) noexcept;
 
   const BertConfig& config() const { return config_; }
-  const std::vector<ParameterInfo>& parameter_info() const { return store_.info(); }
-  std::span<float> parameters() { return store_.parameters(); }
-  std::span<const float> parameters() const { return store_.parameters(); }
-  std::span<float> gradients() { return store_.gradients(); }
-  // True if the model has a tensor of that name.
-  bool has(const std::string& name) const { return store_.has(name); }
-  // The named tensor's parameter slice; throws attnkit::Error if unknown.
-  std::span<float> parameter(const std::string& name) { return store_.parameter(name); }
-  const ParameterInfo& info(const std::string& name) const { return store_.info(name); }
 
   // N(0, 0.02) for matrices and embeddings, ones for LayerNorm weights, zeros for biases (HF's
   // _init_weights); deterministic in seed.
@@ -102,8 +94,6 @@ class BertModel {
   BertLosses forward(const BertBatch& batch, const BertTargets& targets = {});
   // Adds (+=) the gradient of the last forward's total loss (times d_loss) into gradients().
   void backward(float d_loss = 1.0f);
-  // Sets gradients() to zero.
-  void zero_grad();
 
   // Outputs of the last forward: final hidden states [T, C]; pooled [CLS] vectors [B, C] (models
   // with a pooler); task logits: NSP [B, 2], sequence classes [B, K], token classes [T, K],
@@ -116,22 +106,24 @@ class BertModel {
 
  private:
   void build_layout();
+  void resolve_ids();  // the handles below, from the names
   void run_encoder(const BertBatch& batch);
   void run_heads(const BertTargets& targets, BertLosses& losses);
   void encoder_backward();
   void heads_backward(float d_loss);
   AttentionBlockOptions block_options(int64_t layer) const;
-  AttentionBlockParams block_params(int64_t layer) const;
-  AttentionBlockGrads block_grads(int64_t layer);
   std::string lname(int64_t layer, const char* rest) const;
-  ConstView2 matrix(const std::string& name) const { return store_.matrix(name); }
-  std::span<const float> vec(const std::string& name) const { return store_.parameter(name); }
-  View2 grad_matrix(const std::string& name) { return store_.grad_matrix(name); }
-  std::span<float> grad_vec(const std::string& name) { return store_.gradient(name); }
   float dropout_p() const;
 
   BertConfig config_;
-  ParameterStore store_{"BertModel"};
+  struct EncoderLayerIds {  // one encoder layer's tensors
+    AttentionIds attn;
+    LayerIds attn_norm, intermediate, output, out_norm;
+  };
+  std::vector<EncoderLayerIds> layers_;
+  TensorId word_, position_, token_type_, mlm_bias_;
+  LayerIds emb_norm_, pooler_, mlm_dense_, mlm_norm_;
+  LayerIds head_;  // cls.seq_relationship, classifier or qa_outputs (absent for BertForMaskedLM)
   bool training_ = false;
   uint64_t seed_ = 0;
   std::unique_ptr<BertActivations> acts_;

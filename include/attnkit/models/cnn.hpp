@@ -49,10 +49,6 @@ std::string cnn_config_to_json(const CnnConfig& config);
 // Checks ranges; throws attnkit::Error naming the key.
 void validate(const CnnConfig& config);
 
-// A CnnModel with zero weights for config.json text (the "cnn" entry of make_image_classifier).
-std::unique_ptr<ImageClassifier> make_cnn_classifier(const std::string& config_json,
-                                                  const std::string& source = "config.json");
-
 class CnnActivations;  // cnn.cpp: saved activations and backward scratch for one batch size
 
 class CnnModel final : public ImageClassifier {
@@ -75,12 +71,16 @@ class CnnModel final : public ImageClassifier {
   void backward(ConstView2 d_logits) override;
 
  private:
+  struct StageIds {  // one residual stage's tensors (stages_[0]: the stem's conv1 and bn1)
+    TensorId conv1, conv2, shortcut_conv;       // shortcut absent without a projection
+    BatchNormIds bn1, bn2, shortcut_bn;
+    LayerIds fc1, fc2, spatial;                 // SE / CBAM (absent without attention)
+  };
   void build_layout();
-  std::span<float> param(const std::string& name) { return store_.parameter(name); }
-  std::span<float> grad(const std::string& name) { return store_.gradient(name); }
-  std::span<float> buffer(const std::string& name) { return store_.buffer(name); }
 
   CnnConfig config_;
+  std::vector<StageIds> stages_;
+  LayerIds fc_;
   bool training_ = false;
   std::unique_ptr<CnnActivations> acts_;
 };

@@ -141,6 +141,8 @@ class ConfigWriter {
   ConfigWriter& set(const char* key, std::span<const int64_t> v);
   ConfigWriter& set(const char* key, std::span<const std::string> v);
   ConfigWriter& set(const char* key, const std::string* v) = delete;  // an array: pass a span
+  // "architectures": [architecture] and "model_type" (Hugging Face's first two keys).
+  ConfigWriter& architecture(const std::string& architecture, const char* model_type);
   // num_labels, and id2label + label2id when `names` is not empty.
   ConfigWriter& labels(int64_t num_labels, const std::vector<std::string>& names);
   // The JSON text, indented by 2, with a final newline.

@@ -67,11 +67,6 @@ void validate(const DeformableConfig& config);
 // Side of every backbone map: [image_size, ⌈image_size/2⌉, ...] (len(widths) entries).
 std::vector<int64_t> deformable_map_sizes(const DeformableConfig& config);
 
-// A DeformableClassifier with zero weights for config.json text (make_image_classifier's
-// "deformable" entry).
-std::unique_ptr<ImageClassifier> make_deformable_classifier(const std::string& config_json,
-                                                  const std::string& source = "config.json");
-
 class DeformableActivations;  // deformable_activations.hpp: saved activations for one batch size
 
 class DeformableClassifier final : public ImageClassifier {
@@ -109,17 +104,23 @@ class DeformableClassifier final : public ImageClassifier {
   void tokens_backward();
   void backbone_backward();
   MsDeformAttnBlockInputs block_inputs(int64_t layer) const;
-  ConstView2 matrix(const std::string& name) const { return store_.matrix(name); }
-  View2 grad_matrix(const std::string& name) { return store_.grad_matrix(name); }
   MsDeformAttnBlockOptions block_options() const;
   MsDeformAttnBlockParams block_params(int64_t layer) const;
   MsDeformAttnBlockGrads block_grads(int64_t layer);
-  const ParameterInfo& param_info(const std::string& name) const { return store_.info(name); }
-  std::span<float> param(const std::string& name) { return store_.parameter(name); }
-  std::span<const float> param(const std::string& name) const { return store_.parameter(name); }
-  std::span<float> grad(const std::string& name) { return store_.gradient(name); }
-  std::span<float> buffer(const std::string& name) { return store_.buffer(name); }
 
+  struct BackboneIds {  // one backbone stage: conv3×3 + batch norm
+    TensorId conv;
+    BatchNormIds bn;
+  };
+  struct EncoderLayerIds {  // one encoder layer: MSDeformAttn, norm1, FFN, norm2
+    LayerIds value_proj, sampling_offsets, attention_weights, output_proj;
+    LayerIds norm1, linear1, linear2, norm2;
+  };
+  std::vector<BackboneIds> backbone_;
+  std::vector<LayerIds> input_proj_;  // one per level
+  std::vector<EncoderLayerIds> layers_;
+  TensorId level_embed_;
+  LayerIds classifier_;
   DeformableConfig config_;
   std::vector<int64_t> spatial_shapes_, level_start_;  // [Lv, 2] (H_l, W_l); [Lv]
   std::vector<float> sine_;                            // [T, C] fixed position embedding

@@ -23,9 +23,10 @@
 #include <vector>
 
 #include "attnkit/core/tensor.hpp"
+#include "attnkit/models/attention_ids.hpp"
 #include "attnkit/models/gpt_config.hpp"
 #include "attnkit/models/parameter_info.hpp"
-#include "attnkit/models/parameter_store.hpp"
+#include "attnkit/models/parameter_model.hpp"
 #include "attnkit/nn/attention_block.hpp"
 
 namespace attnkit {
@@ -41,7 +42,7 @@ std::vector<ParameterInfo> gpt_parameter_layout(const GptConfig& config);
 
 class GptActivations;  // defined in gpt.cpp: saved activations for one batch shape
 
-class GptModel {
+class GptModel : public ParameterModel {
  public:
   // A model with all parameters zero (call init_random or load weights).
   explicit GptModel(const GptConfig& config);
@@ -50,17 +51,11 @@ class GptModel {
   GptModel& operator=(GptModel&&) noexcept;
 
   const GptConfig& config() const { return config_; }
-  const std::vector<ParameterInfo>& parameter_info() const { return store_.info(); }
-  std::span<float> parameters() { return store_.parameters(); }
-  std::span<const float> parameters() const { return store_.parameters(); }
-  std::span<float> gradients() { return store_.gradients(); }
-  // The named tensor's slice of the parameter buffer; throws attnkit::Error if unknown.
-  std::span<float> parameter(const std::string& name) { return store_.parameter(name); }
-  const ParameterInfo& info(const std::string& name) const { return store_.info(name); }
 
   // "model.layers.<layer>.<rest>": the Hugging Face name of a layer's tensor.
   static std::string layer_name(int64_t layer, const char* rest);
-  // The named 2-D tensor / 1-D tensor as a view of the parameter buffer; throws if unknown.
+  // The named 2-D tensor / 1-D tensor as a view of the parameter buffer; throws if unknown
+  // (a look-up by name: forward and backward use the handles resolved at construction).
   ConstView2 matrix(const std::string& name) const { return store_.matrix(name); }
   std::span<const float> vec(const std::string& name) const { return store_.parameter(name); }
   // The attention block's options and its weights in layer `layer` (q/k/v rows fused).
@@ -83,8 +78,6 @@ class GptModel {
   float forward(const GptBatch& batch, std::span<const int32_t> targets);
   // Adds (+=) the gradient of the last forward's loss (times d_loss) into gradients().
   void backward(float d_loss = 1.0f);
-  // Sets gradients() to zero.
-  void zero_grad();
   // Tensor parallelism (Megatron-LM's f and g operators) for a model that is one shard of a
   // whole model (gpt_tensor_parallel_shard): `sum` replaces x [n] in place by its sum over the
   // shards (an MPI all-reduce). forward()/logits() sum the attention and MLP outputs [T, C]
@@ -102,14 +95,16 @@ class GptModel {
   ConstView2 residual(int64_t layer) const;
 
  private:
+  struct LayerIds {  // one decoder layer's tensors, resolved once
+    TensorId input_norm, post_norm, gate_proj, up_proj, down_proj;
+    AttentionIds attn;
+  };
   void build_layout();
   void run_layers(const GptBatch& batch);  // embedding → layers → final norm, into activations
-  AttentionBlockGrads block_grads(int64_t layer);
-  View2 grad_matrix(const std::string& name) { return store_.grad_matrix(name); }
-  std::span<float> grad_vec(const std::string& name) { return store_.gradient(name); }
 
   GptConfig config_;
-  ParameterStore store_{"GptModel"};
+  std::vector<LayerIds> layers_;
+  TensorId embed_, final_norm_, head_;  // head_ is embed_ when tie_word_embeddings
   std::unique_ptr<GptActivations> acts_;  // rebuilt when the token count changes
   std::function<void(std::span<float>)> tp_sum_;  // empty: not a tensor-parallel shard
 };

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "attnkit/nn/attention_block.hpp"  // GateMode, GateSource, SinkMode
+#include "attnkit/nn/attention_block.hpp"  // GateMode, GateSource, SinkLogits
 
 namespace attnkit {
 
@@ -37,7 +37,7 @@ struct GptConfig {
   bool attention_bias = false;
   GateMode gate = GateMode::kNone;
   GateSource gate_source = GateSource::kInput;
-  SinkMode sink = SinkMode::kNone;
+  SinkLogits sink_logits = SinkLogits::kNone;  // attnkit_sink: softmax sink logits
   int64_t window = -1;
   int64_t registers = 0;               // k register tokens (ids V-k..V-1) prepended to every input
 };

@@ -2,7 +2,7 @@
 // Autoregressive generation with a GptModel and a KV cache: each new token runs one decode step
 // per layer (attention against the cache, K stored before RoPE and rotated by cache position),
 // so the cost per token is set by the cache, not by the text generated so far. With the sink
-// policy (StreamingLLM: n_sink first tokens + a window of recent ones) memory and time per token
+// policy (StreamingLLM: sink_tokens first tokens + a window of recent ones) memory and time per token
 // stay constant for any length.
 #include <cstdint>
 #include <functional>
@@ -16,7 +16,7 @@
 namespace attnkit {
 
 struct GenerateOptions {
-  int64_t n_sink = -1;        // > 0 with window > 0: StreamingLLM sink + window cache;
+  int64_t sink_tokens = -1;        // > 0 with window > 0: StreamingLLM sink + window cache;
                               // 0 with window > 0: plain sliding window (first tokens evicted)
   int64_t window = 0;         // recent tokens kept by the sink / window policy
   int64_t capacity = 0;       // dense cache: tokens (0 = the model's max_position_embeddings)

@@ -19,7 +19,7 @@
 
 #include "attnkit/core/tensor.hpp"
 #include "attnkit/models/parameter_info.hpp"
-#include "attnkit/models/parameter_store.hpp"
+#include "attnkit/models/parameter_model.hpp"
 
 namespace attnkit {
 
@@ -28,7 +28,7 @@ struct ImageShape {
   int64_t channels = 1, height = 28, width = 28;
 };
 
-class ImageClassifier {
+class ImageClassifier : public ParameterModel {
  public:
   virtual ~ImageClassifier() = default;
 
@@ -39,16 +39,6 @@ class ImageClassifier {
   virtual int64_t num_classes() const = 0;
   // config.json text that recreates this architecture (make_image_classifier reads it back).
   virtual std::string config_json() const = 0;
-
-  // Trainable tensors: names, shapes and offsets into parameters() / gradients().
-  const std::vector<ParameterInfo>& parameter_info() const { return store_.info(); }
-  std::span<float> parameters() { return store_.parameters(); }
-  std::span<const float> parameters() const { return store_.parameters(); }
-  std::span<float> gradients() { return store_.gradients(); }
-  // Non-trainable saved state (e.g. "...running_mean"); empty for models without any.
-  const std::vector<ParameterInfo>& buffer_info() const { return store_.buffer_info(); }
-  std::span<float> buffers() { return store_.buffers(); }
-  std::span<const float> buffers() const { return store_.buffers(); }
 
   // Fresh weights (the architecture's usual initialisation), deterministic in seed; resets buffers.
   virtual void init_random(uint64_t seed) = 0;
@@ -62,23 +52,14 @@ class ImageClassifier {
   // forward's logits is d_logits [N, K].
   virtual void backward(ConstView2 d_logits) = 0;
 
-  // Sets gradients() to zero.
-  void zero_grad();
-  // Number of trainable floats.
-  int64_t parameter_count() const { return int64_t(parameters().size()); }
   // Writes config.json and model.safetensors (parameters and buffers) to dir, atomically.
   void save(const std::string& dir) const;
-  // Reads parameters and buffers from dir/model.safetensors (shapes must match this
-  // architecture; config.json is not read).
-  void load_weights(const std::string& dir);
 
  protected:
   // `owner` (the class name) prefixes the store's errors.
-  explicit ImageClassifier(const char* owner) : store_(owner) {}
+  explicit ImageClassifier(const char* owner) : ParameterModel(owner) {}
   ImageClassifier(ImageClassifier&&) = default;
   ImageClassifier& operator=(ImageClassifier&&) = default;
-
-  ParameterStore store_;  // the subclass lays out its tensors in its constructor
 };
 
 // A model of the architecture config.json text describes, with zero weights ("model_type"

@@ -22,8 +22,21 @@ struct TensorGroup {
 void save_model_dir(const std::string& dir, const std::string& config_json,
                     std::span<const TensorGroup> groups, const char* who);
 
+// Writes dir/config.json (config_json verbatim) atomically (config.json.tmp, then rename);
+// throws attnkit::Error prefixed with `who`.
+void write_model_config(const std::string& dir, const std::string& config_json, const char* who);
+
 // The text of dir/config.json; throws attnkit::Error prefixed with `who` if unreadable.
 std::string read_model_config(const std::string& dir, const char* who);
+
+// A Model (GptModel, BertModel) built from dir/config.json through parse(text, path), with the
+// weights of dir/model.safetensors (Model::load_weights); `who` prefixes errors.
+template <class Model, class Parse>
+Model load_model_dir(const std::string& dir, Parse parse, const char* who) {
+  Model model(parse(read_model_config(dir, who), dir + "/config.json"));
+  model.load_weights(dir);
+  return model;
+}
 
 // Fills `dst` from dir/model.safetensors: every tensor of `info` must be present with exactly
 // its shape (F32, F16 or BF16; converted to float32). Extra tensors in the file are ignored.

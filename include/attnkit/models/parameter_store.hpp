@@ -1,7 +1,8 @@
 #pragma once
 // A model's named tensors and their storage, shared by every model (GPT, BERT, ViT, CNN,
 // deformable): the layout (Hugging Face names, shapes, offsets, in buffer order), a name → tensor
-// index built once, and three flat float buffers: parameters, their gradients (same layout), and
+// index built once, handles (TensorId) that models resolve from names once and use on hot paths
+// with no look-up, and three flat float buffers: parameters, their gradients (same layout), and
 // non-trainable buffers (batch-norm running statistics) with a layout of their own. An optimizer
 // sees one span; save/load go through model_dir.hpp with the same names.
 #include <cstdint>
@@ -16,6 +17,26 @@
 
 namespace attnkit {
 
+// A tensor's position in a ParameterStore's layout (parameters, or buffers for buffer_id),
+// resolved once from its name; default-constructed = absent (an optional tensor not in the
+// layout), whose views are empty.
+struct TensorId {
+  int32_t index = -1;
+  explicit operator bool() const { return index >= 0; }
+};
+
+// The weight and bias of one layer (Linear, LayerNorm, RMSNorm, batch norm, conv): the bias
+// is absent where the layer has none.
+struct LayerIds {
+  TensorId weight, bias;
+};
+
+// A batch norm's affine weight and bias (parameters) and running statistics (buffers).
+struct BatchNormIds {
+  LayerIds affine;
+  TensorId running_mean, running_var;
+};
+
 class ParameterStore {
  public:
   // `owner` ("GptModel", ...) prefixes error messages.
@@ -29,8 +50,12 @@ class ParameterStore {
   void add_linear(const std::string& prefix, int64_t out, int64_t in);
   // prefix.weight [c] and prefix.bias [c] (a LayerNorm).
   void add_norm(const std::string& prefix, int64_t c);
-  // Sizes the three buffers to the layout, all zeros.
+  // add_norm(prefix, c) and the buffers prefix.running_mean, prefix.running_var [c] (a batch norm).
+  void add_batch_norm(const std::string& prefix, int64_t c);
+  // Sizes the three buffers to the layout: parameters and gradients zero, buffers as reset_buffers().
   void allocate();
+  // Batch-norm running variances (buffers named *running_var) to one, every other buffer to zero.
+  void reset_buffers();
 
   const std::vector<ParameterInfo>& info() const { return info_; }
   const std::vector<ParameterInfo>& buffer_info() const { return buffer_info_; }
@@ -54,6 +79,27 @@ class ParameterStore {
   ConstView2 matrix(std::string_view name) const;
   View2 grad_matrix(std::string_view name);
 
+  // Handles, resolved once (throwing forms name the tensor); find() gives an absent id for a
+  // name not in the layout.
+  TensorId id(std::string_view name) const;
+  TensorId find(std::string_view name) const;
+  TensorId buffer_id(std::string_view name) const;
+  // prefix.weight and prefix.bias (the bias absent where the layout has none).
+  LayerIds layer(const std::string& prefix) const;
+  // The same, each absent where the layout has no such tensor (an optional layer).
+  LayerIds find_layer(const std::string& prefix) const;
+  // A batch norm added by add_batch_norm(prefix, c).
+  BatchNormIds batch_norm(const std::string& prefix) const;
+  // Views by handle, no look-up: the tensor's floats (empty for an absent id) and the tensor as a
+  // matrix [shape[0], numel / shape[0]]. `rows` > 0 extends the view over the tensors that
+  // follow it in the layout, as one [rows, width] matrix / [rows] vector (fused q/k/v).
+  std::span<const float> vec(TensorId t, int64_t rows = 0) const;
+  std::span<float> grad_vec(TensorId t, int64_t rows = 0);
+  ConstView2 matrix(TensorId t, int64_t rows = 0) const;
+  View2 grad_matrix(TensorId t, int64_t rows = 0);
+  std::span<float> parameter(TensorId t);
+  std::span<float> buffer(TensorId t);
+
   // Gradients to zero (parallel blocks).
   void zero_grad();
   // Writes dir/config.json (config_json verbatim) and dir/model.safetensors (parameters and
@@ -67,6 +113,11 @@ class ParameterStore {
   static std::span<float> slice(std::vector<float>& v, const ParameterInfo& p) {
     return {v.data() + p.offset, size_t(p.numel)};
   }
+  // Offset, row count and row width of tensor t (extended to `rows` rows if rows > 0).
+  struct Extent {
+    int64_t offset = 0, rows = 0, width = 0;
+  };
+  Extent extent(TensorId t, int64_t rows) const;
 
   const char* owner_;
   std::vector<ParameterInfo> info_, buffer_info_;

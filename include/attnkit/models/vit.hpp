@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "attnkit/models/attention_ids.hpp"
 #include "attnkit/models/image_classifier.hpp"
 #include "attnkit/models/vit_config.hpp"
 #include "attnkit/nn/attention_block.hpp"
@@ -59,11 +60,6 @@ class VitModel final : public ImageClassifier {
   // vit_config_to_json(config()).
   std::string config_json() const override;
 
-  // The named tensor's (Hugging Face names; see the file comment) parameter slice; throws attnkit::Error if unknown.
-  std::span<float> parameter(const std::string& name) { return store_.parameter(name); }
-  // The named tensor's entry of parameter_info(); throws attnkit::Error if unknown.
-  const ParameterInfo& info(const std::string& name) const { return store_.info(name); }
-
   // config().initializer kTruncNormal: Hugging Face ViT's _init_weights: truncated normal
   // (±2σ, σ = initializer_range) for every matrix, the patch projection, cls token and position
   // embeddings; zero biases. kFanIn: PyTorch's nn.Linear / nn.Conv2d defaults for the matrices,
@@ -90,26 +86,21 @@ class VitModel final : public ImageClassifier {
   void encoder_backward();
   void embed_backward();
   AttentionBlockOptions block_options(int64_t layer) const;
-  AttentionBlockParams block_params(int64_t layer) const;
-  AttentionBlockGrads block_grads(int64_t layer);
   std::string lname(int64_t layer, const char* rest) const;
-  // rank-2 views (the conv weight as [C, Cin·P·P]) and vectors of the parameters and gradients
-  ConstView2 matrix(const std::string& name) const { return store_.matrix(name); }
-  std::span<const float> vec(const std::string& name) const { return store_.parameter(name); }
-  View2 grad_matrix(const std::string& name) { return store_.grad_matrix(name); }
-  std::span<float> grad_vec(const std::string& name) { return store_.gradient(name); }
   float dropout_p() const;
 
   VitConfig config_;
   bool training_ = false;
   uint64_t seed_ = 0;
   std::unique_ptr<VitActivations> acts_;
+  struct EncoderLayerIds {  // one encoder layer's tensors
+    AttentionIds attn;
+    LayerIds norm_before, norm_after, intermediate, output;
+  };
+  std::vector<EncoderLayerIds> layers_;
+  TensorId cls_, position_;
+  LayerIds patch_, final_norm_, classifier_;
 };
-
-// A VitModel (as an ImageClassifier) from config.json text (zero weights); throws
-// attnkit::Error naming the invalid key. make_image_classifier calls it for model_type "vit".
-std::unique_ptr<ImageClassifier> make_vit_classifier(const std::string& config_json,
-                                                  const std::string& source = "config.json");
 
 // Number of trainable parameters of the model a config describes.
 int64_t vit_parameter_count(const VitConfig& config);

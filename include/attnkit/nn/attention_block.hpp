@@ -6,7 +6,7 @@
 //   qkv   = x·W_qkvᵀ + b_qkv                      [T, (H + 2·Hkv)·D]; q, k, v are strided views
 //   q, k  ← rope(q, k; positions)                 Llama rotate_half, in place (theta 0: no RoPE)
 //   attn  = flash_attention(q, k, v)              [T, H, D] (+ lse [H, T]); causal or not, window,
-//                                                 sinks: learned logits [H] or off-by-one (0)
+//                                                 sink logits: learned [H] or off-by-one (0)
 //   gated = sigmoid(g) ⊙ attn                     g head-wise [T, H] or element-wise [T, H·D]
 //   out   = gated·W_oᵀ + b_o                      [T, C]
 //
@@ -40,7 +40,9 @@
 
 namespace attnkit {
 
-enum class SinkMode { kNone, kLearned, kOffByOne };   // off-by-one: sink logits fixed at 0
+// Sink logits: a per-head logit added to every softmax denominator (gpt-oss's learned "sinks";
+// off-by-one: fixed at 0). Not the KV cache's StreamingLLM sink tokens (kv/kv_cache.hpp).
+enum class SinkLogits { kNone, kLearned, kOffByOne };
 enum class GateMode { kNone, kHeadwise, kElementwise };
 enum class GateSource { kInput, kQuery };
 
@@ -53,7 +55,7 @@ struct AttentionBlockOptions {        // what to compute; no pointers
   int window_left = -1;               // sliding window, keys before the diagonal; -1 = unbounded
   int window_right = -1;              // keys after the diagonal (must be -1 or 0 when causal)
   float scale = 0;                    // 0 → 1/sqrt(D)
-  SinkMode sink = SinkMode::kNone;
+  SinkLogits sink_logits = SinkLogits::kNone;
   GateMode gate = GateMode::kNone;
   GateSource gate_source = GateSource::kInput;
   bool gate_bias = true;              // gate projection has a bias b_g [Hg]
@@ -76,7 +78,7 @@ struct AttentionBlockParams {                // views of the caller's weights (H
   std::span<const float> qkv_proj_bias;      // [(H + 2·Hkv)·D] iff qkv_bias
   ConstView2 o_proj_weight;                  // [C, H·D]
   std::span<const float> o_proj_bias;        // [C] iff o_bias
-  std::span<const float> sinks;              // [H] iff sink == kLearned
+  std::span<const float> sinks;              // [H] iff sink_logits == kLearned
   ConstView2 gate_proj_weight;               // input: [Hg, C]; query: [H, D] or [H·D, D]
   std::span<const float> gate_proj_bias;     // [Hg] iff gate and gate_bias
 };

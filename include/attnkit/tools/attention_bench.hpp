@@ -14,6 +14,8 @@ struct AttentionBenchConfig {
   bool naive = true;         // also time the naive baseline (skipped past naive_limit_bytes)
   int threads = 0;           // 0 = all cores
   int repeats = 3;           // timed calls; the best is reported
+  bool cpu_time = false;     // time with the process's CPU clock (robust on a shared machine
+                             // with threads = 1: time spent preempted is not counted)
   int64_t naive_limit_bytes = int64_t(8) << 30;
 };
 

@@ -63,7 +63,7 @@ struct SinkProfile {
 // Probabilities [H, N + 1] (row h, key j; masked keys 0) and sink shares [H] of query `query`
 // of one layer, in float64, from that layer's saved qkv [T, (H + 2·Hkv)·D] (after RoPE) of a
 // single sequence starting at row 0, with the block's mask, scale and sink logits `sinks` ([H];
-// empty with opts.sink == kLearned is an error; ignored otherwise).
+// empty with opts.sink_logits == kLearned is an error; ignored otherwise).
 void attention_row_probabilities(std::span<double> probs, std::span<double> sink_share,
                                  ConstView2 qkv, int64_t query, const AttentionBlockOptions& opts,
                                  std::span<const float> sinks);

@@ -4,32 +4,27 @@
 //   dense      every token kept (the cache grows with the text; past the training context the
 //              model sees positions it was never trained on, and that is what this shows);
 //   window     the last W tokens only (the first tokens are evicted);
-//   sink       the first n_sink tokens pinned plus the last W (StreamingLLM);
+//   sink       the first sink_tokens tokens pinned plus the last W (StreamingLLM);
 //   recompute  sliding window with re-computation: for every token, a fresh forward over the
 //              last W tokens at positions 0..W-1 (no cache; cost W per token).
 // dense / window / sink run through GptGenerator (decode with RoPE at cache positions).
 // A model with k registers (attnkit_registers) reads them first, unscored (stream positions
-// 0..k-1; the sink policy with n_sink = k keeps exactly them); recompute puts them before every
+// 0..k-1; the sink policy with sink_tokens = k keeps exactly them); recompute puts them before every
 // window (W counts them).
 #include <cstdint>
 #include <span>
 #include <string_view>
 #include <vector>
 
+#include "attnkit/kv/kv_cache.hpp"
 #include "attnkit/models/gpt.hpp"
 
 namespace attnkit {
 
-enum class StreamPolicy { dense, window, sink, recompute };
-
-// Policy from its name ("dense", "window", "sink", "recompute"); throws attnkit::Error otherwise.
-StreamPolicy parse_stream_policy(std::string_view name);
-const char* stream_policy_name(StreamPolicy p);
-
 struct StreamEvalOptions {
-  StreamPolicy policy = StreamPolicy::sink;
+  KVPolicy policy = KVPolicy::sink;  // dense, window, sink or recompute (not paged)
   int64_t window = 0;      // W: recent tokens kept (window, sink, recompute); 0 → the model context
-  int64_t n_sink = 4;      // sink: first tokens pinned
+  int64_t sink_tokens = 4; // sink: first tokens pinned
   int64_t tokens = 1024;   // T: tokens read; T - 1 predictions are scored
 };
 

@@ -30,6 +30,19 @@ struct NamedParameter {
   std::span<const float> grad;  // [n]
 };
 
+// A model's tensors as AdamW parameters (name, value and gradient slices of its flat buffers), for
+// any model with parameter_info() (name, offset, numel), parameters() and gradients(). Tied
+// tensors appear once, as in the layout.
+template <class Model>
+std::vector<NamedParameter> named_parameters(Model& model) {
+  std::vector<NamedParameter> out;
+  const std::span<float> p = model.parameters();
+  const std::span<const float> g = model.gradients();
+  for (const auto& t : model.parameter_info())
+    out.push_back({t.name, p.subspan(size_t(t.offset), size_t(t.numel)), g.subspan(size_t(t.offset), size_t(t.numel))});
+  return out;
+}
+
 // True for parameters to exclude from weight decay; given the parameter's name.
 using NoDecayPredicate = std::function<bool(std::string_view name)>;
 

@@ -1,12 +1,11 @@
 #pragma once
 // BERT training: masked-LM (optionally + NSP) pretraining on documents, or fine-tuning on a task's
 // prepared examples (sequence classes, token classes, spans; bert_tasks.hpp), with the batches laid out by padding, length buckets or packing (bert_batching.hpp),
-// AdamW, warmup + cosine schedule, global-norm clipping, periodic evaluation, a CSV log and
-// checkpoints committed as a whole into the run directory (run_dir.hpp). Example i of a run is a pure function of
+// AdamW and warmup + cosine schedule, run by the shared TrainingLoop (training_loop.hpp: clipping,
+// checks, log, progress, evaluation and checkpoint cadence, resume). Example i of a run is a pure function of
 // (seed, i) and step s uses examples [s·B, (s+1)·B) (bucketing regroups them within pools of
 // `bucket_pool` steps), so --resume reproduces the uninterrupted losses bit for bit.
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +16,7 @@
 #include "attnkit/train/bert_tasks.hpp"
 #include "attnkit/train/run_dir.hpp"
 #include "attnkit/train/schedule.hpp"
+#include "attnkit/train/training_loop.hpp"
 
 namespace attnkit {
 
@@ -60,7 +60,7 @@ struct BertEvalResult {
   double loss_fraction = 0;  // MLM: masked positions / real tokens
 };
 
-class BertTrainer {
+class BertTrainer : private TrainingTask {
  public:
   // Pretraining (objective mlm or mlm+nsp) on documents.
   BertTrainer(BertModel& model, BertDocuments docs, const BertTrainOptions& options);
@@ -70,38 +70,52 @@ class BertTrainer {
   // Continues from out_dir's committed checkpoint (weights, optimizer state, step); returns the
   // step to start at. Throws attnkit::Error, changing nothing on disk, if out_dir holds no
   // complete checkpoint of this model's config and seed (RunDir's refusal rules).
-  int64_t resume();
+  int64_t resume() { return loop_.resume(); }
   // Trains from the current step to options.steps; returns the last step's result. A NaN loss
   // or gradient throws attnkit::Error and leaves the last good checkpoint in place.
-  BertStepResult run();
+  BertStepResult run() { return result(loop_.run()); }
   // One optimizer step on the examples of step `step`.
-  BertStepResult step(int64_t step);
+  BertStepResult step(int64_t step) { return result(loop_.step(step)); }
   // The examples of step `step`, in batch order (after bucketing).
   std::vector<BertExample> step_examples(int64_t step) const;
   // Validation loss (and accuracy) over up to max_examples deterministic examples, in eval mode.
   BertEvalResult evaluate(int64_t max_examples);
   // Commits a checkpoint of `completed_steps` steps (weights, config, optimizer state) to the
   // run directory as a whole (RunDir::commit_checkpoint).
-  void save_checkpoint(int64_t completed_steps);
+  void save_checkpoint(int64_t completed_steps) { loop_.save_checkpoint(completed_steps); }
 
  private:
   BertExample example(uint64_t index, bool validation) const;
   void check_setup() const;
   bool fine_tuning() const;
+  TrainingLoopOptions loop_options() const;
+  BertStepResult result(const StepRecord& r) const;
+
+  const char* trainer() const override { return "bert"; }
+  std::string config_json() const override { return bert_config_to_json(model_.config()); }
+  float forward_backward(int64_t step) override;
+  std::span<float> gradients() override { return model_.gradients(); }
+  std::span<const float> parameters() override { return model_.parameters(); }
+  double learning_rate(int64_t step) const override { return warmup_cosine_lr(options_.schedule, step); }
+  void after_step(const StepRecord& r) override;
+  void evaluate() override { val_ = evaluate(options_.eval_examples); }
+  std::string log_header() const override;
+  void log_row(std::ostream& log, const StepRecord& r, bool evaluated) override;
+  std::string progress_text(const StepRecord& r, int64_t steps, const std::string& eta,
+                            bool evaluated) const override;
+  void save_model(const std::string& dir) override { model_.save(dir); }
+  void load_weights(const std::string& dir) override;
 
   BertModel& model_;
   BertDocuments docs_;
   BertTaskData task_;
   BertTrainOptions options_;
   AdamW optimizer_;
-  std::optional<RunDir> run_;  // opened by resume() or the first run()
-  int64_t next_step_ = 0;
-
-  RunDir& run_dir();
+  TrainingLoop loop_;
+  BertStepResult last_;          // the last step's losses and token counts
+  double real_done_ = 0, seconds_done_ = 0;
+  BertEvalResult val_;
 };
-
-// The model's tensors as AdamW parameters.
-std::vector<NamedParameter> bert_named_parameters(BertModel& model);
 
 // Accuracy of always predicting the most frequent training class (sequence labels, or token
 // labels over labelled tokens), on the validation examples.

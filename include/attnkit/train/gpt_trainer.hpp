@@ -1,13 +1,11 @@
 #pragma once
 // Causal-LM training of a GptModel on a TextCorpus: random windows keyed by (seed, step) (after
-// the model's register tokens, if it has any: seq_len counts them), AdamW,
-// warmup + cosine schedule, global-norm clipping, periodic evaluation, a CSV log, and checkpoints
-// committed as a whole into the run directory (run_dir.hpp: weights, optimizer moments, step,
-// seed) from which a resumed run reproduces the uninterrupted run bit for bit (the data position
-// is the step: no hidden sampler state).
+// the model's register tokens, if it has any: seq_len counts them), AdamW and warmup + cosine
+// schedule, run by the shared TrainingLoop (training_loop.hpp: clipping, checks, log, progress,
+// evaluation and checkpoint cadence, resume). A resumed run reproduces the uninterrupted run bit
+// for bit (the data position is the step: no hidden sampler state).
 #include <cstdint>
 #include <functional>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,6 +15,7 @@
 #include "attnkit/train/adamw.hpp"
 #include "attnkit/train/run_dir.hpp"
 #include "attnkit/train/schedule.hpp"
+#include "attnkit/train/training_loop.hpp"
 
 namespace attnkit {
 
@@ -60,38 +59,53 @@ struct TrainStepResult {
   double lr, grad_norm, tokens_per_second;
 };
 
-class GptTrainer {
+class GptTrainer : private TrainingTask {
  public:
   GptTrainer(GptModel& model, const TextCorpus& corpus, const TrainOptions& options);
   // Continues from out_dir's committed checkpoint (weights, optimizer state, step); returns the
   // step to start at. Throws attnkit::Error, changing nothing on disk, if out_dir holds no
   // complete checkpoint of this model's config and seed (RunDir's refusal rules).
-  int64_t resume();
+  int64_t resume() { return loop_.resume(); }
   // Trains from the current step to options.steps; returns the last step's result. A NaN or
   // infinite loss throws attnkit::Error and leaves the last good checkpoint in place.
-  TrainStepResult run();
+  TrainStepResult run() { return result(loop_.run()); }
   // One optimizer step on the windows of step `step`.
-  TrainStepResult step(int64_t step);
+  TrainStepResult step(int64_t step) { return result(loop_.step(step)); }
   // Mean loss over `windows` consecutive validation windows (deterministic).
   double evaluate(int64_t windows);
   // Commits a checkpoint of `completed_steps` steps (weights, config, optimizer state) to the
   // run directory as a whole (RunDir::commit_checkpoint).
-  void save_checkpoint(int64_t completed_steps);
+  void save_checkpoint(int64_t completed_steps) { loop_.save_checkpoint(completed_steps); }
 
  private:
+  const char* trainer() const override { return "gpt"; }
+  std::string config_json() const override;
+  float forward_backward(int64_t step) override;
+  std::span<float> gradients() override { return model_.gradients(); }
+  std::span<const float> parameters() override { return model_.parameters(); }
+  double clip_gradients(double clip) override;
+  double learning_rate(int64_t step) const override { return warmup_cosine_lr(options_.schedule, step); }
+  void after_step(const StepRecord& r) override;
+  void evaluate() override { val_loss_ = evaluate(options_.eval_windows); }
+  std::string log_header() const override { return "step,loss,lr,grad_norm,tokens_per_s,val_loss\n"; }
+  void log_row(std::ostream& log, const StepRecord& r, bool evaluated) override;
+  std::string progress_text(const StepRecord& r, int64_t steps, const std::string& eta,
+                            bool evaluated) const override;
+  void save_model(const std::string& dir) override { model_.save(dir); }
+  void load_weights(const std::string& dir) override;
+  void save_checkpoint_files(AdamW& optimizer, const std::string& dir, int64_t step) override;
+  void load_checkpoint(AdamW& optimizer, const std::string& dir) override;
+  TrainStepResult result(const StepRecord& r) const;
+
   GptModel& model_;
   const TextCorpus& corpus_;
   TrainOptions options_;
   AdamW optimizer_;
-  std::optional<RunDir> run_;  // opened by resume() or the first run()
-  int64_t next_step_ = 0;
-
-  bool writer() const { return options_.dp_rank == 0 && options_.tp_rank == 0; }
-  RunDir& run_dir();
+  TrainingLoop loop_;
+  int64_t step_tokens_ = 0;          // tokens this process computed in the last step
+  double tokens_done_ = 0, seconds_done_ = 0;  // all processes' tokens and the steps' time
+  double val_loss_ = 0;
 };
-
-// The model's tensors as AdamW parameters (names, value and gradient slices of the flat buffers).
-std::vector<NamedParameter> gpt_named_parameters(GptModel& model);
 
 // Mean next-token loss of `model` over up to `max_windows` consecutive windows of `tokens`
 // (each seq_len + 1 long); also returns bits per byte = loss / ln 2 for the byte tokenizer.

@@ -1,9 +1,9 @@
 #pragma once
 // Image classification training for any ImageClassifier (CNN, ViT, deformable encoder):
 // epochs over a shuffled training set, seeded crop/flip augmentation, softmax cross-entropy,
-// AdamW with warmup + cosine decay (per step), optional global-norm clipping, a test-set
-// evaluation after every epoch, a CSV log and checkpoints committed as a whole into the run
-// directory after every epoch (run_dir.hpp: weights, optimizer moments, step, seed).
+// AdamW with warmup + cosine decay (per step), run by the shared TrainingLoop (training_loop.hpp:
+// clipping, checks, resume): a test-set evaluation, a log.csv row and a checkpoint after every
+// epoch (run_dir.hpp: weights, optimizer moments, step, seed).
 // Step s of a run reads images [b·B, (b+1)·B) of epoch e = s / steps_per_epoch's permutation
 // (b = s mod steps_per_epoch), a pure function of (seed, e); augmentation is keyed by (seed, e,
 // image), so --resume continues the exact uninterrupted run. A wall-clock budget stops training
@@ -19,6 +19,7 @@
 #include "attnkit/train/image_batch.hpp"
 #include "attnkit/train/run_dir.hpp"
 #include "attnkit/train/schedule.hpp"
+#include "attnkit/train/training_loop.hpp"
 
 namespace attnkit {
 
@@ -77,7 +78,7 @@ ImageEvalResult evaluate_images(ImageClassifier& model, const ImageDataset& ds,
                                 const ImageNormalization& norm, int64_t limit = 0,
                                 int64_t batch = 500);
 
-class ImageTrainer {
+class ImageTrainer : private TrainingTask {
  public:
   // Validates the options and that the data sets match the model's input shape and classes.
   ImageTrainer(ImageClassifier& model, const ImageDataset& train, const ImageDataset& test,
@@ -85,25 +86,40 @@ class ImageTrainer {
   // Continues from out_dir's committed checkpoint (weights, moments, step); returns the step to
   // start at. Throws attnkit::Error, changing nothing on disk, if out_dir holds no complete
   // checkpoint of this model's config and seed (RunDir's refusal rules).
-  int64_t resume();
+  int64_t resume() { return loop_->resume(); }
   // Trains from the current step to the end (epochs) or the time budget; evaluates after every
   // epoch; writes log.csv and checkpoints. A NaN loss throws attnkit::Error, leaving the last
   // good checkpoint in place.
   std::vector<ImageEpochResult> run();
-  // One optimizer step (step index s); returns the batch's mean loss and fills `correct`.
+  // One optimizer step (step index s); returns the batch's mean loss and adds its correct
+  // predictions to `correct`.
   double step(int64_t s, int64_t* correct = nullptr);
   // The learning rate of step s: warmup + cosine over the steps, or over the time budget with
   // anneal_by_time (using the training seconds run() has counted so far).
-  double learning_rate(int64_t s) const;
+  double learning_rate(int64_t s) const override;
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   int64_t total_steps() const { return steps_per_epoch_ * options_.epochs; }
   const ImageNormalization& normalization() const { return norm_; }
   // Commits a checkpoint of the steps done so far (model, preprocessor_config.json, optimizer
   // state) to the run directory as a whole (RunDir::commit_checkpoint).
-  void save_checkpoint();
+  void save_checkpoint() { loop_->save_checkpoint(loop_->next_step()); }
 
  private:
   std::vector<int64_t> epoch_order(int64_t epoch) const;
+
+  const char* trainer() const override { return "image"; }
+  std::string config_json() const override { return model_.config_json(); }
+  float forward_backward(int64_t step) override;
+  std::span<float> gradients() override { return model_.gradients(); }
+  std::span<const float> parameters() override { return model_.parameters(); }
+  void after_step(const StepRecord& r) override;
+  void evaluate() override { test_result_ = evaluate_images(model_, test_, norm_, options_.eval_limit); }
+  std::string log_header() const override;
+  void log_row(std::ostream& log, const StepRecord& r, bool evaluated) override;
+  std::string progress_text(const StepRecord& r, int64_t steps, const std::string& eta,
+                            bool evaluated) const override;
+  void save_model(const std::string& dir) override;
+  void load_weights(const std::string& dir) override { model_.load_weights(dir); }
 
   ImageClassifier& model_;
   const ImageDataset& train_;
@@ -111,18 +127,19 @@ class ImageTrainer {
   ImageTrainOptions options_;
   ImageNormalization norm_;
   AdamW optimizer_;
-  int64_t train_count_ = 0, steps_per_epoch_ = 0, next_step_ = 0;
+  int64_t train_count_ = 0, steps_per_epoch_ = 0;
   WarmupCosineSchedule schedule_;
   double trained_seconds_ = 0;      // training-step time in this process (run() counts it)
   double warmup_end_seconds_ = 0;   // trained_seconds_ when the warmup ended (0 if before start)
   std::vector<int64_t> order_;      // permutation of the current epoch
   int64_t order_epoch_ = -1;
-  std::optional<RunDir> run_;       // opened by resume() or the first run()
-
-  RunDir& run_dir();
+  double step_loss_ = 0;            // the last step's mean loss and correct predictions
+  int64_t step_correct_ = 0;
+  double loss_sum_ = 0, epoch_seconds_ = 0;  // this epoch's steps (in this process)
+  int64_t correct_ = 0, seen_ = 0;
+  ImageEvalResult test_result_;
+  std::vector<ImageEpochResult> results_;  // of the current run()
+  std::optional<TrainingLoop> loop_;
 };
-
-// The model's tensors as AdamW parameters (weight decay on matrices and conv kernels only).
-std::vector<NamedParameter> image_named_parameters(ImageClassifier& model);
 
 }  // namespace attnkit

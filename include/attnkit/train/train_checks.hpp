@@ -4,6 +4,8 @@
 // type, and gives the value it got.
 #include <cstdint>
 
+#include "attnkit/train/schedule.hpp"
+
 namespace attnkit {
 
 struct OptimFlagValues {
@@ -22,6 +24,18 @@ void check_optim_flags(const OptimFlagValues& flags);
 // max(steps, warmup) steps, so runs of different lengths share their learning rates).
 int64_t checked_warmup(int64_t warmup, bool given, int64_t steps, const char* warmup_flag,
                        const char* steps_flag);
+
+// The learning-rate flags of a GPT or BERT run as given on the command line.
+struct ScheduleFlags {
+  double lr = 1e-3, min_lr = 1e-4;  // --lr (peak), --min-lr (end of the cosine decay)
+  int64_t warmup = 0;               // --warmup: linear warmup steps
+  bool warmup_given = false;        // --warmup set explicitly (then it must lie in [0, steps])
+  int threads = 0;                  // --threads (checked only)
+};
+
+// Checks `flags` with --weight-decay and --clip (check_optim_flags, checked_warmup) and returns
+// the schedule of a run of `steps` steps: warmup, then cosine decay over max(steps, warmup).
+WarmupCosineSchedule checked_schedule(const ScheduleFlags& flags, int64_t steps, double weight_decay, double clip);
 
 // Throws attnkit::Error unless value >= 0 (flag names the option: --eval-every, --checkpoint-every).
 void check_non_negative(int64_t value, const char* flag);
