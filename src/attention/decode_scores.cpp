@@ -5,32 +5,16 @@
 // accumulators into its scores. PyTorch: s = q @ k.T.
 #include <algorithm>
 
+#include "decode_highway.hpp"
 #include "decode_kernels.hpp"
-#include "hwy/highway.h"
-#include "kv/kv_loaders.hpp"
 #if HWY_TARGET <= HWY_AVX2
 #include "decode_reduce_x86.hpp"
 #endif
 
 namespace attnkit::decode {
-namespace hn = hwy::HWY_NAMESPACE;
 namespace {
 
-using kv_loaders::DF;
-using kv_loaders::LoadBF16;
-using kv_loaders::LoadF16;
-using kv_loaders::LoadF32;
-using kv_loaders::LoadI8;
-using kv_loaders::VF;
-
-// Tokens per score block: AVX-512 has 32 vector registers (4 rows × 4 tokens of accumulators),
-// AVX2 16 (4 × 2).
-#if HWY_TARGET <= HWY_AVX3
-constexpr int kTok = 4;
-#else
-constexpr int kTok = 2;
-#endif
-#define HWY_UNROLL_ALL _Pragma("GCC unroll 16")
+constexpr int kTok = kBlockCols;  // tokens per score block
 
 // Horizontal sums of four vectors: {Σa0, Σa1, Σa2, Σa3} in one 4-lane vector. Halves wide
 // vectors down to 128 bits, then finishes with two interleave-add rounds.
@@ -181,12 +165,7 @@ void block_scores(const float* q, int64_t rows, const Rows& k, int64_t bt, int64
 }  // namespace
 
 ScoreKernel score_kernel(DType stored) {
-  switch (stored) {
-    case DType::f16: return &block_scores<LoadF16>;
-    case DType::bf16: return &block_scores<LoadBF16>;
-    case DType::i8: return &block_scores<LoadI8>;
-    default: return &block_scores<LoadF32>;
-  }
+  return for_stored(stored, [](auto loader) -> ScoreKernel { return &block_scores<decltype(loader)>; });
 }
 
 }  // namespace attnkit::decode

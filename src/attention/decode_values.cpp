@@ -4,29 +4,13 @@
 // block. PyTorch: o += p @ v.
 #include <type_traits>
 
+#include "decode_highway.hpp"
 #include "decode_kernels.hpp"
-#include "hwy/highway.h"
-#include "kv/kv_loaders.hpp"
 
 namespace attnkit::decode {
-namespace hn = hwy::HWY_NAMESPACE;
 namespace {
 
-using kv_loaders::DF;
-using kv_loaders::LoadBF16;
-using kv_loaders::LoadF16;
-using kv_loaders::LoadF32;
-using kv_loaders::LoadI8;
-using kv_loaders::VF;
-
-// Vectors per P·V block: AVX-512 has 32 vector registers (4 rows × 4 vectors of accumulators),
-// AVX2 16 (4 × 2).
-#if HWY_TARGET <= HWY_AVX3
-constexpr int kVecs = 4;
-#else
-constexpr int kVecs = 2;
-#endif
-#define HWY_UNROLL_ALL _Pragma("GCC unroll 16")
+constexpr int kVecs = kBlockCols;  // vectors per P·V block
 
 // o[r, :] += Σ_t p[r·lp + t]·v_t for r < rows, t < bt (v stored rows, o [rows, d] float32).
 // Blocks of 4 rows × kVecs vectors of accumulators, or 1 row × 4 vectors; each converted v
@@ -97,12 +81,8 @@ void block_accumulate(const float* p, int64_t lp, int64_t rows, const Rows& v, i
 }  // namespace
 
 ValueKernel value_kernel(DType stored) {
-  switch (stored) {
-    case DType::f16: return &block_accumulate<LoadF16>;
-    case DType::bf16: return &block_accumulate<LoadBF16>;
-    case DType::i8: return &block_accumulate<LoadI8>;
-    default: return &block_accumulate<LoadF32>;
-  }
+  return for_stored(stored,
+                    [](auto loader) -> ValueKernel { return &block_accumulate<decltype(loader)>; });
 }
 
 }  // namespace attnkit::decode
