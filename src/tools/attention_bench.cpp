@@ -10,7 +10,6 @@
 #include <cmath>
 #include <fstream>
 #include <random>
-#include <type_traits>
 #include <vector>
 
 #include "attnkit/attention/attention_naive.hpp"
@@ -44,30 +43,23 @@ std::vector<float> random_floats(int64_t n, uint32_t seed) {
   return x;
 }
 
-// Seconds on the process's CPU clock (all threads).
-double cpu_seconds() {
+// The run's clock in seconds: the process's CPU time (all threads) with --cpu-time, else wall time.
+double clock_seconds(bool cpu_time) {
+  if (!cpu_time) return now_seconds();
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-// The clock of this run: wall time, or the process's CPU time with --cpu-time.
-thread_local bool t_cpu_clock = false;
-double clock_seconds() { return t_cpu_clock ? cpu_seconds() : now_seconds(); }
-
-// Best of `repeats` timings in ms: f's own measurement when it returns one (so that it can run
-// untimed work between calls), else the call's time on clock_seconds().
-template <class F>
-double best_ms(int repeats, F&& f) {
+// Best of `repeats` timings of f in ms on the run's clock; `between` runs untimed after each call.
+template <class F, class G>
+double best_ms(int repeats, bool cpu_time, F&& f, G&& between) {
   double best = 1e300;
   for (int r = 0; r < repeats; ++r) {
-    const double t0 = clock_seconds();
-    if constexpr (std::is_same_v<decltype(f()), double>) {
-      best = std::min(best, f());
-    } else {
-      f();
-      best = std::min(best, (clock_seconds() - t0) * 1e3);
-    }
+    const double t0 = clock_seconds(cpu_time);
+    f();
+    best = std::min(best, (clock_seconds(cpu_time) - t0) * 1e3);
+    between();
   }
   return best;
 }
@@ -80,7 +72,6 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& c) {
   check(c.heads % c.kv_heads == 0, "--kv-heads: ", c.kv_heads, " must divide --heads ", c.heads);
   check(c.repeats >= 1, "--repeats: must be >= 1");
   ThreadCountScope threads(c.threads);
-  t_cpu_clock = c.cpu_time;
   AttentionBenchResult r;
   const int64_t t = c.batch * c.seq, h = c.heads, hkv = c.kv_heads, d = c.head_dim;
   const int64_t rss_before = std::max(current_rss_bytes(), peak_rss_bytes());
@@ -111,19 +102,14 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& c) {
   double sgemm_best_ms = 1e300;
   auto sgemm_round = [&] {
     BlasThreadsScope blas(num_threads());
-    sgemm_best_ms = std::min(sgemm_best_ms, best_ms(1, [&] {
-      sgemm(false, false, n, n, n, 1.0f, ga.data(), n, gb.data(), n, 0.0f, gc.data(), n);
-    }));
+    sgemm_best_ms = std::min(sgemm_best_ms, best_ms(
+        1, c.cpu_time,
+        [&] { sgemm(false, false, n, n, n, 1.0f, ga.data(), n, gb.data(), n, 0.0f, gc.data(), n); },
+        [] {}));
   };
   sgemm_round();  // warm-up
   sgemm_best_ms = 1e300;
-  r.fwd_ms = best_ms(c.repeats, [&] {
-    const double t0 = clock_seconds();
-    flash_attention(opts, args);
-    const double ms = (clock_seconds() - t0) * 1e3;
-    sgemm_round();
-    return ms;
-  });
+  r.fwd_ms = best_ms(c.repeats, c.cpu_time, [&] { flash_attention(opts, args); }, sgemm_round);
   double pairs = 0;
   for (int64_t i = 0; i < c.seq; ++i) {
     const KeyRange kr = visible_keys(opts, i, c.seq, c.seq);
@@ -141,13 +127,8 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& c) {
                      .d_k = View3::contiguous(dk.data(), {t, hkv, d}),
                      .d_v = View3::contiguous(dv.data(), {t, hkv, d})};
     flash_attention_backward(opts, args, g);
-    r.bwd_ms = best_ms(c.repeats, [&] {
-      const double t0 = clock_seconds();
-      flash_attention_backward(opts, args, g);
-      const double ms = (clock_seconds() - t0) * 1e3;
-      sgemm_round();
-      return ms;
-    });
+    r.bwd_ms = best_ms(c.repeats, c.cpu_time, [&] { flash_attention_backward(opts, args, g); },
+                       sgemm_round);
     r.bwd_gflops = r.bwd_flops / (r.bwd_ms * 1e6);
   }
   r.naive_scratch_bytes = attention_naive_bytes(args);
@@ -161,7 +142,7 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& c) {
     naive_args.out = View3::contiguous(out2.data(), {t, h, d});
     naive_args.lse = {};
     attention_naive(opts, naive_args);
-    r.naive_ms = best_ms(c.repeats, [&] { attention_naive(opts, naive_args); });
+    r.naive_ms = best_ms(c.repeats, c.cpu_time, [&] { attention_naive(opts, naive_args); }, [] {});
   }
   r.threads = num_threads();
   r.sgemm_gflops = 2.0 * double(n) * double(n) * double(n) / (sgemm_best_ms * 1e6);
