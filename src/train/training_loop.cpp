@@ -68,19 +68,24 @@ RunDir& TrainingLoop::run_dir() {
 
 StepRecord TrainingLoop::step(int64_t s) {
   const double t0 = now_seconds();
-  const std::string kept = "; the last good checkpoint in " + options_.out_dir + " is kept";
   StepRecord r;
   r.step = s;
   r.loss = task_.forward_backward(s);
-  check(std::isfinite(r.loss), "training diverged at step ", s, ": loss = ", r.loss, kept);
+  // The divergence messages end with kKept, options_.out_dir, kKeptEnd (assembled only on failure).
+  constexpr const char* kKept = "; the last good checkpoint in ";
+  constexpr const char* kKeptEnd = " is kept";
+  check(std::isfinite(r.loss), "training diverged at step ", s, ": loss = ", r.loss, kKept, options_.out_dir,
+        kKeptEnd);
   r.grad_norm = task_.clip_gradients(options_.clip);
-  check(std::isfinite(r.grad_norm), "training diverged at step ", s, ": gradient norm = ", r.grad_norm, kept);
+  check(std::isfinite(r.grad_norm), "training diverged at step ", s, ": gradient norm = ", r.grad_norm, kKept,
+        options_.out_dir, kKeptEnd);
   r.lr = task_.learning_rate(s);
   optimizer_.step(r.lr);
   // An update can overflow even from a finite loss and gradient.
   const std::span<const float> params = task_.parameters();
   if (const int64_t bad = nn::first_non_finite(params); bad >= 0)
-    fail("training diverged at step ", s, ": a parameter became ", params[size_t(bad)], " (lr ", r.lr, ")", kept);
+    fail("training diverged at step ", s, ": a parameter became ", params[size_t(bad)], " (lr ", r.lr, ")", kKept,
+         options_.out_dir, kKeptEnd);
   r.seconds = now_seconds() - t0;
   return r;
 }
