@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "attnkit/core/tensor.hpp"
-#include "attnkit/models/attention_ids.hpp"
+#include "attnkit/models/encoder_layer.hpp"
 #include "attnkit/models/bert_config.hpp"
 #include "attnkit/models/parameter_info.hpp"
 #include "attnkit/models/parameter_model.hpp"
@@ -116,10 +116,6 @@ class BertModel : public ParameterModel {
   float dropout_p() const;
 
   BertConfig config_;
-  struct EncoderLayerIds {  // one encoder layer's tensors
-    AttentionIds attn;
-    LayerIds attn_norm, intermediate, output, out_norm;
-  };
   std::vector<EncoderLayerIds> layers_;
   TensorId word_, position_, token_type_, mlm_bias_;
   LayerIds emb_norm_, pooler_, mlm_dense_, mlm_norm_;

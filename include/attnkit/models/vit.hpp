@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "attnkit/models/attention_ids.hpp"
+#include "attnkit/models/encoder_layer.hpp"
 #include "attnkit/models/image_classifier.hpp"
 #include "attnkit/models/vit_config.hpp"
 #include "attnkit/nn/attention_block.hpp"
@@ -93,10 +93,6 @@ class VitModel final : public ImageClassifier {
   bool training_ = false;
   uint64_t seed_ = 0;
   std::unique_ptr<VitActivations> acts_;
-  struct EncoderLayerIds {  // one encoder layer's tensors
-    AttentionIds attn;
-    LayerIds norm_before, norm_after, intermediate, output;
-  };
   std::vector<EncoderLayerIds> layers_;
   TensorId cls_, position_;
   LayerIds patch_, final_norm_, classifier_;
