@@ -34,10 +34,6 @@ struct Arr {
   std::span<const float> span() const { return {view.data, size_t(array.size())}; }
 };
 
-py::array_t<float> zeros(std::vector<py::ssize_t> shape) { return new_array(shape); }
-std::span<float> span_of(py::array_t<float>& a) { return {a.mutable_data(), size_t(a.size())}; }
-py::object maybe(bool present, const py::object& v) { return present ? v : py::none(); }
-
 std::vector<int32_t> index_vector(const py::object& obj, const char* name) {
   py::array raw = to_array(obj, name);
   require_integer(raw, name);
@@ -54,7 +50,7 @@ void bind_conv_and_pool(py::module_& m) {
         const auto b = float_vector(b_obj, "b");
         const Conv2dOptions o{.stride = stride, .padding = padding};
         check(stride >= 1, "conv2d: stride: expected >= 1, got ", stride);
-        auto y = zeros({x.size(0), w.size(0), conv2d_output_size(x.size(2), w.size(2), stride, padding),
+        auto y = new_array({x.size(0), w.size(0), conv2d_output_size(x.size(2), w.size(2), stride, padding),
                         conv2d_output_size(x.size(3), w.size(3), stride, padding)});
         py::gil_scoped_release nogil;
         (reference ? conv2d_forward_reference : conv2d_forward)(mutable_view<4>(y), x.view, w.view, b, o);
@@ -67,9 +63,9 @@ void bind_conv_and_pool(py::module_& m) {
       [](py::object dy_obj, py::object x_obj, py::object w_obj, bool has_bias, int64_t stride,
          int64_t padding, bool reference) {
         Arr<4> d_y(dy_obj, "d_y"), x(x_obj, "x"), w(w_obj, "w");
-        auto d_x = zeros({x.size(0), x.size(1), x.size(2), x.size(3)});
-        auto d_w = zeros({w.size(0), w.size(1), w.size(2), w.size(3)});
-        auto d_b = zeros({has_bias ? w.size(0) : 0});
+        auto d_x = new_array({x.size(0), x.size(1), x.size(2), x.size(3)});
+        auto d_w = new_array({w.size(0), w.size(1), w.size(2), w.size(3)});
+        auto d_b = new_array({has_bias ? w.size(0) : 0});
         {
           py::gil_scoped_release nogil;
           (reference ? conv2d_backward_reference : conv2d_backward)(
@@ -87,7 +83,7 @@ void bind_conv_and_pool(py::module_& m) {
         const Pool2dOptions o{.kernel = kernel, .stride = stride, .padding = padding};
         const int64_t s = stride ? stride : kernel;
         check(kernel >= 1 && s >= 1, "max_pool2d: kernel, stride: expected >= 1");
-        auto y = zeros({x.size(0), x.size(1), conv2d_output_size(x.size(2), kernel, s, padding),
+        auto y = new_array({x.size(0), x.size(1), conv2d_output_size(x.size(2), kernel, s, padding),
                         conv2d_output_size(x.size(3), kernel, s, padding)});
         py::array_t<int32_t> am(y.size());
         {
@@ -103,7 +99,7 @@ void bind_conv_and_pool(py::module_& m) {
       [](py::object dy_obj, py::object am_obj, int64_t h, int64_t w) {
         Arr<4> d_y(dy_obj, "d_y");
         const auto am = index_vector(am_obj, "argmax");
-        auto d_x = zeros({d_y.size(0), d_y.size(1), h, w});
+        auto d_x = new_array({d_y.size(0), d_y.size(1), h, w});
         py::gil_scoped_release nogil;
         max_pool2d_backward(mutable_view<4>(d_x), d_y.view, am);
         return d_x;
@@ -115,7 +111,7 @@ void bind_conv_and_pool(py::module_& m) {
         Arr<4> x(x_obj, "x");
         const int64_t s = stride ? stride : kernel;
         check(kernel >= 1 && s >= 1, "avg_pool2d: kernel, stride: expected >= 1");
-        auto y = zeros({x.size(0), x.size(1), conv2d_output_size(x.size(2), kernel, s, padding),
+        auto y = new_array({x.size(0), x.size(1), conv2d_output_size(x.size(2), kernel, s, padding),
                         conv2d_output_size(x.size(3), kernel, s, padding)});
         py::gil_scoped_release nogil;
         avg_pool2d_forward(mutable_view<4>(y), x.view,
@@ -130,7 +126,7 @@ void bind_conv_and_pool(py::module_& m) {
       [](py::object dy_obj, int64_t h, int64_t w, int64_t kernel, int64_t stride, int64_t padding,
          bool include_pad) {
         Arr<4> d_y(dy_obj, "d_y");
-        auto d_x = zeros({d_y.size(0), d_y.size(1), h, w});
+        auto d_x = new_array({d_y.size(0), d_y.size(1), h, w});
         py::gil_scoped_release nogil;
         avg_pool2d_backward(mutable_view<4>(d_x), d_y.view,
                             {.kernel = kernel, .stride = stride, .padding = padding,
@@ -144,7 +140,7 @@ void bind_conv_and_pool(py::module_& m) {
       [](py::object x_obj, const std::string& mode) {
         Arr<4> x(x_obj, "x");
         check(mode == "avg" || mode == "max", "mode: expected 'avg' or 'max', got '", mode, "'");
-        auto y = zeros({x.size(0), x.size(1)});
+        auto y = new_array({x.size(0), x.size(1)});
         py::array_t<int32_t> am(mode == "max" ? y.size() : 0);
         {
           py::gil_scoped_release nogil;
@@ -160,7 +156,7 @@ void bind_conv_and_pool(py::module_& m) {
         Arr<2> d_y(dy_obj, "d_y");
         check(mode == "avg" || mode == "max", "mode: expected 'avg' or 'max', got '", mode, "'");
         const auto am = index_vector(am_obj, "argmax");
-        auto d_x = zeros({d_y.size(0), d_y.size(1), h, w});
+        auto d_x = new_array({d_y.size(0), d_y.size(1), h, w});
         py::gil_scoped_release nogil;
         if (mode == "avg") global_avg_pool_backward(mutable_view<4>(d_x), d_y.view);
         else global_max_pool_backward(mutable_view<4>(d_x), d_y.view, am);
@@ -177,14 +173,14 @@ void bind_norm_and_attention(py::module_& m) {
         Arr<4> x(x_obj, "x");
         const auto w = float_vector(w_obj, "w"), b = float_vector(b_obj, "b");
         auto rm = float_vector(rm_obj, "running_mean"), rv = float_vector(rv_obj, "running_var");
-        auto y = zeros({x.size(0), x.size(1), x.size(2), x.size(3)});
-        auto mean = zeros({x.size(1)}), rstd = zeros({x.size(1)});
+        auto y = new_array({x.size(0), x.size(1), x.size(2), x.size(3)});
+        auto mean = new_array({x.size(1)}), rstd = new_array({x.size(1)});
         {
           py::gil_scoped_release nogil;
           batch_norm2d_forward(mutable_view<4>(y), span_of(mean), span_of(rstd), rm, rv, x.view, w,
                                b, {.eps = eps, .momentum = momentum, .training = training, .relu = relu});
         }
-        auto out_rm = zeros({py::ssize_t(rm.size())}), out_rv = zeros({py::ssize_t(rv.size())});
+        auto out_rm = new_array({py::ssize_t(rm.size())}), out_rv = new_array({py::ssize_t(rv.size())});
         std::copy(rm.begin(), rm.end(), out_rm.mutable_data());
         std::copy(rv.begin(), rv.end(), out_rv.mutable_data());
         return py::make_tuple(y, mean, rstd, out_rm, out_rv);
@@ -200,8 +196,8 @@ void bind_norm_and_attention(py::module_& m) {
         Arr<4> d_y(dy_obj, "d_y"), x(x_obj, "x");
         const auto w = float_vector(w_obj, "w"), b = float_vector(b_obj, "b"),
                    mean = float_vector(mean_obj, "mean"), rstd = float_vector(rstd_obj, "rstd");
-        auto d_x = zeros({x.size(0), x.size(1), x.size(2), x.size(3)});
-        auto d_w = zeros({py::ssize_t(w.size())}), d_b = zeros({has_bias ? x.size(1) : 0});
+        auto d_x = new_array({x.size(0), x.size(1), x.size(2), x.size(3)});
+        auto d_w = new_array({py::ssize_t(w.size())}), d_b = new_array({has_bias ? x.size(1) : 0});
         {
           py::gil_scoped_release nogil;
           batch_norm2d_backward(mutable_view<4>(d_x), span_of(d_w), span_of(d_b), d_y.view, x.view,
@@ -220,7 +216,7 @@ void bind_norm_and_attention(py::module_& m) {
         Arr<2> w1(w1_obj, "w1"), w2(w2_obj, "w2");
         const auto b1 = float_vector(b1_obj, "b1"), b2 = float_vector(b2_obj, "b2");
         const SeWeights wt{w1.view, b1, w2.view, b2};
-        auto y = zeros({x.size(0), x.size(1), x.size(2), x.size(3)});
+        auto y = new_array({x.size(0), x.size(1), x.size(2), x.size(3)});
         SeCache cache;
         {
           py::gil_scoped_release nogil;
@@ -228,9 +224,9 @@ void bind_norm_and_attention(py::module_& m) {
         }
         if (dy_obj.is_none()) return py::make_tuple(y, py::none());
         Arr<4> d_y(dy_obj, "d_y");
-        auto d_x = zeros({x.size(0), x.size(1), x.size(2), x.size(3)});
-        auto dw1 = zeros({w1.size(0), w1.size(1)}), dw2 = zeros({w2.size(0), w2.size(1)});
-        auto db1 = zeros({py::ssize_t(b1.size())}), db2 = zeros({py::ssize_t(b2.size())});
+        auto d_x = new_array({x.size(0), x.size(1), x.size(2), x.size(3)});
+        auto dw1 = new_array({w1.size(0), w1.size(1)}), dw2 = new_array({w2.size(0), w2.size(1)});
+        auto db1 = new_array({py::ssize_t(b1.size())}), db2 = new_array({py::ssize_t(b2.size())});
         {
           py::gil_scoped_release nogil;
           se_block_backward(mutable_view<4>(d_x),
@@ -253,7 +249,7 @@ void bind_norm_and_attention(py::module_& m) {
         const auto b1 = float_vector(b1_obj, "b1"), b2 = float_vector(b2_obj, "b2"),
                    bs = float_vector(bs_obj, "bs");
         const CbamWeights wt{w1.view, b1, w2.view, b2, ws.view, bs};
-        auto y = zeros({x.size(0), x.size(1), x.size(2), x.size(3)});
+        auto y = new_array({x.size(0), x.size(1), x.size(2), x.size(3)});
         CbamCache cache;
         {
           py::gil_scoped_release nogil;
@@ -261,11 +257,11 @@ void bind_norm_and_attention(py::module_& m) {
         }
         if (dy_obj.is_none()) return py::make_tuple(y, py::none());
         Arr<4> d_y(dy_obj, "d_y");
-        auto d_x = zeros({x.size(0), x.size(1), x.size(2), x.size(3)});
-        auto dw1 = zeros({w1.size(0), w1.size(1)}), dw2 = zeros({w2.size(0), w2.size(1)});
-        auto db1 = zeros({py::ssize_t(b1.size())}), db2 = zeros({py::ssize_t(b2.size())});
-        auto dws = zeros({ws.size(0), ws.size(1), ws.size(2), ws.size(3)});
-        auto dbs = zeros({py::ssize_t(bs.size())});
+        auto d_x = new_array({x.size(0), x.size(1), x.size(2), x.size(3)});
+        auto dw1 = new_array({w1.size(0), w1.size(1)}), dw2 = new_array({w2.size(0), w2.size(1)});
+        auto db1 = new_array({py::ssize_t(b1.size())}), db2 = new_array({py::ssize_t(b2.size())});
+        auto dws = new_array({ws.size(0), ws.size(1), ws.size(2), ws.size(3)});
+        auto dbs = new_array({py::ssize_t(bs.size())});
         {
           py::gil_scoped_release nogil;
           cbam_backward(mutable_view<4>(d_x),
