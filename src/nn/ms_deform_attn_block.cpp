@@ -75,6 +75,13 @@ Dims dims_of(const MsDeformAttnBlockInputs& in, const MsDeformAttnBlockOptions& 
           o.levels * o.points};
 }
 
+// Validates the call (validate_ms_deform_attn_block) and returns its sizes.
+Dims checked_dims(const MsDeformAttnBlockInputs& in, const MsDeformAttnBlockParams& p,
+                  const MsDeformAttnBlockOptions& o) {
+  validate_ms_deform_attn_block(in, p, o);
+  return dims_of(in, o);
+}
+
 MsDeformAttnArgs op_args(const MsDeformAttnBlockInputs& in, const MsDeformAttnBlockCache& c,
                          const MsDeformAttnBlockOptions& o) {
   const Dims d = dims_of(in, o);
@@ -117,8 +124,7 @@ void ms_deform_attn_block_forward(View3 out, MsDeformAttnBlockCache& cache,
                                   const MsDeformAttnBlockInputs& in,
                                   const MsDeformAttnBlockParams& p,
                                   const MsDeformAttnBlockOptions& o) {
-  validate_ms_deform_attn_block(in, p, o);
-  const auto [b, q, s, c, k] = dims_of(in, o);
+  const auto [b, q, s, c, k] = checked_dims(in, p, o);
   check_tensor(out, "out", "[B, Q, C]", {b, q, c});
   cache.value = Tensor<float, 2>({b * s, c});
   cache.offsets = Tensor<float, 2>({b * q, o.offsets_width()});
@@ -175,8 +181,7 @@ void ms_deform_attn_block_backward(View3 d_query, View3 d_input_flatten,
                                    const MsDeformAttnBlockCache& cache,
                                    const MsDeformAttnBlockParams& p,
                                    const MsDeformAttnBlockOptions& o) {
-  validate_ms_deform_attn_block(in, p, o);
-  const auto [b, q, s, c, k] = dims_of(in, o);
+  const auto [b, q, s, c, k] = checked_dims(in, p, o);
   check_tensor(d_out, "d_out", "[B, Q, C]", {b, q, c});
   check(cache.attn.numel() == b * q * c && cache.value.numel() == b * s * c, kFn,
         ": cache: not filled by a forward of these shapes");
