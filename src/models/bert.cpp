@@ -24,8 +24,8 @@ BertModel::~BertModel() = default;
 BertModel::BertModel(BertModel&&) noexcept = default;
 BertModel& BertModel::operator=(BertModel&&) noexcept = default;
 
-std::string BertModel::lname(int64_t l, const char* rest) const {
-  return "bert.encoder.layer." + std::to_string(l) + "." + rest;
+std::string BertModel::layer_prefix(int64_t l) const {
+  return "bert.encoder.layer." + std::to_string(l) + ".";
 }
 
 void BertModel::build_layout() {
@@ -37,7 +37,7 @@ void BertModel::build_layout() {
   s.add("bert.embeddings.token_type_embeddings.weight", {c.type_vocab_size, C});
   s.add_norm("bert.embeddings.LayerNorm", C);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    add_encoder_layer(s, lname(l, ""), kLayerNames, C, F, true);
+    add_encoder_layer(s, layer_prefix(l), kLayerNames, C, F, true);
   if (c.has_pooler()) s.add_linear("bert.pooler.dense", C, C);
   if (c.has_mlm()) {
     s.add_linear("cls.predictions.transform.dense", C, C);
@@ -58,7 +58,7 @@ void BertModel::build_layout() {
 void BertModel::resolve_ids() {
   const auto& s = store_;
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l)
-    layers_.push_back(encoder_layer_ids(s, lname(l, ""), kLayerNames, config_.hidden_size));
+    layers_.push_back(encoder_layer_ids(s, layer_prefix(l), kLayerNames, config_.hidden_size));
   word_ = s.id("bert.embeddings.word_embeddings.weight");
   position_ = s.id("bert.embeddings.position_embeddings.weight");
   token_type_ = s.id("bert.embeddings.token_type_embeddings.weight");

@@ -29,8 +29,8 @@ ImageShape VitModel::input_shape() const {
 
 std::string VitModel::config_json() const { return vit_config_to_json(config_); }
 
-std::string VitModel::lname(int64_t l, const char* rest) const {
-  return "vit.encoder.layer." + std::to_string(l) + "." + rest;
+std::string VitModel::layer_prefix(int64_t l) const {
+  return "vit.encoder.layer." + std::to_string(l) + ".";
 }
 
 void VitModel::build_layout() {
@@ -42,12 +42,12 @@ void VitModel::build_layout() {
   s.add("vit.embeddings.patch_embeddings.projection.weight", {C, c.num_channels, P, P});
   s.add("vit.embeddings.patch_embeddings.projection.bias", {C});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    add_encoder_layer(s, lname(l, ""), kLayerNames, C, F, c.qkv_bias);
+    add_encoder_layer(s, layer_prefix(l), kLayerNames, C, F, c.qkv_bias);
   s.add_norm("vit.layernorm", C);
   s.add_linear("classifier", c.num_labels, C);
   s.allocate();
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    layers_.push_back(encoder_layer_ids(s, lname(l, ""), kLayerNames, C));
+    layers_.push_back(encoder_layer_ids(s, layer_prefix(l), kLayerNames, C));
   cls_ = s.id("vit.embeddings.cls_token");
   position_ = s.id("vit.embeddings.position_embeddings");
   patch_ = s.layer("vit.embeddings.patch_embeddings.projection");

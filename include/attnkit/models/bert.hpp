@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "attnkit/core/tensor.hpp"
-#include "attnkit/models/encoder_layer.hpp"
 #include "attnkit/models/bert_config.hpp"
+#include "attnkit/models/encoder_layer.hpp"
 #include "attnkit/models/parameter_info.hpp"
 #include "attnkit/models/parameter_model.hpp"
 #include "attnkit/nn/attention_block.hpp"
@@ -112,7 +112,7 @@ class BertModel : public ParameterModel {
   void encoder_backward();
   void heads_backward(float d_loss);
   AttentionBlockOptions block_options(int64_t layer) const;
-  std::string lname(int64_t layer, const char* rest) const;
+  std::string layer_prefix(int64_t layer) const;  // "bert.encoder.layer.<layer>."
   float dropout_p() const;
 
   BertConfig config_;

@@ -86,7 +86,7 @@ class VitModel final : public ImageClassifier {
   void encoder_backward();
   void embed_backward();
   AttentionBlockOptions block_options(int64_t layer) const;
-  std::string lname(int64_t layer, const char* rest) const;
+  std::string layer_prefix(int64_t layer) const;  // "vit.encoder.layer.<layer>."
   float dropout_p() const;
 
   VitConfig config_;
