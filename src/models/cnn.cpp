@@ -106,7 +106,7 @@ class CnnActivations {
   bool training = false;
 };
 
-CnnModel::CnnModel(const CnnConfig& config) : ImageClassifier("CnnModel"), config_(config) {
+CnnModel::CnnModel(const CnnConfig& config) : ConfiguredImageClassifier("CnnModel", config) {
   validate(config_);
   build_layout();
 }

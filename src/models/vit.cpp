@@ -15,7 +15,7 @@ constexpr EncoderLayerNames kLayerNames = {"attention.attention", "layernorm_bef
                                            "layernorm_after", true};
 }  // namespace
 
-VitModel::VitModel(const VitConfig& config) : ImageClassifier("VitModel"), config_(config) {
+VitModel::VitModel(const VitConfig& config) : ConfiguredImageClassifier("VitModel", config) {
   validate(config_);
   build_layout();
 }
@@ -27,7 +27,6 @@ ImageShape VitModel::input_shape() const {
   return {config_.num_channels, config_.image_height, config_.image_width};
 }
 
-std::string VitModel::config_json() const { return vit_config_to_json(config_); }
 
 std::string VitModel::layer_prefix(int64_t l) const {
   return "vit.encoder.layer." + std::to_string(l) + ".";
