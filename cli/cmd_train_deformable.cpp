@@ -1,7 +1,6 @@
 // `attnkit train deformable`: the deformable-attention image classifier
 // (models/deformable_classifier.hpp: a CNN feature pyramid read by a Deformable DETR encoder) on
 // Fashion-MNIST, with the shared image-training flags (image_training.hpp).
-#include <iterator>
 #include <memory>
 
 #include "attnkit/models/deformable_classifier.hpp"
@@ -16,14 +15,6 @@ struct DeformableFlags {
   ImageTrainFlags train;
   DeformableConfig config;
 };
-
-void run_train_deformable(DeformableFlags& f) {
-  DeformableConfig& c = f.config;
-  c.labels.assign(std::begin(kFashionMnistLabels), std::end(kFashionMnistLabels));
-  validate(c);
-  DeformableClassifier model(c);
-  run_image_training(model, f.train);
-}
 
 }  // namespace
 
@@ -44,11 +35,8 @@ void add_train_deformable_command(CLI::App& app) {
   cmd->add_option("--points", c.points, "Sampling points per head and level P")->capture_default_str();
   cmd->add_option("--layers", c.layers, "Encoder layers L")->capture_default_str();
   cmd->add_option("--ffn-dim", c.ffn_dim, "Encoder feed-forward width F")->capture_default_str();
-  add_image_train_flags(*cmd, f->train);
-  cmd->callback([f, cmd] {
-    f->train.shape_given = shape_flags_given(*cmd);
-    run_train_deformable(*f);
-  });
+  add_image_train_flags(*cmd, f->train,
+                        [f] { train_fashion_mnist<DeformableClassifier>(f->config, f->train); });
 }
 
 }  // namespace attnkit::cli

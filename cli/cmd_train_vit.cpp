@@ -1,7 +1,6 @@
 // `attnkit train vit`: a Vision Transformer (Hugging Face ViTForImageClassification layout, see
 // include/attnkit/models/vit.hpp) trained on Fashion-MNIST-style IDX images with the shared image
 // trainer (image_training.hpp).
-#include <iterator>
 #include <memory>
 
 #include "attnkit/core/error.hpp"
@@ -42,10 +41,7 @@ void run_train_vit(const VitFlags& f) {
   c.hidden_dropout_prob = f.dropout;
   c.attention_probs_dropout_prob = f.attention_dropout;
   c.num_labels = 10;
-  c.labels.assign(std::begin(kFashionMnistLabels), std::end(kFashionMnistLabels));
-  validate(c);
-  VitModel model(c);
-  run_image_training(model, f.train);
+  train_fashion_mnist<VitModel>(c, f.train);
 }
 
 }  // namespace
@@ -71,11 +67,7 @@ void add_train_vit_command(CLI::App& app) {
   vit->add_option("--attention-dropout", f->attention_dropout,
                   "Attention-probability dropout (attention_probs_dropout_prob)")
       ->capture_default_str();
-  add_image_train_flags(*vit, f->train);
-  vit->callback([f, vit] {
-    f->train.shape_given = shape_flags_given(*vit);
-    run_train_vit(*f);
-  });
+  add_image_train_flags(*vit, f->train, [f] { run_train_vit(*f); });
 }
 
 }  // namespace attnkit::cli

@@ -36,10 +36,7 @@ void run_train_cnn(const CnnFlags& f) {
   c.attention = parse_channel_attention(f.attention, "--attention");
   c.widths = f.widths;
   c.reduction = f.reduction;
-  c.labels.assign(std::begin(kFashionMnistLabels), std::end(kFashionMnistLabels));
-  validate(c);
-  CnnModel model(c);
-  run_image_training(model, f.train);
+  train_fashion_mnist<CnnModel>(c, f.train);
 }
 
 struct ClassifyFlags {
@@ -152,11 +149,7 @@ void add_vision_commands(CLI::App& app) {
   cnn->add_option("--widths", f->widths, "Stem width, then one residual stage per further width")
       ->capture_default_str()->delimiter(',');
   cnn->add_option("--reduction", f->reduction, "SE/CBAM MLP reduction ratio r")->capture_default_str();
-  add_image_train_flags(*cnn, f->train);
-  cnn->callback([f, cnn] {
-    f->train.shape_given = shape_flags_given(*cnn);
-    run_train_cnn(*f);
-  });
+  add_image_train_flags(*cnn, f->train, [f] { run_train_cnn(*f); });
 
   auto c = std::make_shared<ClassifyFlags>();
   auto* cls = app.add_subcommand(

@@ -26,15 +26,16 @@ const std::set<std::string>& shared_flag_names() {
   return names;
 }
 
-}  // namespace
-
+// True if any of cmd's own model-shape flags (those add_image_train_flags did not add) was given.
 bool shape_flags_given(const CLI::App& cmd) {
   for (const CLI::Option* o : cmd.get_options())
     if (o->count() > 0 && shared_flag_names().count(o->get_name()) == 0) return true;
   return false;
 }
 
-void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f) {
+}  // namespace
+
+void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f, std::function<void()> run) {
   f.data_dir = kFashionMnistDir;
   cmd.add_option("--out", f.opts.out_dir, "Run directory (model, checkpoints, log.csv; see docs/reliability.md)")
       ->required();
@@ -64,6 +65,10 @@ void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f) {
   cmd.add_flag("--overwrite", f.overwrite, "Replace the run that --out holds (without it, such an --out is refused)")
       ->excludes(resume);
   add_json_flag(cmd, f.json, "Print the results as one JSON object");
+  cmd.callback([&cmd, &f, run = std::move(run)] {
+    f.shape_given = shape_flags_given(cmd);
+    run();
+  });
 }
 
 void run_image_training(ImageClassifier& flags_model, const ImageTrainFlags& f) {

@@ -3,6 +3,8 @@
 // image model takes, and the run (load Fashion-MNIST, resume, train, print the epoch table).
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
+#include <iterator>
 #include <string>
 
 #include "attnkit/models/image_classifier.hpp"
@@ -28,16 +30,23 @@ struct ImageTrainFlags {
 
 // Adds --out, --data-dir, --epochs, --batch, --lr, --min-lr, --warmup-epochs, --weight-decay,
 // --clip, --pad, --no-augment, --max-minutes, --anneal-by-time, --train-limit, --eval-limit, --seed, --threads,
-// --resume, --overwrite, --json to an image-training subcommand.
-void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f);
-
-// True if any of cmd's own model-shape flags (those add_image_train_flags did not add) was given.
-bool shape_flags_given(const CLI::App& cmd);
+// --resume, --overwrite, --json to an image-training subcommand, whose callback sets
+// f.shape_given (any of cmd's own model-shape flags was given) and calls `run`.
+void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f, std::function<void()> run);
 
 // Checks the flags and --out (run_dir.hpp), loads the data (train and test splits of
 // --data-dir), initialises `model` or, with --resume, continues the run in --out with a model of
 // the run's own config.json (a shape flag that differs from it is an error), trains, and prints
 // one line per epoch plus a summary (or one JSON object with --json).
 void run_image_training(ImageClassifier& model, const ImageTrainFlags& f);
+
+// Gives config Fashion-MNIST's class names, validates it and runs the training of a new Model.
+template <class Model, class Config>
+void train_fashion_mnist(Config config, const ImageTrainFlags& f) {
+  config.labels.assign(std::begin(kFashionMnistLabels), std::end(kFashionMnistLabels));
+  validate(config);
+  Model model(config);
+  run_image_training(model, f);
+}
 
 }  // namespace attnkit::cli

@@ -7,27 +7,29 @@
 # inside attnkit's parallel regions runs single-threaded instead of oversubscribing. Setting the
 # cache variables ATTNKIT_OPENBLAS / ATTNKIT_CBLAS_INCLUDE / ATTNKIT_STB beforehand overrides the
 # search. Sets ATTNKIT_IMPORTED_LIBS_FOUND.
+# Defines the imported target `target` from the library path in the variable named `library_var`
+# and the include directory in `include_var`, when both were found.
+function(attnkit_add_imported_library target library_var include_var)
+  if(${library_var} AND ${include_var})
+    add_library(${target} UNKNOWN IMPORTED)
+    set_target_properties(${target} PROPERTIES
+      IMPORTED_LOCATION "${${library_var}}" INTERFACE_INCLUDE_DIRECTORIES "${${include_var}}")
+  endif()
+endfunction()
+
 set(ATTNKIT_OPENBLAS_DIR "/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp")
 
 if(NOT TARGET attnkit::openblas)
   find_library(ATTNKIT_OPENBLAS openblas PATHS "${ATTNKIT_OPENBLAS_DIR}" NO_DEFAULT_PATH)
   find_path(ATTNKIT_CBLAS_INCLUDE cblas.h
     PATHS "/usr/include/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp" NO_DEFAULT_PATH)
-  if(ATTNKIT_OPENBLAS AND ATTNKIT_CBLAS_INCLUDE)
-    add_library(attnkit::openblas UNKNOWN IMPORTED)
-    set_target_properties(attnkit::openblas PROPERTIES
-      IMPORTED_LOCATION "${ATTNKIT_OPENBLAS}" INTERFACE_INCLUDE_DIRECTORIES "${ATTNKIT_CBLAS_INCLUDE}")
-  endif()
+  attnkit_add_imported_library(attnkit::openblas ATTNKIT_OPENBLAS ATTNKIT_CBLAS_INCLUDE)
 endif()
 
 if(NOT TARGET attnkit::stb)
   find_library(ATTNKIT_STB stb)
   find_path(ATTNKIT_STB_INCLUDE stb/stb_image.h)
-  if(ATTNKIT_STB AND ATTNKIT_STB_INCLUDE)
-    add_library(attnkit::stb UNKNOWN IMPORTED)
-    set_target_properties(attnkit::stb PROPERTIES
-      IMPORTED_LOCATION "${ATTNKIT_STB}" INTERFACE_INCLUDE_DIRECTORIES "${ATTNKIT_STB_INCLUDE}")
-  endif()
+  attnkit_add_imported_library(attnkit::stb ATTNKIT_STB ATTNKIT_STB_INCLUDE)
 endif()
 
 if(TARGET attnkit::openblas AND TARGET attnkit::stb)

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,12 @@ inline py::array_t<float> new_array(const std::vector<py::ssize_t>& shape) {
   std::fill_n(a.mutable_data(), a.size(), 0.0f);
   return a;
 }
+
+// The elements of a C-contiguous float32 array, writable.
+inline std::span<float> span_of(py::array_t<float>& a) { return {a.mutable_data(), size_t(a.size())}; }
+
+// v where present, else None (an optional output).
+inline py::object maybe(bool present, const py::object& v) { return present ? v : py::none(); }
 
 // Writable rank-R view of a C-contiguous float32 array.
 template <int R>

@@ -1,6 +1,7 @@
 // Python bindings for attention: packed [T, H, D] float32 arrays in, numpy arrays out. The
 // [B, L, H, D] layout and keyword defaults are handled in python/attnkit/__init__.py.
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 
 #include "array_views.hpp"
@@ -100,18 +101,27 @@ py::tuple run_backward(BackwardFn fn, CallState s, const py::object& dout_obj,
 
 void bind_attention(py::module_& m) {
   using namespace pybind11::literals;
-  m.def(
-      "_attention_reference",
-      [](py::object q, py::object k, py::object v, py::object cu_q, py::object cu_k,
-         py::object sinks, py::object slopes, int wl, int wr, float scale, float softcap,
-         float dropout_p, uint64_t seed) {
-        return run_forward(&attention_reference,
-                           make_call(q, k, v, cu_q, cu_k, sinks, slopes, wl, wr, scale, softcap,
-                                     dropout_p, seed));
-      },
-      "q"_a, "k"_a, "v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "sink_logits"_a, "alibi_slopes"_a,
-      "window_left"_a, "window_right"_a, "scale"_a, "softcap"_a, "dropout_p"_a, "seed"_a,
-      "Reference attention on packed [T, H, D] float32 arrays -> (out [T, H, D], lse [H, T]).");
+  struct Forward {  // the reference and the flash forward take the same arguments
+    const char* name;
+    ForwardFn fn;
+    const char* doc;
+  };
+  for (const Forward& f :
+       {Forward{"_attention_reference", &attention_reference,
+                "Reference attention on packed [T, H, D] float32 arrays -> (out [T, H, D], lse [H, T])."},
+        Forward{"_flash_attention", &flash_attention,
+                "Flash attention on packed [T, H, D] float32 arrays -> (out [T, H, D], lse [H, T])."}})
+    m.def(
+        f.name,
+        [fn = f.fn](py::object q, py::object k, py::object v, py::object cu_q, py::object cu_k,
+                    py::object sinks, py::object slopes, int wl, int wr, float scale,
+                    float softcap, float dropout_p, uint64_t seed) {
+          return run_forward(fn, make_call(q, k, v, cu_q, cu_k, sinks, slopes, wl, wr, scale,
+                                           softcap, dropout_p, seed));
+        },
+        "q"_a, "k"_a, "v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "sink_logits"_a,
+        "alibi_slopes"_a, "window_left"_a, "window_right"_a, "scale"_a, "softcap"_a,
+        "dropout_p"_a, "seed"_a, f.doc);
   m.def(
       "_attention_reference_backward",
       [](py::object dout, py::object q, py::object k, py::object v, py::object cu_q,
@@ -142,17 +152,6 @@ void bind_attention(py::module_& m) {
       },
       "seed"_a, "p"_a, "seq"_a, "head"_a, "lq"_a, "lk"_a,
       "Dropout keep mask [lq, lk] (bool) that attention uses for (seed, sequence, head).");
-  m.def(
-      "_flash_attention",
-      [](py::object q, py::object k, py::object v, py::object cu_q, py::object cu_k,
-         py::object sinks, py::object slopes, int wl, int wr, float scale, float softcap,
-         float dropout_p, uint64_t seed) {
-        return run_forward(&flash_attention, make_call(q, k, v, cu_q, cu_k, sinks, slopes, wl, wr,
-                                                       scale, softcap, dropout_p, seed));
-      },
-      "q"_a, "k"_a, "v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "sink_logits"_a, "alibi_slopes"_a,
-      "window_left"_a, "window_right"_a, "scale"_a, "softcap"_a, "dropout_p"_a, "seed"_a,
-      "Flash attention on packed [T, H, D] float32 arrays -> (out [T, H, D], lse [H, T]).");
   m.def(
       "_flash_attention_backward",
       [](py::object dout, py::object q, py::object k, py::object v, py::object out,

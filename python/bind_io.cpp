@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/io/safetensors.hpp"
@@ -18,52 +19,26 @@ namespace py = pybind11;
 namespace attnkit::python {
 namespace {
 
+// The safetensors dtypes numpy holds as they are, with numpy's type string (byte order, kind,
+// item size in bytes).
+constexpr std::pair<DType, const char*> kNumpyTypes[] = {
+    {DType::f64, "<f8"}, {DType::f32, "<f4"}, {DType::f16, "<f2"}, {DType::i64, "<i8"},
+    {DType::i32, "<i4"}, {DType::i16, "<i2"}, {DType::i8, "|i1"},  {DType::u64, "<u8"},
+    {DType::u32, "<u4"}, {DType::u16, "<u2"}, {DType::u8, "|u1"},  {DType::boolean, "|b1"}};
+
 // The numpy dtype a loaded tensor gets (little-endian; BF16 widened to float32, F8 kept as bytes).
 const char* numpy_format(DType t) {
-  switch (t) {
-    case DType::f64: return "<f8";
-    case DType::f32: return "<f4";
-    case DType::f16: return "<f2";
-    case DType::bf16: return "<f4";
-    case DType::f8_e4m3: return "|u1";
-    case DType::f8_e5m2: return "|u1";
-    case DType::i64: return "<i8";
-    case DType::i32: return "<i4";
-    case DType::i16: return "<i2";
-    case DType::i8: return "|i1";
-    case DType::u64: return "<u8";
-    case DType::u32: return "<u4";
-    case DType::u16: return "<u2";
-    case DType::u8: return "|u1";
-    case DType::boolean: return "|b1";
-  }
+  if (t == DType::bf16) return "<f4";
+  if (t == DType::f8_e4m3 || t == DType::f8_e5m2) return "|u1";
+  for (const auto& [dtype, format] : kNumpyTypes)
+    if (dtype == t) return format;
   fail("unhandled dtype");
 }
 
 // The safetensors dtype for a numpy (kind, itemsize), or nullopt if we do not store that type.
 std::optional<DType> dtype_for_numpy(char kind, py::ssize_t size) {
-  switch (kind) {
-    case 'f':
-      if (size == 8) return DType::f64;
-      if (size == 4) return DType::f32;
-      if (size == 2) return DType::f16;
-      break;
-    case 'i':
-      if (size == 8) return DType::i64;
-      if (size == 4) return DType::i32;
-      if (size == 2) return DType::i16;
-      if (size == 1) return DType::i8;
-      break;
-    case 'u':
-      if (size == 8) return DType::u64;
-      if (size == 4) return DType::u32;
-      if (size == 2) return DType::u16;
-      if (size == 1) return DType::u8;
-      break;
-    case 'b':
-      if (size == 1) return DType::boolean;
-      break;
-  }
+  for (const auto& [dtype, format] : kNumpyTypes)
+    if (format[1] == kind && format[2] - '0' == size) return dtype;
   return std::nullopt;
 }
 

@@ -127,6 +127,22 @@ py::tuple forward(const py::object& query, const py::object& ref, const py::obje
   return py::make_tuple(out, cd);
 }
 
+// The four matrices and four biases of w (weights or gradients) as numpy arrays, by name.
+py::dict weights_dict(const MsDeformAttnBlockWeights& w) {
+  const Tensor<float, 2>* mats[] = {&w.value_proj_weight, &w.sampling_offsets_weight,
+                                    &w.attention_weights_weight, &w.output_proj_weight};
+  const Tensor<float, 1>* biases[] = {&w.value_proj_bias, &w.sampling_offsets_bias,
+                                      &w.attention_weights_bias, &w.output_proj_bias};
+  py::dict d;
+  for (int i = 0; i < 4; ++i) {
+    d[kMatrices[i]] = to_array(*mats[i]);
+    auto b = new_array({biases[i]->numel()});
+    std::copy(biases[i]->data(), biases[i]->data() + biases[i]->numel(), b.mutable_data());
+    d[kBiases[i]] = b;
+  }
+  return d;
+}
+
 py::tuple backward(const py::object& d_out_obj, const py::object& query, const py::object& ref,
                    const py::object& input, const py::object& shapes, const py::object& starts,
                    const py::object& mask, const py::dict& params, const py::dict& cache_d,
@@ -150,36 +166,14 @@ py::tuple backward(const py::object& d_out_obj, const py::object& query, const p
                                   mutable_view<4>(d_r), g.grads(), cview<3>(d_out, "d_out"),
                                   c.in, cache, c.params, c.opts);
   }
-  py::dict gd;
-  const Tensor<float, 2>* mats[] = {&g.value_proj_weight, &g.sampling_offsets_weight,
-                                    &g.attention_weights_weight, &g.output_proj_weight};
-  const Tensor<float, 1>* biases[] = {&g.value_proj_bias, &g.sampling_offsets_bias,
-                                      &g.attention_weights_bias, &g.output_proj_bias};
-  for (int i = 0; i < 4; ++i) {
-    gd[kMatrices[i]] = to_array(*mats[i]);
-    auto b = new_array({biases[i]->numel()});
-    std::copy(biases[i]->data(), biases[i]->data() + biases[i]->numel(), b.mutable_data());
-    gd[kBiases[i]] = b;
-  }
-  return py::make_tuple(d_q, d_x, d_r, gd);
+  return py::make_tuple(d_q, d_x, d_r, weights_dict(g));
 }
 
 py::dict init(const py::dict& opts, uint64_t seed) {
   const MsDeformAttnBlockOptions o = options(opts, false);
   MsDeformAttnBlockWeights w(o);
   ms_deform_attn_block_init(w, o, seed);
-  py::dict d;
-  const Tensor<float, 2>* mats[] = {&w.value_proj_weight, &w.sampling_offsets_weight,
-                                    &w.attention_weights_weight, &w.output_proj_weight};
-  const Tensor<float, 1>* biases[] = {&w.value_proj_bias, &w.sampling_offsets_bias,
-                                      &w.attention_weights_bias, &w.output_proj_bias};
-  for (int i = 0; i < 4; ++i) {
-    d[kMatrices[i]] = to_array(*mats[i]);
-    auto b = new_array({biases[i]->numel()});
-    std::copy(biases[i]->data(), biases[i]->data() + biases[i]->numel(), b.mutable_data());
-    d[kBiases[i]] = b;
-  }
-  return d;
+  return weights_dict(w);
 }
 
 }  // namespace

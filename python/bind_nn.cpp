@@ -60,17 +60,21 @@ std::vector<int32_t> ids_vector(const py::object& obj, const char* name) {
   return int32_vector(obj, name);
 }
 
-py::array_t<float> zeros(std::vector<py::ssize_t> shape) { return new_array(shape); }
+// A new zeroed float32 array of x's shape [T, C], filled by fn(its view) with the GIL released.
+template <class Fn>
+py::array_t<float> new_rows_like(const In<2>& x, Fn fn) {
+  auto y = new_array({x.size(0), x.size(1)});
+  const View2 v = mutable_view<2>(y);
+  py::gil_scoped_release nogil;
+  fn(v);
+  return y;
+}
 
 GeluApproximation gelu_approx(const std::string& s) {
   if (s == "none") return GeluApproximation::kNone;
   if (s == "tanh") return GeluApproximation::kTanh;
   fail("approximate: expected 'none' or 'tanh', got '", s, "'");
 }
-
-py::object maybe(bool present, const py::object& value) { return present ? value : py::none(); }
-
-std::span<float> span_of(py::array_t<float>& a) { return {a.mutable_data(), size_t(a.size())}; }
 
 // y[T, out] = x[T, in]·w[out, in]ᵀ + b[out] through `fast` or `ref` (linear_forward and
 // logits_forward share this contract); `x_name` names x in errors.
@@ -80,7 +84,7 @@ py::array_t<float> matmul_bias(MatmulBias fast, MatmulBias ref, const py::object
                                const char* x_name) {
   In<2> x(x_obj, x_name), w(w_obj, "w");
   const auto b = float_vector(b_obj, "b");
-  auto y = zeros({x.size(0), w.size(0)});
+  auto y = new_array({x.size(0), w.size(0)});
   py::gil_scoped_release nogil;
   (reference ? ref : fast)(mutable_view<2>(y), x.view, w.view, b);
   return y;
@@ -98,8 +102,8 @@ void bind_linear_and_embedding(py::module_& m) {
       "nn_linear_backward",
       [](py::object dy_obj, py::object x_obj, py::object w_obj, bool has_bias, bool reference) {
         In<2> d_y(dy_obj, "d_y"), x(x_obj, "x"), w(w_obj, "w");
-        auto d_x = zeros({x.size(0), x.size(1)}), d_w = zeros({w.size(0), w.size(1)});
-        auto d_b = zeros({has_bias ? w.size(0) : 0});
+        auto d_x = new_array({x.size(0), x.size(1)}), d_w = new_array({w.size(0), w.size(1)});
+        auto d_b = new_array({has_bias ? w.size(0) : 0});
         {
           py::gil_scoped_release nogil;
           (reference ? linear_backward_reference : linear_backward)(
@@ -114,7 +118,7 @@ void bind_linear_and_embedding(py::module_& m) {
       [](py::object ids_obj, py::object table_obj, bool reference) {
         const auto ids = ids_vector(ids_obj, "ids");
         In<2> table(table_obj, "table");
-        auto y = zeros({py::ssize_t(ids.size()), table.size(1)});
+        auto y = new_array({py::ssize_t(ids.size()), table.size(1)});
         py::gil_scoped_release nogil;
         (reference ? embedding_forward_reference : embedding_forward)(mutable_view<2>(y), ids,
                                                                       table.view);
@@ -127,7 +131,7 @@ void bind_linear_and_embedding(py::module_& m) {
         In<2> d_y(dy_obj, "d_y");
         const auto ids = ids_vector(ids_obj, "ids");
         check(vocab_size >= 0, "vocab_size: expected >= 0, got ", vocab_size);
-        auto d_table = zeros({vocab_size, d_y.size(1)});
+        auto d_table = new_array({vocab_size, d_y.size(1)});
         py::gil_scoped_release nogil;
         (reference ? embedding_backward_reference : embedding_backward)(mutable_view<2>(d_table),
                                                                         ids, d_y.view);
@@ -143,8 +147,8 @@ void bind_norms(py::module_& m) {
       [](py::object x_obj, py::object w_obj, py::object b_obj, float eps, bool reference) {
         In<2> x(x_obj, "x");
         const auto w = float_vector(w_obj, "w"), b = float_vector(b_obj, "b");
-        auto y = zeros({x.size(0), x.size(1)}), mean = zeros({x.size(0)}),
-             rstd = zeros({x.size(0)});
+        auto y = new_array({x.size(0), x.size(1)}), mean = new_array({x.size(0)}),
+             rstd = new_array({x.size(0)});
         {
           py::gil_scoped_release nogil;
           (reference ? layer_norm_forward_reference : layer_norm_forward)(
@@ -161,8 +165,8 @@ void bind_norms(py::module_& m) {
         In<2> d_y(dy_obj, "d_y"), x(x_obj, "x");
         const auto w = float_vector(w_obj, "w");
         const auto mean = float_vector(mean_obj, "mean"), rstd = float_vector(rstd_obj, "rstd");
-        auto d_x = zeros({x.size(0), x.size(1)});
-        auto d_w = zeros({py::ssize_t(w.size())}), d_b = zeros({has_bias ? x.size(1) : 0});
+        auto d_x = new_array({x.size(0), x.size(1)});
+        auto d_w = new_array({py::ssize_t(w.size())}), d_b = new_array({has_bias ? x.size(1) : 0});
         {
           py::gil_scoped_release nogil;
           (reference ? layer_norm_backward_reference : layer_norm_backward)(
@@ -177,7 +181,7 @@ void bind_norms(py::module_& m) {
       [](py::object x_obj, py::object w_obj, float eps, bool reference) {
         In<2> x(x_obj, "x");
         const auto w = float_vector(w_obj, "w");
-        auto y = zeros({x.size(0), x.size(1)}), rstd = zeros({x.size(0)});
+        auto y = new_array({x.size(0), x.size(1)}), rstd = new_array({x.size(0)});
         {
           py::gil_scoped_release nogil;
           (reference ? rms_norm_forward_reference : rms_norm_forward)(
@@ -193,7 +197,7 @@ void bind_norms(py::module_& m) {
          bool reference) {
         In<2> d_y(dy_obj, "d_y"), x(x_obj, "x");
         const auto w = float_vector(w_obj, "w"), rstd = float_vector(rstd_obj, "rstd");
-        auto d_x = zeros({x.size(0), x.size(1)}), d_w = zeros({py::ssize_t(w.size())});
+        auto d_x = new_array({x.size(0), x.size(1)}), d_w = new_array({py::ssize_t(w.size())});
         {
           py::gil_scoped_release nogil;
           (reference ? rms_norm_backward_reference : rms_norm_backward)(
@@ -211,10 +215,9 @@ void bind_activations(py::module_& m) {
       [](py::object x_obj, const std::string& approximate, bool reference) {
         In<2> x(x_obj, "x");
         const auto a = gelu_approx(approximate);
-        auto y = zeros({x.size(0), x.size(1)});
-        py::gil_scoped_release nogil;
-        (reference ? gelu_forward_reference : gelu_forward)(mutable_view<2>(y), x.view, a);
-        return y;
+        return new_rows_like(x, [&](View2 y) {
+          (reference ? gelu_forward_reference : gelu_forward)(y, x.view, a);
+        });
       },
       "x"_a, "approximate"_a = "none", "reference"_a = false,
       "GELU of x[T, C] ('none' = erf, 'tanh').");
@@ -223,51 +226,44 @@ void bind_activations(py::module_& m) {
       [](py::object dy_obj, py::object x_obj, const std::string& approximate, bool reference) {
         In<2> d_y(dy_obj, "d_y"), x(x_obj, "x");
         const auto a = gelu_approx(approximate);
-        auto d_x = zeros({x.size(0), x.size(1)});
-        py::gil_scoped_release nogil;
-        (reference ? gelu_backward_reference : gelu_backward)(mutable_view<2>(d_x), d_y.view,
-                                                              x.view, a);
-        return d_x;
+        return new_rows_like(x, [&](View2 d_x) {
+          (reference ? gelu_backward_reference : gelu_backward)(d_x, d_y.view, x.view, a);
+        });
       },
       "d_y"_a, "x"_a, "approximate"_a = "none", "reference"_a = false, "d_x[T, C] of GELU.");
   m.def(
       "nn_silu_forward",
       [](py::object x_obj, bool reference) {
         In<2> x(x_obj, "x");
-        auto y = zeros({x.size(0), x.size(1)});
-        py::gil_scoped_release nogil;
-        (reference ? silu_forward_reference : silu_forward)(mutable_view<2>(y), x.view);
-        return y;
+        return new_rows_like(x, [&](View2 y) {
+          (reference ? silu_forward_reference : silu_forward)(y, x.view);
+        });
       },
       "x"_a, "reference"_a = false, "SiLU x·sigmoid(x) of x[T, C].");
   m.def(
       "nn_silu_backward",
       [](py::object dy_obj, py::object x_obj, bool reference) {
         In<2> d_y(dy_obj, "d_y"), x(x_obj, "x");
-        auto d_x = zeros({x.size(0), x.size(1)});
-        py::gil_scoped_release nogil;
-        (reference ? silu_backward_reference : silu_backward)(mutable_view<2>(d_x), d_y.view,
-                                                              x.view);
-        return d_x;
+        return new_rows_like(x, [&](View2 d_x) {
+          (reference ? silu_backward_reference : silu_backward)(d_x, d_y.view, x.view);
+        });
       },
       "d_y"_a, "x"_a, "reference"_a = false, "d_x[T, C] of SiLU.");
   m.def(
       "nn_swiglu_forward",
       [](py::object g_obj, py::object u_obj, bool reference) {
         In<2> gate(g_obj, "gate"), up(u_obj, "up");
-        auto y = zeros({gate.size(0), gate.size(1)});
-        py::gil_scoped_release nogil;
-        (reference ? swiglu_forward_reference : swiglu_forward)(mutable_view<2>(y), gate.view,
-                                                                up.view);
-        return y;
+        return new_rows_like(gate, [&](View2 y) {
+          (reference ? swiglu_forward_reference : swiglu_forward)(y, gate.view, up.view);
+        });
       },
       "gate"_a, "up"_a, "reference"_a = false, "silu(gate)·up for gate, up [T, C].");
   m.def(
       "nn_swiglu_backward",
       [](py::object dy_obj, py::object g_obj, py::object u_obj, bool reference) {
         In<2> d_y(dy_obj, "d_y"), gate(g_obj, "gate"), up(u_obj, "up");
-        auto d_gate = zeros({gate.size(0), gate.size(1)}),
-             d_up = zeros({gate.size(0), gate.size(1)});
+        auto d_gate = new_array({gate.size(0), gate.size(1)}),
+             d_up = new_array({gate.size(0), gate.size(1)});
         {
           py::gil_scoped_release nogil;
           (reference ? swiglu_backward_reference : swiglu_backward)(
@@ -284,7 +280,7 @@ py::array_t<float> rope_copy(const py::object& x_obj, const py::object& pos_obj,
                              Fn fn, const char* name) {
   In<3> x(x_obj, name);
   const auto positions = int64_vector(pos_obj, "positions");
-  auto out = zeros({x.size(0), x.size(1), x.size(2)});
+  auto out = new_array({x.size(0), x.size(1), x.size(2)});
   View3 v = mutable_view<3>(out);
   for (int64_t t = 0; t < v.shape[0]; ++t)
     for (int64_t h = 0; h < v.shape[1]; ++h) std::copy_n(x.view.ptr(t, h), v.shape[2], v.ptr(t, h));
@@ -313,14 +309,13 @@ void bind_rope_dropout(py::module_& m) {
   auto dropout = [](bool backward) {
     return [backward](py::object x_obj, float p, uint64_t seed, uint32_t stream, bool reference) {
       In<2> x(x_obj, backward ? "d_y" : "x");
-      auto y = zeros({x.size(0), x.size(1)});
       const DropoutOptions o{.p = p, .seed = seed, .stream = stream};
-      py::gil_scoped_release nogil;
-      if (backward)
-        (reference ? dropout_backward_reference : dropout_backward)(mutable_view<2>(y), x.view, o);
-      else
-        (reference ? dropout_forward_reference : dropout_forward)(mutable_view<2>(y), x.view, o);
-      return y;
+      return new_rows_like(x, [&](View2 y) {
+        if (backward)
+          (reference ? dropout_backward_reference : dropout_backward)(y, x.view, o);
+        else
+          (reference ? dropout_forward_reference : dropout_forward)(y, x.view, o);
+      });
     };
   };
   m.def("nn_dropout_forward", dropout(false), "x"_a, "p"_a, "seed"_a, "stream"_a = 0,
@@ -349,8 +344,8 @@ void bind_cross_entropy(py::module_& m) {
       [](py::object z_obj, py::object t_obj, bool reference) {
         In<2> logits(z_obj, "logits");
         const auto targets = ids_vector(t_obj, "targets");
-        auto losses = zeros({py::ssize_t(targets.size())}),
-             lse = zeros({py::ssize_t(targets.size())});
+        auto losses = new_array({py::ssize_t(targets.size())}),
+             lse = new_array({py::ssize_t(targets.size())});
         float loss;
         {
           py::gil_scoped_release nogil;
@@ -368,7 +363,7 @@ void bind_cross_entropy(py::module_& m) {
         In<2> logits(z_obj, "logits");
         const auto targets = ids_vector(t_obj, "targets");
         const auto lse = float_vector(lse_obj, "lse");
-        auto d = zeros({logits.size(0), logits.size(1)});
+        auto d = new_array({logits.size(0), logits.size(1)});
         py::gil_scoped_release nogil;
         (reference ? cross_entropy_backward_reference : cross_entropy_backward)(
             mutable_view<2>(d), logits.view, targets, lse, d_loss);
@@ -385,8 +380,8 @@ void bind_linear_cross_entropy(py::module_& m) {
         In<2> h(h_obj, "h"), w(w_obj, "w");
         const auto targets = ids_vector(t_obj, "targets");
         const auto b = float_vector(b_obj, "b");
-        auto losses = zeros({py::ssize_t(targets.size())}),
-             lse = zeros({py::ssize_t(targets.size())});
+        auto losses = new_array({py::ssize_t(targets.size())}),
+             lse = new_array({py::ssize_t(targets.size())});
         float loss;
         {
           py::gil_scoped_release nogil;
@@ -405,8 +400,8 @@ void bind_linear_cross_entropy(py::module_& m) {
         In<2> h(h_obj, "h"), w(w_obj, "w");
         const auto targets = ids_vector(t_obj, "targets");
         const auto b = float_vector(b_obj, "b"), lse = float_vector(lse_obj, "lse");
-        auto d_h = zeros({h.size(0), h.size(1)}), d_w = zeros({w.size(0), w.size(1)});
-        auto d_b = zeros({py::ssize_t(b.size())});
+        auto d_h = new_array({h.size(0), h.size(1)}), d_w = new_array({w.size(0), w.size(1)});
+        auto d_b = new_array({py::ssize_t(b.size())});
         {
           py::gil_scoped_release nogil;
           (reference ? linear_cross_entropy_backward_reference : linear_cross_entropy_backward)(

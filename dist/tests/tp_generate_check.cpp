@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,25 @@ GptModel test_model(int64_t kv_heads, GateMode gate, SinkLogits sink) {
   return m;
 }
 
+// Feeds `tokens` to the generator, then samples and feeds `steps` more (appended to tokens);
+// returns every step's logits [tokens.size() + steps][V].
+template <class Generator>
+std::vector<std::vector<float>> greedy_run(Generator& g, std::vector<int32_t>& tokens,
+                                           int64_t steps) {
+  std::vector<std::vector<float>> logits;
+  std::span<const float> l;
+  for (const int32_t t : tokens) {
+    l = g.feed(t);
+    logits.emplace_back(l.begin(), l.end());
+  }
+  for (int64_t s = 0; s < steps; ++s) {
+    tokens.push_back(g.sample(l));
+    l = g.feed(tokens.back());
+    logits.emplace_back(l.begin(), l.end());
+  }
+  return logits;
+}
+
 // Returns the number of failures on this rank (printed by rank 0 for the comparisons).
 int check_one(const GptModel& model, int rank, int ranks) {
   const auto& c = model.config();
@@ -38,30 +58,11 @@ int check_one(const GptModel& model, int rank, int ranks) {
   std::vector<std::vector<float>> ref;
   if (rank == 0) {  // one process, whole model
     GptGenerator whole(model, o);
-    std::span<const float> l;
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      l = whole.feed(tokens[i]);
-      ref.emplace_back(l.begin(), l.end());
-    }
-    for (int64_t s = 0; s < steps; ++s) {
-      tokens.push_back(whole.sample(l));
-      l = whole.feed(tokens.back());
-      ref.emplace_back(l.begin(), l.end());
-    }
+    ref = greedy_run(whole, tokens, steps);
   }
   dist::TpGenerator tp(model, o, rank, ranks);
   std::vector<int32_t> got{1, 7, 3};
-  std::vector<std::vector<float>> logits;
-  std::span<const float> l;
-  for (size_t i = 0; i < got.size(); ++i) {
-    l = tp.feed(got[i]);
-    logits.emplace_back(l.begin(), l.end());
-  }
-  for (int64_t s = 0; s < steps; ++s) {
-    got.push_back(tp.sample(l));
-    l = tp.feed(got.back());
-    logits.emplace_back(l.begin(), l.end());
-  }
+  const std::vector<std::vector<float>> logits = greedy_run(tp, got, steps);
   int failures = 0;
   const KVPlanRow plan = kv_plan({.layers = c.num_hidden_layers, .heads = c.num_attention_heads,
                                   .kv_heads = c.num_key_value_heads, .head_dim = c.head_dim,

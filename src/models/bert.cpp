@@ -10,6 +10,11 @@
 #include "bert_activations.hpp"
 
 namespace attnkit {
+namespace {
+// Hugging Face BertLayer: post-LN.
+constexpr EncoderLayerNames kLayerNames = {"attention.self", "attention.output.LayerNorm",
+                                           "output.LayerNorm", false};
+}  // namespace
 
 BertModel::BertModel(const BertConfig& config) : ParameterModel("BertModel"), config_(config) {
   validate(config_);
@@ -19,8 +24,8 @@ BertModel::~BertModel() = default;
 BertModel::BertModel(BertModel&&) noexcept = default;
 BertModel& BertModel::operator=(BertModel&&) noexcept = default;
 
-std::string BertModel::lname(int64_t l, const char* rest) const {
-  return "bert.encoder.layer." + std::to_string(l) + "." + rest;
+std::string BertModel::layer_prefix(int64_t l) const {
+  return "bert.encoder.layer." + std::to_string(l) + ".";
 }
 
 void BertModel::build_layout() {
@@ -31,14 +36,8 @@ void BertModel::build_layout() {
   s.add("bert.embeddings.position_embeddings.weight", {c.max_position_embeddings, C});
   s.add("bert.embeddings.token_type_embeddings.weight", {c.type_vocab_size, C});
   s.add_norm("bert.embeddings.LayerNorm", C);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    add_encoder_qkv(s, lname(l, "attention.self"), C, true);
-    s.add_linear(lname(l, "attention.output.dense"), C, C);
-    s.add_norm(lname(l, "attention.output.LayerNorm"), C);
-    s.add_linear(lname(l, "intermediate.dense"), F, C);
-    s.add_linear(lname(l, "output.dense"), C, F);
-    s.add_norm(lname(l, "output.LayerNorm"), C);
-  }
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    add_encoder_layer(s, layer_prefix(l), kLayerNames, C, F, true);
   if (c.has_pooler()) s.add_linear("bert.pooler.dense", C, C);
   if (c.has_mlm()) {
     s.add_linear("cls.predictions.transform.dense", C, C);
@@ -58,14 +57,8 @@ void BertModel::build_layout() {
 
 void BertModel::resolve_ids() {
   const auto& s = store_;
-  const int64_t C = config_.hidden_size;
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l)
-    layers_.push_back({.attn = encoder_attention_ids(s, lname(l, "attention.self"),
-                                                     lname(l, "attention.output.dense"), C),
-                       .attn_norm = s.layer(lname(l, "attention.output.LayerNorm")),
-                       .intermediate = s.layer(lname(l, "intermediate.dense")),
-                       .output = s.layer(lname(l, "output.dense")),
-                       .out_norm = s.layer(lname(l, "output.LayerNorm"))});
+    layers_.push_back(encoder_layer_ids(s, layer_prefix(l), kLayerNames, config_.hidden_size));
   word_ = s.id("bert.embeddings.word_embeddings.weight");
   position_ = s.id("bert.embeddings.position_embeddings.weight");
   token_type_ = s.id("bert.embeddings.token_type_embeddings.weight");
@@ -79,19 +72,9 @@ void BertModel::resolve_ids() {
 }
 
 AttentionBlockOptions BertModel::block_options(int64_t l) const {
-  AttentionBlockOptions o;
-  o.heads = config_.num_attention_heads;
-  o.kv_heads = config_.num_attention_heads;
-  o.head_dim = config_.head_dim();
-  o.rope_theta = 0;  // learned absolute positions are added to the embeddings instead
-  o.causal = false;
-  o.qkv_bias = true;
-  o.o_bias = true;
-  if (training_ && config_.attention_probs_dropout_prob > 0) {
-    o.dropout_p = float(config_.attention_probs_dropout_prob);
-    o.dropout_seed = bert_detail::attention_seed(seed_, l);
-  }
-  return o;
+  return encoder_block_options(config_.num_attention_heads, config_.head_dim(), true,
+                               training_ ? float(config_.attention_probs_dropout_prob) : 0.0f,
+                               seed_, l);
 }
 
 float BertModel::dropout_p() const { return training_ ? float(config_.hidden_dropout_prob) : 0.0f; }

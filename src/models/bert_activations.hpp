@@ -14,10 +14,6 @@ constexpr uint32_t kEmbeddingStream = 0;                                  // dro
 inline uint32_t attention_stream(int64_t l) { return uint32_t(1 + 2 * l); }  // drop(attn out)
 inline uint32_t mlp_stream(int64_t l) { return uint32_t(2 + 2 * l); }        // drop(MLP out)
 constexpr uint32_t kHeadStream = 0x48454144u;                             // classifier input
-// Attention-probability dropout key of layer l (distinct per layer for one step seed).
-inline uint64_t attention_seed(uint64_t seed, int64_t l) {
-  return seed ^ (0x9E3779B97F4A7C15ull * uint64_t(l + 1));
-}
 }  // namespace bert_detail
 
 struct BertLayerActivations {

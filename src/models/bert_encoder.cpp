@@ -96,8 +96,8 @@ void BertModel::run_encoder(const BertBatch& batch) {
     if (p > 0) dropout_forward(a.tmp.view(), a.tmp.view(), {p, seed_, bert_detail::attention_stream(l)});
     add_into(y.sum1.view(), x, a.tmp.view());
     layer_norm_forward(y.h.view(), y.mean1, y.rstd1, y.sum1.view(),
-                       vec(ly.attn_norm.weight),
-                       vec(ly.attn_norm.bias), eps);
+                       vec(ly.norm1.weight),
+                       vec(ly.norm1.bias), eps);
     linear_forward(y.pre.view(), y.h.view(), matrix(ly.intermediate.weight),
                    vec(ly.intermediate.bias));
     gelu_forward(y.u.view(), y.pre.view(), c.hidden_act);
@@ -106,7 +106,7 @@ void BertModel::run_encoder(const BertBatch& batch) {
     if (p > 0) dropout_forward(a.tmp.view(), a.tmp.view(), {p, seed_, bert_detail::mlp_stream(l)});
     add_into(y.sum2.view(), y.h.view(), a.tmp.view());
     layer_norm_forward(a.resid[size_t(l) + 1].view(), y.mean2, y.rstd2, y.sum2.view(),
-                       vec(ly.out_norm.weight), vec(ly.out_norm.bias), eps);
+                       vec(ly.norm2.weight), vec(ly.norm2.bias), eps);
   }
 }
 
@@ -123,9 +123,9 @@ void BertModel::encoder_backward() {
     BertLayerActivations& y = a.layers[size_t(l)];
     const EncoderLayerIds& ly = layers_[size_t(l)];
     // d_sum2 (in d_a) from LN₂; it flows to h directly and through the MLP.
-    layer_norm_backward(a.d_a.view(), grad_vec(ly.out_norm.weight),
-                        grad_vec(ly.out_norm.bias), a.d_resid.view(), y.sum2.view(),
-                        vec(ly.out_norm.weight), y.mean2, y.rstd2);
+    layer_norm_backward(a.d_a.view(), grad_vec(ly.norm2.weight),
+                        grad_vec(ly.norm2.bias), a.d_resid.view(), y.sum2.view(),
+                        vec(ly.norm2.weight), y.mean2, y.rstd2);
     copy_into(a.d_h.view(), a.d_a.view());
     if (p > 0) dropout_backward(a.d_a.view(), a.d_a.view(), {p, seed_, bert_detail::mlp_stream(l)});
     linear_backward(a.d_f.view(), grad_matrix(ly.output.weight),
@@ -137,9 +137,9 @@ void BertModel::encoder_backward() {
                     matrix(ly.intermediate.weight));
     add_into(a.d_h.view(), a.d_h.view(), a.d_x.view());
     // d_sum1 (in d_resid, whose old value is no longer needed) from LN₁.
-    layer_norm_backward(a.d_resid.view(), grad_vec(ly.attn_norm.weight),
-                        grad_vec(ly.attn_norm.bias), a.d_h.view(),
-                        y.sum1.view(), vec(ly.attn_norm.weight), y.mean1,
+    layer_norm_backward(a.d_resid.view(), grad_vec(ly.norm1.weight),
+                        grad_vec(ly.norm1.bias), a.d_h.view(),
+                        y.sum1.view(), vec(ly.norm1.weight), y.mean1,
                         y.rstd1);
     if (p > 0)
       dropout_backward(a.d_a.view(), a.d_resid.view(), {p, seed_, bert_detail::attention_stream(l)});

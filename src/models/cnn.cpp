@@ -59,6 +59,19 @@ View4 as4(std::span<float> s, int64_t a, int64_t b, int64_t c, int64_t d) {
 }
 View2 as2(std::span<float> s, int64_t a, int64_t b) { return View2::contiguous(s.data(), {a, b}); }
 
+// The SE / CBAM channel-gate MLP of a stage (ids.fc1 [hidden, c], ids.fc2 [c, hidden]) and its
+// gradients, as views into the store.
+template <class StageIds>
+SeWeights channel_mlp(ParameterStore& s, const StageIds& ids, int64_t c, int64_t hidden) {
+  return {as2(s.parameter(ids.fc1.weight), hidden, c), s.parameter(ids.fc1.bias),
+          as2(s.parameter(ids.fc2.weight), c, hidden), s.parameter(ids.fc2.bias)};
+}
+template <class StageIds>
+SeGrads channel_mlp_grads(ParameterStore& s, const StageIds& ids, int64_t c, int64_t hidden) {
+  return {as2(s.grad_vec(ids.fc1.weight), hidden, c), s.grad_vec(ids.fc1.bias),
+          as2(s.grad_vec(ids.fc2.weight), c, hidden), s.grad_vec(ids.fc2.bias)};
+}
+
 // Gives t the shape [n, c, h, w], reallocating only when the shape changes (every user
 // overwrites the whole tensor).
 void ensure(T4& t, int64_t n, int64_t c, int64_t h, int64_t w) {
@@ -93,7 +106,7 @@ class CnnActivations {
   bool training = false;
 };
 
-CnnModel::CnnModel(const CnnConfig& config) : ImageClassifier("CnnModel"), config_(config) {
+CnnModel::CnnModel(const CnnConfig& config) : ConfiguredImageClassifier("CnnModel", config) {
   validate(config_);
   build_layout();
 }
@@ -247,18 +260,14 @@ ConstView2 CnnModel::forward(ConstView4 x) {
     const int64_t hidden = std::max<int64_t>(1, c / config_.reduction);
     if (config_.attention == ChannelAttention::kSe) {
       ensure(g.att, n, c, s, s);
-      se_block_forward(g.att.view(), g.se, g.r.view(),
-                       SeWeights{as2(param(ids.fc1.weight), hidden, c), param(ids.fc1.bias),
-                                 as2(param(ids.fc2.weight), c, hidden), param(ids.fc2.bias)});
+      se_block_forward(g.att.view(), g.se, g.r.view(), channel_mlp(store_, ids, c, hidden));
       branch = &g.att;
     } else if (config_.attention == ChannelAttention::kCbam) {
       ensure(g.att, n, c, s, s);
       const int64_t k = config_.spatial_kernel;
       cbam_forward(g.att.view(), g.cbam, g.r.view(),
-                   CbamWeights{as2(param(ids.fc1.weight), hidden, c), param(ids.fc1.bias),
-                               as2(param(ids.fc2.weight), c, hidden), param(ids.fc2.bias),
-                               as4(param(ids.spatial.weight), 1, 2, k, k),
-                               param(ids.spatial.bias)});
+                   CbamWeights{channel_mlp(store_, ids, c, hidden),
+                               as4(param(ids.spatial.weight), 1, 2, k, k), param(ids.spatial.bias)});
       branch = &g.att;
     }
     const T4* shortcut = in;
@@ -347,23 +356,16 @@ void CnnModel::backward(ConstView2 d_logits) {
     like(g.d_r, g.r);
     const int64_t hidden = std::max<int64_t>(1, c / config_.reduction);
     if (config_.attention == ChannelAttention::kSe) {
-      se_block_backward(g.d_r.view(),
-                        SeGrads{as2(grad_vec(ids.fc1.weight), hidden, c), grad_vec(ids.fc1.bias),
-                                as2(grad_vec(ids.fc2.weight), c, hidden), grad_vec(ids.fc2.bias)},
-                        d_s.view(), g.r.view(),
-                        SeWeights{as2(param(ids.fc1.weight), hidden, c), param(ids.fc1.bias),
-                                  as2(param(ids.fc2.weight), c, hidden), param(ids.fc2.bias)},
-                        g.se);
+      se_block_backward(g.d_r.view(), channel_mlp_grads(store_, ids, c, hidden), d_s.view(),
+                        g.r.view(), channel_mlp(store_, ids, c, hidden), g.se);
     } else if (config_.attention == ChannelAttention::kCbam) {
       const int64_t ks = config_.spatial_kernel;
       cbam_backward(g.d_r.view(),
-                    CbamGrads{as2(grad_vec(ids.fc1.weight), hidden, c), grad_vec(ids.fc1.bias),
-                              as2(grad_vec(ids.fc2.weight), c, hidden), grad_vec(ids.fc2.bias),
+                    CbamGrads{channel_mlp_grads(store_, ids, c, hidden),
                               as4(grad_vec(ids.spatial.weight), 1, 2, ks, ks),
                               grad_vec(ids.spatial.bias)},
                     d_s.view(), g.r.view(),
-                    CbamWeights{as2(param(ids.fc1.weight), hidden, c), param(ids.fc1.bias),
-                                as2(param(ids.fc2.weight), c, hidden), param(ids.fc2.bias),
+                    CbamWeights{channel_mlp(store_, ids, c, hidden),
                                 as4(param(ids.spatial.weight), 1, 2, ks, ks),
                                 param(ids.spatial.bias)},
                     g.cbam);

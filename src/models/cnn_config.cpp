@@ -29,27 +29,19 @@ constexpr std::pair<const char*, ChannelAttention> kAttentions[] = {
 }  // namespace
 
 CnnConfig parse_cnn_config(const std::string& json_text, const std::string& source) {
-  ConfigReader r(json_text, source);
-  r.model_type({"cnn"}, true);
-  CnnConfig c;
-  image_config::read_head(r, c);
-  c.attention = r.choice("attention", ChannelAttention::kNone, kAttentions);
-  c.reduction = r.integer("reduction", c.reduction);
-  c.spatial_kernel = r.integer("spatial_kernel", c.spatial_kernel);
-  image_config::read_batch_norm(r, c);
-  r.finish();
-  r.validate_with([&] { validate(c); });
-  return c;
+  return image_config::parse<CnnConfig>(json_text, source, "cnn", [](ConfigReader& r, CnnConfig& c) {
+    c.attention = r.choice("attention", ChannelAttention::kNone, kAttentions);
+    c.reduction = r.integer("reduction", c.reduction);
+    c.spatial_kernel = r.integer("spatial_kernel", c.spatial_kernel);
+  });
 }
 
 std::string cnn_config_to_json(const CnnConfig& c) {
-  ConfigWriter w;
-  image_config::write_head(w, "cnn", c)
-      .set("attention", channel_attention_name(c.attention))
-      .set("reduction", c.reduction)
-      .set("spatial_kernel", c.spatial_kernel);
-  image_config::write_batch_norm(w, c);
-  return w.text();
+  return image_config::to_json(c, "cnn", [&](ConfigWriter& w) {
+    w.set("attention", channel_attention_name(c.attention))
+        .set("reduction", c.reduction)
+        .set("spatial_kernel", c.spatial_kernel);
+  });
 }
 
 void validate(const CnnConfig& c) {

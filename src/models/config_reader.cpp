@@ -37,8 +37,7 @@ int64_t ConfigReader::integer(const char* key) {
 }
 
 int64_t ConfigReader::integer(const char* key, int64_t fallback) {
-  mark(key);
-  if (!has(key)) return fallback;
+  if (!read(key)) return fallback;
   const nlohmann::json& v = json_->j[key];
   if (!v.is_number_integer()) fail_key(key, "must be an integer, got ", v.dump());
   if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
@@ -60,24 +59,21 @@ int64_t ConfigReader::size(const char* key, int64_t fallback, int64_t limit) {
 }
 
 double ConfigReader::number(const char* key, double fallback) {
-  mark(key);
-  if (!has(key)) return fallback;
+  if (!read(key)) return fallback;
   const nlohmann::json& v = json_->j[key];
   if (!v.is_number()) fail_key(key, "must be a number, got ", v.dump());
   return v.get<double>();
 }
 
 bool ConfigReader::boolean(const char* key, bool fallback) {
-  mark(key);
-  if (!has(key)) return fallback;
+  if (!read(key)) return fallback;
   const nlohmann::json& v = json_->j[key];
   if (!v.is_boolean()) fail_key(key, "must be true or false, got ", v.dump());
   return v.get<bool>();
 }
 
 std::string ConfigReader::string(const char* key, const std::string& fallback) {
-  mark(key);
-  if (!has(key)) return fallback;
+  if (!read(key)) return fallback;
   const nlohmann::json& v = json_->j[key];
   if (!v.is_string()) fail_key(key, "must be a string, got ", v.dump());
   return v.get<std::string>();
@@ -85,8 +81,7 @@ std::string ConfigReader::string(const char* key, const std::string& fallback) {
 
 std::vector<int64_t> ConfigReader::integers(const char* key, std::vector<int64_t> fallback,
                                             bool scalar_ok) {
-  mark(key);
-  if (!has(key)) return fallback;
+  if (!read(key)) return fallback;
   const nlohmann::json& v = json_->j[key];
   if (scalar_ok && v.is_number_integer()) return {integer(key, 0)};
   const char* what = scalar_ok ? "must be an integer or a list of integers, got "
@@ -101,8 +96,7 @@ std::vector<int64_t> ConfigReader::integers(const char* key, std::vector<int64_t
 }
 
 std::vector<std::string> ConfigReader::strings(const char* key) {
-  mark(key);
-  if (!has(key)) return {};
+  if (!read(key)) return {};
   const nlohmann::json& v = json_->j[key];
   std::vector<std::string> out;
   if (v.is_array())
@@ -114,16 +108,14 @@ std::vector<std::string> ConfigReader::strings(const char* key) {
 }
 
 void ConfigReader::require_value(const char* key, const char* value) {
-  mark(key);
-  if (!has(key)) return;
+  if (!read(key)) return;
   const nlohmann::json want = nlohmann::json::parse(value);
   if (json_->j[key] != want)
     fail_key(key, "must be ", want.dump(), " (attnkit implements no other), got ", json_->j[key].dump());
 }
 
 void ConfigReader::model_type(std::initializer_list<const char*> types, bool required) {
-  mark("model_type");
-  if (!has("model_type")) {
+  if (!read("model_type")) {
     if (required) fail(source_, ": missing required key 'model_type'");
     return;
   }

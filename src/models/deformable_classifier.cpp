@@ -16,7 +16,8 @@ namespace attnkit {
 
 using deformable_detail::T4;
 
-DeformableClassifier::DeformableClassifier(const DeformableConfig& config) : ImageClassifier("DeformableClassifier"), config_(config) {
+DeformableClassifier::DeformableClassifier(const DeformableConfig& config)
+    : ConfiguredImageClassifier("DeformableClassifier", config) {
   validate(config_);
   build_layout();
   // Levels: backbone maps 1..Lv, pixels row-major, concatenated.

@@ -15,38 +15,31 @@ std::vector<int64_t> deformable_map_sizes(const DeformableConfig& c) {
 }
 
 DeformableConfig parse_deformable_config(const std::string& json_text, const std::string& source) {
-  ConfigReader r(json_text, source);
-  r.model_type({"deformable"}, true);
-  DeformableConfig c;
-  image_config::read_head(r, c);
-  if (r.has("levels") && r.integer("levels", 0) != c.levels())
-    r.fail_key("levels", "(", r.integer("levels", 0), ") must equal len(widths) - 1 = ", c.levels(),
-               " (one level per stride-2 backbone stage)");
-  r.integer("levels", 0);
-  c.d_model = r.integer("d_model", c.d_model);
-  c.heads = r.integer("heads", c.heads);
-  c.points = r.integer("points", c.points);
-  c.layers = r.integer("layers", c.layers);
-  c.ffn_dim = r.integer("ffn_dim", c.ffn_dim);
-  c.layer_norm_eps = r.number("layer_norm_eps", c.layer_norm_eps);
-  image_config::read_batch_norm(r, c);
-  r.finish();
-  r.validate_with([&] { validate(c); });
-  return c;
+  auto read_own = [](ConfigReader& r, DeformableConfig& c) {
+    if (r.has("levels") && r.integer("levels", 0) != c.levels())
+      r.fail_key("levels", "(", r.integer("levels", 0), ") must equal len(widths) - 1 = ", c.levels(),
+                 " (one level per stride-2 backbone stage)");
+    r.integer("levels", 0);
+    c.d_model = r.integer("d_model", c.d_model);
+    c.heads = r.integer("heads", c.heads);
+    c.points = r.integer("points", c.points);
+    c.layers = r.integer("layers", c.layers);
+    c.ffn_dim = r.integer("ffn_dim", c.ffn_dim);
+    c.layer_norm_eps = r.number("layer_norm_eps", c.layer_norm_eps);
+  };
+  return image_config::parse<DeformableConfig>(json_text, source, "deformable", read_own);
 }
 
 std::string deformable_config_to_json(const DeformableConfig& c) {
-  ConfigWriter w;
-  image_config::write_head(w, "deformable", c)
-      .set("levels", c.levels())
-      .set("d_model", c.d_model)
-      .set("heads", c.heads)
-      .set("points", c.points)
-      .set("layers", c.layers)
-      .set("ffn_dim", c.ffn_dim)
-      .set("layer_norm_eps", c.layer_norm_eps);
-  image_config::write_batch_norm(w, c);
-  return w.text();
+  return image_config::to_json(c, "deformable", [&](ConfigWriter& w) {
+    w.set("levels", c.levels())
+        .set("d_model", c.d_model)
+        .set("heads", c.heads)
+        .set("points", c.points)
+        .set("layers", c.layers)
+        .set("ffn_dim", c.ffn_dim)
+        .set("layer_norm_eps", c.layer_norm_eps);
+  });
 }
 
 void validate(const DeformableConfig& c) {

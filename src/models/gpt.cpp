@@ -65,12 +65,10 @@ void add_inplace(View2 y, ConstView2 a, ConstView2 b) {
   check(y.inner_contiguous() && a.inner_contiguous() && b.inner_contiguous(),
         "add_inplace: rows must be contiguous");
   const int64_t c = y.shape[1];
-  nn::parallel_rows(y.shape[0], c, [&](int64_t r0, int64_t r1) {
-    for (int64_t t = r0; t < r1; ++t) {
-      float* yr = y.ptr(t);
-      const float *ar = a.ptr(t), *br = b.ptr(t);
-      for (int64_t j = 0; j < c; ++j) yr[j] = ar[j] + br[j];
-    }
+  nn::parallel_each_row(y.shape[0], c, [&](int64_t t) {
+    float* yr = y.ptr(t);
+    const float *ar = a.ptr(t), *br = b.ptr(t);
+    for (int64_t j = 0; j < c; ++j) yr[j] = ar[j] + br[j];
   });
 }
 

@@ -4,6 +4,7 @@
 // One reader, writer and range check for both, so the two keep the same keys, defaults and
 // messages ("<model> config: 'key' must be in [lo, hi], got v").
 #include <cstdint>
+#include <string>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/models/config_reader.hpp"
@@ -40,6 +41,31 @@ ConfigWriter& write_head(ConfigWriter& w, const char* model_type, const Config& 
 template <class Config>
 ConfigWriter& write_batch_norm(ConfigWriter& w, const Config& c) {
   return w.set("batch_norm_eps", c.batch_norm_eps).set("batch_norm_momentum", c.batch_norm_momentum);
+}
+
+// Parses config.json text: model_type (required, `model_type`), the read_head fields, the model's
+// own keys (read_own(r, c)), the batch norms; refuses unknown keys, then validate(c).
+template <class Config, class ReadOwn>
+Config parse(const std::string& text, const std::string& source, const char* model_type,
+             ReadOwn read_own) {
+  ConfigReader r(text, source);
+  r.model_type({model_type}, true);
+  Config c;
+  read_head(r, c);
+  read_own(r, c);
+  read_batch_norm(r, c);
+  r.finish();
+  r.validate_with([&] { validate(c); });
+  return c;
+}
+
+// config.json text: the write_head fields, the model's own keys (write_own(w)), the batch norms.
+template <class Config, class WriteOwn>
+std::string to_json(const Config& c, const char* model_type, WriteOwn write_own) {
+  ConfigWriter w;
+  write_own(write_head(w, model_type, c));
+  write_batch_norm(w, c);
+  return w.text();
 }
 
 // Range checks of the shared fields; `who` is "cnn" or "deformable"; widths needs

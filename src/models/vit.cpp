@@ -9,8 +9,13 @@
 #include "vit_activations.hpp"
 
 namespace attnkit {
+namespace {
+// Hugging Face ViTLayer: pre-LN.
+constexpr EncoderLayerNames kLayerNames = {"attention.attention", "layernorm_before",
+                                           "layernorm_after", true};
+}  // namespace
 
-VitModel::VitModel(const VitConfig& config) : ImageClassifier("VitModel"), config_(config) {
+VitModel::VitModel(const VitConfig& config) : ConfiguredImageClassifier("VitModel", config) {
   validate(config_);
   build_layout();
 }
@@ -22,10 +27,9 @@ ImageShape VitModel::input_shape() const {
   return {config_.num_channels, config_.image_height, config_.image_width};
 }
 
-std::string VitModel::config_json() const { return vit_config_to_json(config_); }
 
-std::string VitModel::lname(int64_t l, const char* rest) const {
-  return "vit.encoder.layer." + std::to_string(l) + "." + rest;
+std::string VitModel::layer_prefix(int64_t l) const {
+  return "vit.encoder.layer." + std::to_string(l) + ".";
 }
 
 void VitModel::build_layout() {
@@ -36,24 +40,13 @@ void VitModel::build_layout() {
   s.add("vit.embeddings.position_embeddings", {1, c.seq_len(), C});
   s.add("vit.embeddings.patch_embeddings.projection.weight", {C, c.num_channels, P, P});
   s.add("vit.embeddings.patch_embeddings.projection.bias", {C});
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    s.add_norm(lname(l, "layernorm_before"), C);
-    add_encoder_qkv(s, lname(l, "attention.attention"), C, c.qkv_bias);
-    s.add_linear(lname(l, "attention.output.dense"), C, C);
-    s.add_norm(lname(l, "layernorm_after"), C);
-    s.add_linear(lname(l, "intermediate.dense"), F, C);
-    s.add_linear(lname(l, "output.dense"), C, F);
-  }
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    add_encoder_layer(s, layer_prefix(l), kLayerNames, C, F, c.qkv_bias);
   s.add_norm("vit.layernorm", C);
   s.add_linear("classifier", c.num_labels, C);
   s.allocate();
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    layers_.push_back({.attn = encoder_attention_ids(s, lname(l, "attention.attention"),
-                                                     lname(l, "attention.output.dense"), C),
-                       .norm_before = s.layer(lname(l, "layernorm_before")),
-                       .norm_after = s.layer(lname(l, "layernorm_after")),
-                       .intermediate = s.layer(lname(l, "intermediate.dense")),
-                       .output = s.layer(lname(l, "output.dense"))});
+    layers_.push_back(encoder_layer_ids(s, layer_prefix(l), kLayerNames, C));
   cls_ = s.id("vit.embeddings.cls_token");
   position_ = s.id("vit.embeddings.position_embeddings");
   patch_ = s.layer("vit.embeddings.patch_embeddings.projection");
@@ -62,18 +55,9 @@ void VitModel::build_layout() {
 }
 
 AttentionBlockOptions VitModel::block_options(int64_t l) const {
-  AttentionBlockOptions o;
-  o.heads = o.kv_heads = config_.num_attention_heads;
-  o.head_dim = config_.head_dim();
-  o.rope_theta = 0;  // learned absolute positions are added to the embeddings instead
-  o.causal = false;
-  o.qkv_bias = config_.qkv_bias;
-  o.o_bias = true;
-  if (training_ && config_.attention_probs_dropout_prob > 0) {
-    o.dropout_p = float(config_.attention_probs_dropout_prob);
-    o.dropout_seed = vit_detail::attention_seed(seed_, l);
-  }
-  return o;
+  return encoder_block_options(config_.num_attention_heads, config_.head_dim(), config_.qkv_bias,
+                               training_ ? float(config_.attention_probs_dropout_prob) : 0.0f,
+                               seed_, l);
 }
 
 float VitModel::dropout_p() const {

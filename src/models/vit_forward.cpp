@@ -107,15 +107,15 @@ void VitModel::encoder_forward() {
     VitLayerActivations& y = a.layers[size_t(l)];
     const EncoderLayerIds& ly = layers_[size_t(l)];
     const ConstView2 x = a.resid[size_t(l)].view();
-    layer_norm_forward(y.h1.view(), y.mean1, y.rstd1, x, vec(ly.norm_before.weight),
-                       vec(ly.norm_before.bias), eps);
+    layer_norm_forward(y.h1.view(), y.mean1, y.rstd1, x, vec(ly.norm1.weight),
+                       vec(ly.norm1.bias), eps);
     // mid = x + drop(attn(h1)), formed in place in mid.
     attention_block_forward(y.mid.view(), y.cache(), y.h1.view(), bb, attention_params(store_, ly.attn),
                             block_options(l));
     if (p > 0) dropout_forward(y.mid.view(), y.mid.view(), {p, seed_, vit_detail::attention_stream(l)});
     add_inplace(y.mid.view(), x);
     layer_norm_forward(y.h2.view(), y.mean2, y.rstd2, y.mid.view(),
-                       vec(ly.norm_after.weight), vec(ly.norm_after.bias),
+                       vec(ly.norm2.weight), vec(ly.norm2.bias),
                        eps);
     linear_forward(y.pre.view(), y.h2.view(), matrix(ly.intermediate.weight),
                    vec(ly.intermediate.bias));
@@ -223,9 +223,9 @@ void VitModel::encoder_backward() {
     linear_backward(d_h, grad_matrix(ly.intermediate.weight),
                     grad_vec(ly.intermediate.bias), a.d_f.view(), y.h2.view(),
                     matrix(ly.intermediate.weight));
-    layer_norm_backward(d_a, grad_vec(ly.norm_after.weight),
-                        grad_vec(ly.norm_after.bias), d_h, y.mid.view(),
-                        vec(ly.norm_after.weight), y.mean2, y.rstd2);
+    layer_norm_backward(d_a, grad_vec(ly.norm2.weight),
+                        grad_vec(ly.norm2.bias), d_h, y.mid.view(),
+                        vec(ly.norm2.weight), y.mean2, y.rstd2);
     add_inplace(d_resid, d_a);  // d(mid): the residual path plus the MLP path
     View2 d_attn_out = d_resid;
     if (p > 0) {
@@ -234,9 +234,9 @@ void VitModel::encoder_backward() {
     }
     attention_block_backward(d_h, attention_grads(store_, ly.attn), scratch, d_attn_out, y.h1.view(), y.cache(), bb,
                              attention_params(store_, ly.attn), block_options(l));
-    layer_norm_backward(d_a, grad_vec(ly.norm_before.weight),
-                        grad_vec(ly.norm_before.bias), d_h,
-                        a.resid[size_t(l)].view(), vec(ly.norm_before.weight),
+    layer_norm_backward(d_a, grad_vec(ly.norm1.weight),
+                        grad_vec(ly.norm1.bias), d_h,
+                        a.resid[size_t(l)].view(), vec(ly.norm1.weight),
                         y.mean1, y.rstd1);
     add_inplace(d_resid, d_a);  // d(x): the residual path plus the attention path
   }

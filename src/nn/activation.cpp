@@ -68,14 +68,12 @@ void map_vectors(int64_t n, std::array<const float*, K> in, std::array<float*, M
 template <size_t K, size_t M, class F>
 void map_rows(std::array<ConstView2, K> in, std::array<View2, M> out, F f) {
   const int64_t c = in[0].shape[1];
-  nn::parallel_rows(in[0].shape[0], c, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      std::array<const float*, K> i;
-      std::array<float*, M> o;
-      for (size_t k = 0; k < K; ++k) i[k] = in[k].ptr(t);
-      for (size_t m = 0; m < M; ++m) o[m] = out[m].ptr(t);
-      map_vectors<K, M>(c, i, o, f);
-    }
+  nn::parallel_each_row(in[0].shape[0], c, [&](int64_t t) {
+    std::array<const float*, K> i;
+    std::array<float*, M> o;
+    for (size_t k = 0; k < K; ++k) i[k] = in[k].ptr(t);
+    for (size_t m = 0; m < M; ++m) o[m] = out[m].ptr(t);
+    map_vectors<K, M>(c, i, o, f);
   });
 }
 

@@ -238,13 +238,11 @@ void attention_block_forward(View2 out, const AttentionBlockCache& c, ConstView2
   if (o.gate != GateMode::kNone) {
     // gated[t, h·D + e] = sigmoid(g[t, h]) (head-wise) or sigmoid(g[t, h·D + e]) · attn
     const int64_t per = o.gate == GateMode::kHeadwise ? d : 1;
-    nn::parallel_rows(t, hd, [&](int64_t t0, int64_t t1) {
-      for (int64_t i = t0; i < t1; ++i) {
-        const float *gp = c.gate_pre.ptr(i), *a = c.attn.ptr(i);
-        float *s = c.gate.ptr(i), *y = c.gated.ptr(i);
-        for (int64_t j = 0; j < hg; ++j) s[j] = float(nn::sigmoid(double(gp[j])));
-        for (int64_t j = 0; j < hd; ++j) y[j] = s[j / per] * a[j];
-      }
+    nn::parallel_each_row(t, hd, [&](int64_t i) {
+      const float *gp = c.gate_pre.ptr(i), *a = c.attn.ptr(i);
+      float *s = c.gate.ptr(i), *y = c.gated.ptr(i);
+      for (int64_t j = 0; j < hg; ++j) s[j] = float(nn::sigmoid(double(gp[j])));
+      for (int64_t j = 0; j < hd; ++j) y[j] = s[j / per] * a[j];
     });
   }
   linear_forward(out, nn::o_input(c, o), p.o_proj_weight, p.o_proj_bias);

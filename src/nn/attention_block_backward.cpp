@@ -24,21 +24,19 @@ void gate_backward(const AttentionBlockScratch& s, const AttentionBlockCache& c,
                    const AttentionBlockOptions& o) {
   const int64_t d = o.head_dim, hd = o.heads * d;
   const bool headwise = o.gate == GateMode::kHeadwise;
-  nn::parallel_rows(c.attn.shape[0], hd, [&](int64_t t0, int64_t t1) {
-    for (int64_t i = t0; i < t1; ++i) {
-      const float *a = c.attn.ptr(i), *gate = c.gate.ptr(i);
-      float *dy = s.d_attn.ptr(i), *dg = s.d_gate.ptr(i);
-      for (int64_t h = 0; h < o.heads; ++h) {
-        if (headwise) {
-          const float sg = gate[h];
-          dg[h] = sg * (1 - sg) * float(nn::dot_double(dy + h * d, a + h * d, d));
-          for (int64_t e = h * d; e < (h + 1) * d; ++e) dy[e] *= sg;
-        } else {
-          for (int64_t e = h * d; e < (h + 1) * d; ++e) {
-            const float sg = gate[e];
-            dg[e] = sg * (1 - sg) * dy[e] * a[e];
-            dy[e] *= sg;
-          }
+  nn::parallel_each_row(c.attn.shape[0], hd, [&](int64_t i) {
+    const float *a = c.attn.ptr(i), *gate = c.gate.ptr(i);
+    float *dy = s.d_attn.ptr(i), *dg = s.d_gate.ptr(i);
+    for (int64_t h = 0; h < o.heads; ++h) {
+      if (headwise) {
+        const float sg = gate[h];
+        dg[h] = sg * (1 - sg) * float(nn::dot_double(dy + h * d, a + h * d, d));
+        for (int64_t e = h * d; e < (h + 1) * d; ++e) dy[e] *= sg;
+      } else {
+        for (int64_t e = h * d; e < (h + 1) * d; ++e) {
+          const float sg = gate[e];
+          dg[e] = sg * (1 - sg) * dy[e] * a[e];
+          dy[e] *= sg;
         }
       }
     }

@@ -93,11 +93,9 @@ void cbam_forward(View4 y, CbamCache& cache, ConstView4 x, const CbamWeights& w)
                  {.stride = 1, .padding = k / 2});
   for (float& v : cache.spatial_gate.storage()) v = sigmoid(v);
   const float* as = cache.spatial_gate.data();
-  nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
-    for (int64_t pl = p0; pl < p1; ++pl) {
-      const float* g = as + (pl / c) * hw;
-      for (int64_t j = 0; j < hw; ++j) y.data[pl * hw + j] = x1[pl * hw + j] * g[j];
-    }
+  nn::parallel_each_row(n * c, hw, [&](int64_t pl) {
+    const float* g = as + (pl / c) * hw;
+    for (int64_t j = 0; j < hw; ++j) y.data[pl * hw + j] = x1[pl * hw + j] * g[j];
   });
 }
 
@@ -131,15 +129,13 @@ void cbam_backward(View4 d_x, const CbamGrads& g, ConstView4 d_y, ConstView4 x,
                   {.stride = 1, .padding = k / 2});
   // d_x1 into d_x.
   const float* dd = d_desc.data();
-  nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
-    for (int64_t pl = p0; pl < p1; ++pl) {
-      const int64_t b = pl / c, ch = pl % c;
-      for (int64_t p = 0; p < hw; ++p) {
-        const int64_t q = b * hw + p;
-        float v = d_y.data[pl * hw + p] * as[q] + dd[(b * 2) * hw + p] / float(c);
-        if (cache.channel_argmax[size_t(q)] == ch) v += dd[(b * 2 + 1) * hw + p];
-        d_x.data[pl * hw + p] = v;
-      }
+  nn::parallel_each_row(n * c, hw, [&](int64_t pl) {
+    const int64_t b = pl / c, ch = pl % c;
+    for (int64_t p = 0; p < hw; ++p) {
+      const int64_t q = b * hw + p;
+      float v = d_y.data[pl * hw + p] * as[q] + dd[(b * 2) * hw + p] / float(c);
+      if (cache.channel_argmax[size_t(q)] == ch) v += dd[(b * 2 + 1) * hw + p];
+      d_x.data[pl * hw + p] = v;
     }
   });
   // Through the channel gate and the shared MLP (both rows receive d_u).
@@ -151,13 +147,11 @@ void cbam_backward(View4 d_x, const CbamGrads& g, ConstView4 d_y, ConstView4 x,
     if (!(cache.hidden.data()[i] > 0)) d_hidden.data()[i] = 0.0f;
   linear_backward(d_pooled.view(), g.d_w1, g.d_b1, d_hidden.view(), cache.pooled.view(), w.w1);
   const float *ac = cache.channel_gate.data(), *dp = d_pooled.data();
-  nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
-    for (int64_t pl = p0; pl < p1; ++pl) {
-      float* dx = d_x.data + pl * hw;
-      const float avg = dp[pl] / float(hw);
-      for (int64_t p = 0; p < hw; ++p) dx[p] = dx[p] * ac[pl] + avg;
-      dx[cache.max_index[size_t(pl)]] += dp[n * c + pl];
-    }
+  nn::parallel_each_row(n * c, hw, [&](int64_t pl) {
+    float* dx = d_x.data + pl * hw;
+    const float avg = dp[pl] / float(hw);
+    for (int64_t p = 0; p < hw; ++p) dx[p] = dx[p] * ac[pl] + avg;
+    dx[cache.max_index[size_t(pl)]] += dp[n * c + pl];
   });
 }
 

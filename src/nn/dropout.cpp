@@ -32,25 +32,23 @@ std::array<uint32_t, 4> dropout_words(const DropoutOptions& o, uint64_t group) {
 void apply(View2 out, ConstView2 in, const DropoutOptions& o) {
   const int64_t c = in.shape[1];
   const float scale = float(1.0 / (1.0 - double(o.p)));
-  nn::parallel_rows(in.shape[0], c, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const float* x = in.ptr(t);
-      float* y = out.ptr(t);
-      if (o.p == 0) {  // identity: skip the RNG
-        for (int64_t j = 0; j < c; ++j) y[j] = x[j];
-        continue;
+  nn::parallel_each_row(in.shape[0], c, [&](int64_t t) {
+    const float* x = in.ptr(t);
+    float* y = out.ptr(t);
+    if (o.p == 0) {  // identity: skip the RNG
+      for (int64_t j = 0; j < c; ++j) y[j] = x[j];
+      return;
+    }
+    const uint64_t base = uint64_t(t) * uint64_t(c);
+    std::array<uint32_t, 4> words{};
+    uint64_t group = ~uint64_t(0);
+    for (int64_t j = 0; j < c; ++j) {
+      const uint64_t index = base + uint64_t(j);
+      if (index / 4 != group) {
+        group = index / 4;
+        words = dropout_words(o, group);
       }
-      const uint64_t base = uint64_t(t) * uint64_t(c);
-      std::array<uint32_t, 4> words{};
-      uint64_t group = ~uint64_t(0);
-      for (int64_t j = 0; j < c; ++j) {
-        const uint64_t index = base + uint64_t(j);
-        if (index / 4 != group) {
-          group = index / 4;
-          words = dropout_words(o, group);
-        }
-        y[j] = uniform_from_bits(words[index % 4]) >= o.p ? x[j] * scale : 0.0f;
-      }
+      y[j] = uniform_from_bits(words[index % 4]) >= o.p ? x[j] * scale : 0.0f;
     }
   });
 }

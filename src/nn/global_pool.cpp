@@ -82,12 +82,10 @@ void global_max_pool_forward(View2 y, std::span<int32_t> argmax, ConstView4 x) {
   const int64_t c = x.shape[1], hw = x.shape[2] * x.shape[3];
   nn::check_span(argmax, fn, "argmax", "[N·C]", x.shape[0] * c);
   check(hw >= 1 && hw <= INT32_MAX, fn, ": x: expected 1..2^31-1 pixels per plane, got ", hw);
-  nn::parallel_rows(x.shape[0] * c, hw, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t best = plane_argmax(x.data + p * hw, hw);
-      y(p / c, p % c) = x.data[p * hw + best];
-      argmax[size_t(p)] = int32_t(best);
-    }
+  nn::parallel_each_row(x.shape[0] * c, hw, [&](int64_t p) {
+    const int64_t best = plane_argmax(x.data + p * hw, hw);
+    y(p / c, p % c) = x.data[p * hw + best];
+    argmax[size_t(p)] = int32_t(best);
   });
 }
 
@@ -97,11 +95,9 @@ void global_max_pool_backward(View4 d_x, ConstView2 d_y, std::span<const int32_t
   const int64_t c = d_x.shape[1], hw = d_x.shape[2] * d_x.shape[3];
   nn::check_span(argmax, fn, "argmax", "[N·C]", d_x.shape[0] * c);
   nn::check_argmax(fn, argmax, hw);
-  nn::parallel_rows(d_x.shape[0] * c, hw, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      std::fill(d_x.data + p * hw, d_x.data + (p + 1) * hw, 0.0f);
-      d_x.data[p * hw + argmax[size_t(p)]] = d_y(p / c, p % c);
-    }
+  nn::parallel_each_row(d_x.shape[0] * c, hw, [&](int64_t p) {
+    std::fill(d_x.data + p * hw, d_x.data + (p + 1) * hw, 0.0f);
+    d_x.data[p * hw + argmax[size_t(p)]] = d_y(p / c, p % c);
   });
 }
 

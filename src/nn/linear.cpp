@@ -86,13 +86,11 @@ bool chunked_weight_gradient(View2 d_w, std::span<float> d_b, ConstView2 d_y, Co
       }
     });
   }
-  nn::parallel_rows(out, in * chunks, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      float* g = d_w.ptr(r);
-      for (int64_t c = 0; c < chunks; ++c) {
-        const float* p = pw + (c * out + r) * in;
-        for (int64_t j = 0; j < in; ++j) g[j] += p[j];
-      }
+  nn::parallel_each_row(out, in * chunks, [&](int64_t r) {
+    float* g = d_w.ptr(r);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const float* p = pw + (c * out + r) * in;
+      for (int64_t j = 0; j < in; ++j) g[j] += p[j];
     }
   });
   for (int64_t j = 0; j < int64_t(d_b.size()); ++j) {

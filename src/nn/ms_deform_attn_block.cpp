@@ -67,17 +67,32 @@ void linear_bwd(const MsDeformAttnBlockOptions& o, View2 d_x, View2 d_w, std::sp
   (o.reference ? linear_backward_reference : linear_backward)(d_x, d_w, d_b, d_y, x, w);
 }
 
+struct Dims {  // B, Q, S, C and K = Lv·P
+  int64_t b, q, s, c, k;
+};
+Dims dims_of(const MsDeformAttnBlockInputs& in, const MsDeformAttnBlockOptions& o) {
+  return {in.query.shape[0], in.query.shape[1], in.input_flatten.shape[1], o.d_model,
+          o.levels * o.points};
+}
+
+// Validates the call (validate_ms_deform_attn_block) and returns its sizes.
+Dims checked_dims(const MsDeformAttnBlockInputs& in, const MsDeformAttnBlockParams& p,
+                  const MsDeformAttnBlockOptions& o) {
+  validate_ms_deform_attn_block(in, p, o);
+  return dims_of(in, o);
+}
+
 MsDeformAttnArgs op_args(const MsDeformAttnBlockInputs& in, const MsDeformAttnBlockCache& c,
                          const MsDeformAttnBlockOptions& o) {
-  const int64_t b = in.query.shape[0], q = in.query.shape[1], s = in.input_flatten.shape[1];
+  const Dims d = dims_of(in, o);
   MsDeformAttnArgs a;
-  a.value = View<const float, 4>::contiguous(c.value.data(), {b, s, o.heads, o.head_dim()});
+  a.value = View<const float, 4>::contiguous(c.value.data(), {d.b, d.s, o.heads, o.head_dim()});
   a.spatial_shapes = in.spatial_shapes;
   a.level_start_index = in.level_start_index;
   a.sampling_locations = View<const float, 6>::contiguous(
-      c.locations.data(), {b, q, o.heads, o.levels, o.points, 2});
+      c.locations.data(), {d.b, d.q, o.heads, o.levels, o.points, 2});
   a.attention_weights =
-      View<const float, 5>::contiguous(c.weights.data(), {b, q, o.heads, o.levels, o.points});
+      View<const float, 5>::contiguous(c.weights.data(), {d.b, d.q, o.heads, o.levels, o.points});
   return a;
 }
 
@@ -87,8 +102,7 @@ void validate_ms_deform_attn_block(const MsDeformAttnBlockInputs& in,
                                    const MsDeformAttnBlockParams& p,
                                    const MsDeformAttnBlockOptions& o) {
   o.validate();
-  const int64_t c = o.d_model, b = in.query.shape[0], q = in.query.shape[1],
-                s = in.input_flatten.shape[1];
+  const auto [b, q, s, c, k] = dims_of(in, o);
   check_tensor(in.query, "query", "[B, Q, C]", {b, q, c});
   check_tensor(in.input_flatten, "input_flatten", "[B, S, C]", {b, s, c});
   check_tensor(in.reference_points, "reference_points", "[B, Q, Lv, 2]", {b, q, o.levels, 2});
@@ -110,9 +124,7 @@ void ms_deform_attn_block_forward(View3 out, MsDeformAttnBlockCache& cache,
                                   const MsDeformAttnBlockInputs& in,
                                   const MsDeformAttnBlockParams& p,
                                   const MsDeformAttnBlockOptions& o) {
-  validate_ms_deform_attn_block(in, p, o);
-  const int64_t b = in.query.shape[0], q = in.query.shape[1], s = in.input_flatten.shape[1];
-  const int64_t c = o.d_model, k = o.levels * o.points;
+  const auto [b, q, s, c, k] = checked_dims(in, p, o);
   check_tensor(out, "out", "[B, Q, C]", {b, q, c});
   cache.value = Tensor<float, 2>({b * s, c});
   cache.offsets = Tensor<float, 2>({b * q, o.offsets_width()});
@@ -169,9 +181,7 @@ void ms_deform_attn_block_backward(View3 d_query, View3 d_input_flatten,
                                    const MsDeformAttnBlockCache& cache,
                                    const MsDeformAttnBlockParams& p,
                                    const MsDeformAttnBlockOptions& o) {
-  validate_ms_deform_attn_block(in, p, o);
-  const int64_t b = in.query.shape[0], q = in.query.shape[1], s = in.input_flatten.shape[1];
-  const int64_t c = o.d_model, k = o.levels * o.points;
+  const auto [b, q, s, c, k] = checked_dims(in, p, o);
   check_tensor(d_out, "d_out", "[B, Q, C]", {b, q, c});
   check(cache.attn.numel() == b * q * c && cache.value.numel() == b * s * c, kFn,
         ": cache: not filled by a forward of these shapes");

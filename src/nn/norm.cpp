@@ -72,17 +72,15 @@ void layer_norm_forward(View2 y, std::span<float> mean, std::span<float> rstd, C
   nn::check_span(rstd, fn, "rstd", "[T]", x.shape[0]);
   nn::check_eps(fn, eps);
   const int64_t c = x.shape[1];
-  nn::parallel_rows(x.shape[0], c, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const float* xr = x.ptr(t);
-      const double mu = c ? nn::sum_double(xr, c) / double(c) : 0.0;
-      const double var = c ? centered_sq_sum(xr, c, mu) / double(c) : 0.0;
-      const float m = float(mu), r = float(1.0 / std::sqrt(var + double(eps)));
-      mean[size_t(t)] = m;
-      rstd[size_t(t)] = r;
-      float* yr = y.ptr(t);
-      for (int64_t j = 0; j < c; ++j) yr[j] = (xr[j] - m) * r * weight(w, j) + bias(b, j);
-    }
+  nn::parallel_each_row(x.shape[0], c, [&](int64_t t) {
+    const float* xr = x.ptr(t);
+    const double mu = c ? nn::sum_double(xr, c) / double(c) : 0.0;
+    const double var = c ? centered_sq_sum(xr, c, mu) / double(c) : 0.0;
+    const float m = float(mu), r = float(1.0 / std::sqrt(var + double(eps)));
+    mean[size_t(t)] = m;
+    rstd[size_t(t)] = r;
+    float* yr = y.ptr(t);
+    for (int64_t j = 0; j < c; ++j) yr[j] = (xr[j] - m) * r * weight(w, j) + bias(b, j);
   });
 }
 
@@ -152,31 +150,29 @@ void layer_norm_backward(View2 d_x, std::span<float> d_w, std::span<float> d_b, 
   nn::check_norm_grads(fn, w, d_w, {}, {});
   const int64_t tokens = x.shape[0], c = x.shape[1];
   if (!d_w.empty() || !d_b.empty()) layer_norm_param_grads(d_w, d_b, d_y, x, mean, rstd);
-  nn::parallel_rows(tokens, c, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const float *xr = x.ptr(t), *g = d_y.ptr(t);
-      const float m = mean[size_t(t)], r = rstd[size_t(t)];
-      // Eight independent partial sums (in double) per row, so the loop vectorises.
-      double part_g[8] = {}, part_gx[8] = {};
-      int64_t j = 0;
-      for (; j + 8 <= c; j += 8)
-        for (int l = 0; l < 8; ++l) {
-          const double gw = double(g[j + l]) * double(weight(w, j + l));
-          part_g[l] += gw;
-          part_gx[l] += gw * double((xr[j + l] - m) * r);
-        }
-      double sum_g = 0, sum_gx = 0;
-      for (; j < c; ++j) {
-        const double gw = double(g[j]) * double(weight(w, j));
-        sum_g += gw;
-        sum_gx += gw * double((xr[j] - m) * r);
+  nn::parallel_each_row(tokens, c, [&](int64_t t) {
+    const float *xr = x.ptr(t), *g = d_y.ptr(t);
+    const float m = mean[size_t(t)], r = rstd[size_t(t)];
+    // Eight independent partial sums (in double) per row, so the loop vectorises.
+    double part_g[8] = {}, part_gx[8] = {};
+    int64_t j = 0;
+    for (; j + 8 <= c; j += 8)
+      for (int l = 0; l < 8; ++l) {
+        const double gw = double(g[j + l]) * double(weight(w, j + l));
+        part_g[l] += gw;
+        part_gx[l] += gw * double((xr[j + l] - m) * r);
       }
-      for (int l = 0; l < 8; ++l) sum_g += part_g[l], sum_gx += part_gx[l];
-      const float a = c ? float(sum_g / double(c)) : 0.0f;
-      const float bb = c ? float(sum_gx / double(c)) : 0.0f;
-      float* dx = d_x.ptr(t);
-      for (int64_t j = 0; j < c; ++j) dx[j] = r * (g[j] * weight(w, j) - a - (xr[j] - m) * r * bb);
+    double sum_g = 0, sum_gx = 0;
+    for (; j < c; ++j) {
+      const double gw = double(g[j]) * double(weight(w, j));
+      sum_g += gw;
+      sum_gx += gw * double((xr[j] - m) * r);
     }
+    for (int l = 0; l < 8; ++l) sum_g += part_g[l], sum_gx += part_gx[l];
+    const float a = c ? float(sum_g / double(c)) : 0.0f;
+    const float bb = c ? float(sum_gx / double(c)) : 0.0f;
+    float* dx = d_x.ptr(t);
+    for (int64_t j = 0; j < c; ++j) dx[j] = r * (g[j] * weight(w, j) - a - (xr[j] - m) * r * bb);
   });
 }
 
@@ -187,15 +183,13 @@ void rms_norm_forward(View2 y, std::span<float> rstd, ConstView2 x, std::span<co
   nn::check_span(rstd, fn, "rstd", "[T]", x.shape[0]);
   nn::check_eps(fn, eps);
   const int64_t c = x.shape[1];
-  nn::parallel_rows(x.shape[0], c, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const float* xr = x.ptr(t);
-      const double ms = c ? nn::dot_double(xr, xr, c) / double(c) : 0.0;
-      const float r = float(1.0 / std::sqrt(ms + double(eps)));
-      rstd[size_t(t)] = r;
-      float* yr = y.ptr(t);
-      for (int64_t j = 0; j < c; ++j) yr[j] = xr[j] * r * weight(w, j);
-    }
+  nn::parallel_each_row(x.shape[0], c, [&](int64_t t) {
+    const float* xr = x.ptr(t);
+    const double ms = c ? nn::dot_double(xr, xr, c) / double(c) : 0.0;
+    const float r = float(1.0 / std::sqrt(ms + double(eps)));
+    rstd[size_t(t)] = r;
+    float* yr = y.ptr(t);
+    for (int64_t j = 0; j < c; ++j) yr[j] = xr[j] * r * weight(w, j);
   });
 }
 
@@ -217,16 +211,14 @@ void rms_norm_backward(View2 d_x, std::span<float> d_w, ConstView2 d_y, ConstVie
       }
       for (int64_t j = c0; j < c1; ++j) d_w[size_t(j)] += float(acc[size_t(j - c0)]);
     });
-  nn::parallel_rows(tokens, c, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const float *xr = x.ptr(t), *g = d_y.ptr(t);
-      const float r = rstd[size_t(t)];
-      double sum_gx = 0;
-      for (int64_t j = 0; j < c; ++j) sum_gx += double(g[j]) * double(weight(w, j)) * double(xr[j]);
-      const float k = c ? float(sum_gx / double(c) * double(r) * double(r)) : 0.0f;
-      float* dx = d_x.ptr(t);
-      for (int64_t j = 0; j < c; ++j) dx[j] = r * (g[j] * weight(w, j) - xr[j] * k);
-    }
+  nn::parallel_each_row(tokens, c, [&](int64_t t) {
+    const float *xr = x.ptr(t), *g = d_y.ptr(t);
+    const float r = rstd[size_t(t)];
+    double sum_gx = 0;
+    for (int64_t j = 0; j < c; ++j) sum_gx += double(g[j]) * double(weight(w, j)) * double(xr[j]);
+    const float k = c ? float(sum_gx / double(c) * double(r) * double(r)) : 0.0f;
+    float* dx = d_x.ptr(t);
+    for (int64_t j = 0; j < c; ++j) dx[j] = r * (g[j] * weight(w, j) - xr[j] * k);
   });
 }
 

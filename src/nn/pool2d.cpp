@@ -99,29 +99,27 @@ void max_pool2d_forward(View4 y, std::span<int32_t> argmax, ConstView4 x,
   const auto g = check_pool(fn, x, "x", y, "y", opts);
   nn::check_span(argmax, fn, "argmax", "[N·C·OH·OW]", g.planes * g.oh * g.ow);
   check(g.h * g.w <= INT32_MAX, fn, ": x: plane of ", g.h * g.w, " pixels exceeds int32 indices");
-  nn::parallel_rows(g.planes, g.h * g.w, [&](int64_t p0, int64_t p1) {
-    for (int64_t pl = p0; pl < p1; ++pl) {
-      const float* in = x.data + pl * g.h * g.w;
-      float* out = y.data + pl * g.oh * g.ow;
-      int32_t* am = argmax.data() + pl * g.oh * g.ow;
-      if (g.k == 2 && g.s == 2 && g.p == 0 && g.w % 2 == 0) {
-        max_pool2x2_plane(in, g.oh, g.w, out, am);
-        continue;
-      }
-      for (int64_t i = 0; i < g.oh; ++i)
-        for (int64_t j = 0; j < g.ow; ++j) {
-          const int64_t h0 = std::max<int64_t>(i * g.s - g.p, 0), h1 = std::min(i * g.s - g.p + g.k, g.h);
-          const int64_t w0 = std::max<int64_t>(j * g.s - g.p, 0), w1 = std::min(j * g.s - g.p + g.k, g.w);
-          int64_t best = h0 * g.w + w0;
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w)
-            {
-              if (nn::later_wins(in[best], in[h * g.w + w])) best = h * g.w + w;  // NaN propagates
-            }
-          out[i * g.ow + j] = in[best];
-          am[i * g.ow + j] = int32_t(best);
-        }
+  nn::parallel_each_row(g.planes, g.h * g.w, [&](int64_t pl) {
+    const float* in = x.data + pl * g.h * g.w;
+    float* out = y.data + pl * g.oh * g.ow;
+    int32_t* am = argmax.data() + pl * g.oh * g.ow;
+    if (g.k == 2 && g.s == 2 && g.p == 0 && g.w % 2 == 0) {
+      max_pool2x2_plane(in, g.oh, g.w, out, am);
+      return;
     }
+    for (int64_t i = 0; i < g.oh; ++i)
+      for (int64_t j = 0; j < g.ow; ++j) {
+        const int64_t h0 = std::max<int64_t>(i * g.s - g.p, 0), h1 = std::min(i * g.s - g.p + g.k, g.h);
+        const int64_t w0 = std::max<int64_t>(j * g.s - g.p, 0), w1 = std::min(j * g.s - g.p + g.k, g.w);
+        int64_t best = h0 * g.w + w0;
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w)
+          {
+            if (nn::later_wins(in[best], in[h * g.w + w])) best = h * g.w + w;  // NaN propagates
+          }
+        out[i * g.ow + j] = in[best];
+        am[i * g.ow + j] = int32_t(best);
+      }
   });
 }
 
@@ -133,52 +131,46 @@ void max_pool2d_backward(View4 d_x, ConstView4 d_y, std::span<const int32_t> arg
   nn::check_span(argmax, fn, "argmax", "[N·C·OH·OW]", n * c * oh * ow);
   const int64_t hw = d_x.shape[2] * d_x.shape[3];
   nn::check_argmax(fn, argmax, hw);
-  nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
-    for (int64_t pl = p0; pl < p1; ++pl) {
-      float* dx = d_x.data + pl * hw;
-      std::fill(dx, dx + hw, 0.0f);
-      const float* dy = d_y.data + pl * oh * ow;
-      const int32_t* am = argmax.data() + pl * oh * ow;
-      for (int64_t o = 0; o < oh * ow; ++o) dx[am[o]] += dy[o];
-    }
+  nn::parallel_each_row(n * c, hw, [&](int64_t pl) {
+    float* dx = d_x.data + pl * hw;
+    std::fill(dx, dx + hw, 0.0f);
+    const float* dy = d_y.data + pl * oh * ow;
+    const int32_t* am = argmax.data() + pl * oh * ow;
+    for (int64_t o = 0; o < oh * ow; ++o) dx[am[o]] += dy[o];
   });
 }
 
 void avg_pool2d_forward(View4 y, ConstView4 x, const Pool2dOptions& opts) {
   const auto g = check_pool("avg_pool2d_forward", x, "x", y, "y", opts);
-  nn::parallel_rows(g.planes, g.h * g.w, [&](int64_t p0, int64_t p1) {
-    for (int64_t pl = p0; pl < p1; ++pl) {
-      const float* in = x.data + pl * g.h * g.w;
-      float* out = y.data + pl * g.oh * g.ow;
-      for (int64_t i = 0; i < g.oh; ++i)
-        for (int64_t j = 0; j < g.ow; ++j) {
-          const int64_t h0 = std::max<int64_t>(i * g.s - g.p, 0), h1 = std::min(i * g.s - g.p + g.k, g.h);
-          const int64_t w0 = std::max<int64_t>(j * g.s - g.p, 0), w1 = std::min(j * g.s - g.p + g.k, g.w);
-          float acc = 0;
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) acc += in[h * g.w + w];
-          out[i * g.ow + j] = acc / divisor(g, i, j, opts.count_include_pad);
-        }
-    }
+  nn::parallel_each_row(g.planes, g.h * g.w, [&](int64_t pl) {
+    const float* in = x.data + pl * g.h * g.w;
+    float* out = y.data + pl * g.oh * g.ow;
+    for (int64_t i = 0; i < g.oh; ++i)
+      for (int64_t j = 0; j < g.ow; ++j) {
+        const int64_t h0 = std::max<int64_t>(i * g.s - g.p, 0), h1 = std::min(i * g.s - g.p + g.k, g.h);
+        const int64_t w0 = std::max<int64_t>(j * g.s - g.p, 0), w1 = std::min(j * g.s - g.p + g.k, g.w);
+        float acc = 0;
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) acc += in[h * g.w + w];
+        out[i * g.ow + j] = acc / divisor(g, i, j, opts.count_include_pad);
+      }
   });
 }
 
 void avg_pool2d_backward(View4 d_x, ConstView4 d_y, const Pool2dOptions& opts) {
   const auto g = check_pool("avg_pool2d_backward", d_x, "d_x", d_y, "d_y", opts);
-  nn::parallel_rows(g.planes, g.h * g.w, [&](int64_t p0, int64_t p1) {
-    for (int64_t pl = p0; pl < p1; ++pl) {
-      float* dx = d_x.data + pl * g.h * g.w;
-      std::fill(dx, dx + g.h * g.w, 0.0f);
-      const float* dy = d_y.data + pl * g.oh * g.ow;
-      for (int64_t i = 0; i < g.oh; ++i)
-        for (int64_t j = 0; j < g.ow; ++j) {
-          const int64_t h0 = std::max<int64_t>(i * g.s - g.p, 0), h1 = std::min(i * g.s - g.p + g.k, g.h);
-          const int64_t w0 = std::max<int64_t>(j * g.s - g.p, 0), w1 = std::min(j * g.s - g.p + g.k, g.w);
-          const float gv = dy[i * g.ow + j] / divisor(g, i, j, opts.count_include_pad);
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) dx[h * g.w + w] += gv;
-        }
-    }
+  nn::parallel_each_row(g.planes, g.h * g.w, [&](int64_t pl) {
+    float* dx = d_x.data + pl * g.h * g.w;
+    std::fill(dx, dx + g.h * g.w, 0.0f);
+    const float* dy = d_y.data + pl * g.oh * g.ow;
+    for (int64_t i = 0; i < g.oh; ++i)
+      for (int64_t j = 0; j < g.ow; ++j) {
+        const int64_t h0 = std::max<int64_t>(i * g.s - g.p, 0), h1 = std::min(i * g.s - g.p + g.k, g.h);
+        const int64_t w0 = std::max<int64_t>(j * g.s - g.p, 0), w1 = std::min(j * g.s - g.p + g.k, g.w);
+        const float gv = dy[i * g.ow + j] / divisor(g, i, j, opts.count_include_pad);
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) dx[h * g.w + w] += gv;
+      }
   });
 }
 

@@ -26,25 +26,21 @@ void check_se(const char* fn, ConstView4 x, const SeWeights& w) {
 // Multiplies each (n, c) plane of x by gate[n, c] into y.
 void scale_planes(View4 y, ConstView4 x, ConstView2 gate) {
   const int64_t c = x.shape[1], hw = x.shape[2] * x.shape[3];
-  parallel_rows(x.shape[0] * c, hw, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const float a = gate(p / c, p % c);
-      const float* in = x.data + p * hw;
-      float* out = y.data + p * hw;
-      for (int64_t j = 0; j < hw; ++j) out[j] = in[j] * a;
-    }
+  parallel_each_row(x.shape[0] * c, hw, [&](int64_t p) {
+    const float a = gate(p / c, p % c);
+    const float* in = x.data + p * hw;
+    float* out = y.data + p * hw;
+    for (int64_t j = 0; j < hw; ++j) out[j] = in[j] * a;
   });
 }
 
 // out[n, c] = Σ_hw d_y⊙x, then d_u = out⊙a⊙(1-a) with a = gate (sums in double).
 void gate_gradient(View2 d_u, ConstView4 d_y, ConstView4 x, ConstView2 gate) {
   const int64_t c = x.shape[1], hw = x.shape[2] * x.shape[3];
-  parallel_rows(x.shape[0] * c, hw, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const double da = dot_double(d_y.data + p * hw, x.data + p * hw, hw);
-      const float a = gate(p / c, p % c);
-      d_u(p / c, p % c) = float(da) * a * (1.0f - a);
-    }
+  parallel_each_row(x.shape[0] * c, hw, [&](int64_t p) {
+    const double da = dot_double(d_y.data + p * hw, x.data + p * hw, hw);
+    const float a = gate(p / c, p % c);
+    d_u(p / c, p % c) = float(da) * a * (1.0f - a);
   });
 }
 
@@ -86,13 +82,11 @@ void se_block_backward(View4 d_x, const SeGrads& g, ConstView4 d_y, ConstView4 x
   const int64_t hw = x.shape[2] * x.shape[3];
   const auto gate = cache.gate.view();
   const auto ds = d_s.view();
-  nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const float a = gate(p / c, p % c), s = ds(p / c, p % c) / float(hw);
-      const float* gy = d_y.data + p * hw;
-      float* dx = d_x.data + p * hw;
-      for (int64_t j = 0; j < hw; ++j) dx[j] = gy[j] * a + s;
-    }
+  nn::parallel_each_row(n * c, hw, [&](int64_t p) {
+    const float a = gate(p / c, p % c), s = ds(p / c, p % c) / float(hw);
+    const float* gy = d_y.data + p * hw;
+    float* dx = d_x.data + p * hw;
+    for (int64_t j = 0; j < hw; ++j) dx[j] = gy[j] * a + s;
   });
 }
 

@@ -42,6 +42,29 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return testing::max_abs_diff(a.data(), b.data(), int64_t(a.size()));
 }
 
+// One sequence of `len` random cached tokens (Hkv heads of width D, stored as dt; random data
+// from seeds seed, seed + 1, seed + 2): n queries of H heads decoded by the kernels equal the
+// reference to float32 rounding.
+struct OneSequence {
+  int64_t h, hkv, d, n, len;
+  DType dt;
+  uint32_t seed;
+};
+void expect_decode_equals_reference(const OneSequence& p, const DecodeOptions& o,
+                                    const std::string& what) {
+  const int64_t h = p.h, hkv = p.hkv, d = p.d, len = p.len;
+  KVCache c({.kv_heads = hkv, .head_dim = d, .capacity = len, .dtype = p.dt});
+  c.add_sequence();
+  const auto k = randn(len * hkv * d, p.seed), v = randn(len * hkv * d, p.seed + 1),
+             q = randn(p.n * h * d, p.seed + 2);
+  c.append(0, 0, ConstView3::contiguous(k.data(), {len, hkv, d}),
+           ConstView3::contiguous(v.data(), {len, hkv, d}));
+  const std::vector<int64_t> seqs{0};
+  const auto fast = run(true, o, c, seqs, q, h, d), ref = run(false, o, c, seqs, q, h, d);
+  EXPECT_LT(max_diff(fast.out, ref.out), 2e-6) << what;
+  EXPECT_LT(max_diff(fast.lse, ref.lse), 2e-5) << what;
+}
+
 TEST(Decode, DenseEqualsFlashAttentionOverTheHistory) {
   const int64_t h = 8, hkv = 2, d = 64, len = 1300, n = 3;
   KVCache cache({.kv_heads = hkv, .head_dim = d, .capacity = 2000, .dtype = DType::f32});
@@ -161,18 +184,11 @@ TEST(Decode, OddHeadDimsAndRowCountsEqualTheReference) {
   ThreadCountScope one(1);
   for (const int64_t d : {8, 24, 40, 136})
     for (const auto [h, hkv, n] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 1}, {8, 2, 3}, {6, 2, 1}, {5, 5, 2}})
-      for (const DType dt : {DType::f32, DType::f16, DType::bf16, DType::i8}) {
-        const int64_t len = 203;
-        KVCache c({.kv_heads = hkv, .head_dim = d, .capacity = len, .dtype = dt});
-        c.add_sequence();
-        const auto k = randn(len * hkv * d, 21), v = randn(len * hkv * d, 22), q = randn(n * h * d, 23);
-        c.append(0, 0, ConstView3::contiguous(k.data(), {len, hkv, d}), ConstView3::contiguous(v.data(), {len, hkv, d}));
-        const std::vector<int64_t> seqs{0};
-        const auto fast = run(true, {}, c, seqs, q, h, d), ref = run(false, {}, c, seqs, q, h, d);
-        EXPECT_LT(max_diff(fast.out, ref.out), 2e-6) << "d=" << d << " h=" << h << " hkv=" << hkv << " n=" << n
-                                                     << " " << dtype_name(dt);
-        EXPECT_LT(max_diff(fast.lse, ref.lse), 2e-5) << "d=" << d << " h=" << h << " n=" << n << " " << dtype_name(dt);
-      }
+      for (const DType dt : {DType::f32, DType::f16, DType::bf16, DType::i8})
+        expect_decode_equals_reference({h, hkv, d, n, 203, dt, 21}, {},
+                                       "d=" + std::to_string(d) + " h=" + std::to_string(h) +
+                                           " hkv=" + std::to_string(hkv) + " n=" + std::to_string(n) +
+                                           " " + std::string(dtype_name(dt)));
 }
 
 // The benchmark's shapes (H = 32, D = 128): rows of 2–8 KiB per token, so a block holds several
@@ -181,17 +197,9 @@ TEST(Decode, OddHeadDimsAndRowCountsEqualTheReference) {
 TEST(Decode, BenchmarkShapesWithPartialSubBlocksEqualTheReference) {
   const int64_t h = 32, d = 128;
   for (const int64_t hkv : {32, 8, 1})
-    for (const DType dt : {DType::f16, DType::i8}) {
-      const int64_t len = 1237;
-      KVCache c({.kv_heads = hkv, .head_dim = d, .capacity = len, .dtype = dt});
-      c.add_sequence();
-      const auto k = randn(len * hkv * d, 31), v = randn(len * hkv * d, 32), q = randn(h * d, 33);
-      c.append(0, 0, ConstView3::contiguous(k.data(), {len, hkv, d}), ConstView3::contiguous(v.data(), {len, hkv, d}));
-      const std::vector<int64_t> seqs{0};
-      const auto fast = run(true, {}, c, seqs, q, h, d), ref = run(false, {}, c, seqs, q, h, d);
-      EXPECT_LT(max_diff(fast.out, ref.out), 2e-6) << "hkv=" << hkv << " " << dtype_name(dt);
-      EXPECT_LT(max_diff(fast.lse, ref.lse), 2e-5) << "hkv=" << hkv << " " << dtype_name(dt);
-    }
+    for (const DType dt : {DType::f16, DType::i8})
+      expect_decode_equals_reference({h, hkv, d, 1, 1237, dt, 31}, {},
+                                     "hkv=" + std::to_string(hkv) + " " + std::string(dtype_name(dt)));
 }
 
 // Wide query groups (n·G rows filling whole vectors: MQA and G = 16), served by the wide-group
@@ -204,20 +212,12 @@ TEST(Decode, WideGroupsEqualTheReference) {
     for (const auto [hkv, n] : {std::pair<int64_t, int64_t>{1, 1}, {1, 3}, {2, 1}, {2, 2}})
       for (const DType dt : {DType::f32, DType::f16, DType::i8})
         for (const DecodeOptions& o : {DecodeOptions{}, DecodeOptions{.attention = window},
-                                       DecodeOptions{.rope_theta = 10000}}) {
-          const int64_t len = 600;
-          KVCache c({.kv_heads = hkv, .head_dim = d, .capacity = len, .dtype = dt});
-          c.add_sequence();
-          const auto k = randn(len * hkv * d, 41), v = randn(len * hkv * d, 42), q = randn(n * h * d, 43);
-          c.append(0, 0, ConstView3::contiguous(k.data(), {len, hkv, d}), ConstView3::contiguous(v.data(), {len, hkv, d}));
-          const std::vector<int64_t> seqs{0};
-          const auto fast = run(true, o, c, seqs, q, h, d), ref = run(false, o, c, seqs, q, h, d);
-          const std::string what = "d=" + std::to_string(d) + " hkv=" + std::to_string(hkv) + " n=" +
-                                   std::to_string(n) + " " + std::string(dtype_name(dt)) + " window=" +
-                                   std::to_string(o.attention.window_left) + " rope=" + std::to_string(o.rope_theta);
-          EXPECT_LT(max_diff(fast.out, ref.out), 2e-6) << what;
-          EXPECT_LT(max_diff(fast.lse, ref.lse), 2e-5) << what;
-        }
+                                       DecodeOptions{.rope_theta = 10000}})
+          expect_decode_equals_reference(
+              {h, hkv, d, n, 600, dt, 41}, o,
+              "d=" + std::to_string(d) + " hkv=" + std::to_string(hkv) + " n=" + std::to_string(n) +
+                  " " + std::string(dtype_name(dt)) + " window=" +
+                  std::to_string(o.attention.window_left) + " rope=" + std::to_string(o.rope_theta));
 }
 
 TEST(Decode, SameBitsForAnyThreadCount) {

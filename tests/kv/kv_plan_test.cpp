@@ -13,10 +13,12 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "attnkit/core/error.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
@@ -24,16 +26,11 @@ namespace {
 const KVShape kLlama70b{80, 64, 8, 128, KVDType::f16};
 const KVPlanOptions kLlama70bOpts{.context = 32768};
 
-// Runs `f` and returns the attnkit::Error message; fails the test if nothing is thrown.
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected attnkit::Error";
-  return "";
+// Expects kv_plan(shape, opts) to throw one line that names `field`.
+void expect_plan_error_names(const KVShape& shape, const KVPlanOptions& opts, const char* field) {
+  const std::string msg = error_of([&] { kv_plan(shape, opts); });
+  EXPECT_NE(msg.find(field), std::string::npos) << field << ": " << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
 }
 
 TEST(KVPlan, Llama70bMatchesPublishedFigures) {
@@ -162,10 +159,7 @@ TEST(KVPlan, TensorParallelRejectsUnevenSplits) {
 }
 
 TEST(KVPlan, ImpossibleShapesNameTheField) {
-  const struct {
-    KVShape shape;
-    const char* field;
-  } cases[] = {
+  const std::pair<KVShape, const char*> cases[] = {
       {{0, 64, 8, 128, KVDType::f16}, "layers"},
       {{-3, 64, 8, 128, KVDType::f16}, "layers"},
       {{80, 0, 8, 128, KVDType::f16}, "heads"},
@@ -176,20 +170,13 @@ TEST(KVPlan, ImpossibleShapesNameTheField) {
       {{80, 8, 16, 128, KVDType::f16}, "kv_heads (16)"},
       {{80, 64, 8, 128, KVDType(42)}, "dtype"},
   };
-  for (const auto& c : cases) {
-    const std::string msg = error_of([&] { kv_plan(c.shape, kLlama70bOpts); });
-    EXPECT_NE(msg.find(c.field), std::string::npos) << c.field << ": " << msg;
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-  }
+  for (const auto& [shape, field] : cases) expect_plan_error_names(shape, kLlama70bOpts, field);
   EXPECT_NE(error_of([] { kv_bytes_per_token({80, 64, 0, 128, KVDType::f16}); }).find("kv_heads"),
             std::string::npos);
 }
 
 TEST(KVPlan, ImpossibleOptionsNameTheField) {
-  const struct {
-    KVPlanOptions opts;
-    const char* field;
-  } cases[] = {
+  const std::pair<KVPlanOptions, const char*> cases[] = {
       {{.context = 0}, "context"},
       {{.context = -1}, "context"},
       {{.context = 8, .batch = 0}, "batch"},
@@ -199,10 +186,7 @@ TEST(KVPlan, ImpossibleOptionsNameTheField) {
       {{.context = 8, .bandwidth = std::nan("")}, "bandwidth"},
       {{.context = 8, .memory = 0}, "memory"},
   };
-  for (const auto& c : cases) {
-    const std::string msg = error_of([&] { kv_plan(kLlama70b, c.opts); });
-    EXPECT_NE(msg.find(c.field), std::string::npos) << c.field << ": " << msg;
-  }
+  for (const auto& [opts, field] : cases) expect_plan_error_names(kLlama70b, opts, field);
 }
 
 TEST(KVPlan, OverflowThrowsInsteadOfWrapping) {

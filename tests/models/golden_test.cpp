@@ -227,65 +227,50 @@ struct GoldenDir {
   std::function<Outputs(const fs::path&)> run;
 };
 
+// The writer of a golden directory: a new Model(c) initialised from `seed`, saved.
+template <class Model, class Config>
+std::function<void(const fs::path&)> save_new(Config c, uint64_t seed) {
+  return [c, seed](const fs::path& dir) {
+    Model m(c);
+    m.init_random(seed);
+    m.save(dir.string());
+  };
+}
+
 std::vector<GoldenDir> goldens() {
   std::vector<GoldenDir> g;
-  g.push_back({"gpt", [](const fs::path& dir) {
-                 GptConfig c;
-                 c.vocab_size = 19, c.hidden_size = 8, c.intermediate_size = 12;
-                 c.num_hidden_layers = 2, c.num_attention_heads = 2, c.num_key_value_heads = 1;
-                 c.head_dim = 4, c.max_position_embeddings = 16, c.tie_word_embeddings = false;
-                 c.gate = GateMode::kHeadwise, c.sink_logits = SinkLogits::kLearned;
-                 GptModel m(c);
-                 m.init_random(1);
-                 m.save(dir.string());
-               },
-               run_gpt});
+  GptConfig gpt;
+  gpt.vocab_size = 19, gpt.hidden_size = 8, gpt.intermediate_size = 12;
+  gpt.num_hidden_layers = 2, gpt.num_attention_heads = 2, gpt.num_key_value_heads = 1;
+  gpt.head_dim = 4, gpt.max_position_embeddings = 16, gpt.tie_word_embeddings = false;
+  gpt.gate = GateMode::kHeadwise, gpt.sink_logits = SinkLogits::kLearned;
+  g.push_back({"gpt", save_new<GptModel>(gpt, 1), run_gpt});
   for (BertArchitecture a : {BertArchitecture::kPreTraining, BertArchitecture::kSequenceClassification}) {
     const bool pre = a == BertArchitecture::kPreTraining;
-    g.push_back({pre ? "bert_pretraining" : "bert_classifier", [a](const fs::path& dir) {
-                   BertConfig c;
-                   c.architecture = a;
-                   c.vocab_size = 17, c.hidden_size = 8, c.num_hidden_layers = 2;
-                   c.num_attention_heads = 2, c.intermediate_size = 12, c.max_position_embeddings = 16;
-                   c.num_labels = 2, c.pad_token_id = 0;
-                   if (a == BertArchitecture::kSequenceClassification) c.labels = {"neg", "pos"};
-                   BertModel m(c);
-                   m.init_random(2);
-                   m.save(dir.string());
-                 },
-                 run_bert});
+    BertConfig c;
+    c.architecture = a;
+    c.vocab_size = 17, c.hidden_size = 8, c.num_hidden_layers = 2;
+    c.num_attention_heads = 2, c.intermediate_size = 12, c.max_position_embeddings = 16;
+    c.num_labels = 2, c.pad_token_id = 0;
+    if (a == BertArchitecture::kSequenceClassification) c.labels = {"neg", "pos"};
+    g.push_back({pre ? "bert_pretraining" : "bert_classifier", save_new<BertModel>(c, 2), run_bert});
   }
-  g.push_back({"vit", [](const fs::path& dir) {
-                 VitConfig c;
-                 c.hidden_size = 8, c.num_hidden_layers = 1, c.num_attention_heads = 2;
-                 c.intermediate_size = 12, c.image_height = 8, c.image_width = 8, c.patch_size = 4;
-                 c.num_channels = 1, c.num_labels = 3, c.labels = {"a", "b", "c"};
-                 c.hidden_dropout_prob = 0.1;
-                 VitModel m(c);
-                 m.init_random(3);
-                 m.save(dir.string());
-               },
-               run_image});
-  g.push_back({"cnn", [](const fs::path& dir) {
-                 CnnConfig c;
-                 c.image_size = 8, c.num_labels = 3, c.widths = {3, 4}, c.reduction = 2;
-                 c.attention = ChannelAttention::kCbam, c.spatial_kernel = 3;
-                 c.labels = {"x", "y", "z"};
-                 CnnModel m(c);
-                 m.init_random(4);
-                 m.save(dir.string());
-               },
-               run_image});
-  g.push_back({"deformable", [](const fs::path& dir) {
-                 DeformableConfig c;
-                 c.image_size = 8, c.num_labels = 3, c.widths = {4, 4, 8}, c.d_model = 8;
-                 c.heads = 2, c.points = 2, c.layers = 1, c.ffn_dim = 12;
-                 c.labels = {"p", "q", "r"};
-                 DeformableClassifier m(c);
-                 m.init_random(5);
-                 m.save(dir.string());
-               },
-               run_image});
+  VitConfig vit;
+  vit.hidden_size = 8, vit.num_hidden_layers = 1, vit.num_attention_heads = 2;
+  vit.intermediate_size = 12, vit.image_height = 8, vit.image_width = 8, vit.patch_size = 4;
+  vit.num_channels = 1, vit.num_labels = 3, vit.labels = {"a", "b", "c"};
+  vit.hidden_dropout_prob = 0.1;
+  g.push_back({"vit", save_new<VitModel>(vit, 3), run_image});
+  CnnConfig cnn;
+  cnn.image_size = 8, cnn.num_labels = 3, cnn.widths = {3, 4}, cnn.reduction = 2;
+  cnn.attention = ChannelAttention::kCbam, cnn.spatial_kernel = 3;
+  cnn.labels = {"x", "y", "z"};
+  g.push_back({"cnn", save_new<CnnModel>(cnn, 4), run_image});
+  DeformableConfig deformable;
+  deformable.image_size = 8, deformable.num_labels = 3, deformable.widths = {4, 4, 8};
+  deformable.d_model = 8, deformable.heads = 2, deformable.points = 2, deformable.layers = 1;
+  deformable.ffn_dim = 12, deformable.labels = {"p", "q", "r"};
+  g.push_back({"deformable", save_new<DeformableClassifier>(deformable, 5), run_image});
   return g;
 }
 

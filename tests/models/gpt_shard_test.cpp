@@ -45,10 +45,13 @@ void expect_shards_match(const GptConfig& cfg, int64_t ranks) {
   std::barrier sync(ranks);
   std::vector<std::vector<std::vector<float>>> logits(static_cast<size_t>(ranks));
   std::vector<int64_t> cache_bytes(static_cast<size_t>(ranks));
+  // Each shard runs single-threaded. The override is process-wide and its scopes must nest, so
+  // it is set once here: one scope per shard thread would restore the saved values out of order
+  // and leave the override set after the test.
+  const ThreadCountScope one(1);
   std::vector<std::thread> threads;
   for (int64_t r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
-      ThreadCountScope one(1);
       const GptModel shard = gpt_tensor_parallel_shard(model, r, ranks);
       GenerateOptions o{.capacity = 32, .temperature = 0};
       o.all_reduce = [&, r](std::span<float> x) {

@@ -23,7 +23,7 @@ int thread_index();
 // Calls body(i) for every i in [0, n), spread over the threads with dynamic scheduling.
 void parallel_for(int64_t n, const std::function<void(int64_t)>& body);
 
-// Scoped override of the thread count (restores the previous value on destruction).
+// Scoped process-wide override of the thread count, restored on destruction: scopes must nest.
 class ThreadCountScope {
  public:
   explicit ThreadCountScope(int n) : saved_(num_threads_override()) { set_num_threads(n); }

@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "attnkit/core/tensor.hpp"
-#include "attnkit/models/attention_ids.hpp"
 #include "attnkit/models/bert_config.hpp"
+#include "attnkit/models/encoder_layer.hpp"
 #include "attnkit/models/parameter_info.hpp"
 #include "attnkit/models/parameter_model.hpp"
 #include "attnkit/nn/attention_block.hpp"
@@ -112,14 +112,10 @@ class BertModel : public ParameterModel {
   void encoder_backward();
   void heads_backward(float d_loss);
   AttentionBlockOptions block_options(int64_t layer) const;
-  std::string lname(int64_t layer, const char* rest) const;
+  std::string layer_prefix(int64_t layer) const;  // "bert.encoder.layer.<layer>."
   float dropout_p() const;
 
   BertConfig config_;
-  struct EncoderLayerIds {  // one encoder layer's tensors
-    AttentionIds attn;
-    LayerIds attn_norm, intermediate, output, out_norm;
-  };
   std::vector<EncoderLayerIds> layers_;
   TensorId word_, position_, token_type_, mlm_bias_;
   LayerIds emb_norm_, pooler_, mlm_dense_, mlm_norm_;

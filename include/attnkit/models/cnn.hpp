@@ -51,16 +51,13 @@ void validate(const CnnConfig& config);
 
 class CnnActivations;  // cnn.cpp: saved activations and backward scratch for one batch size
 
-class CnnModel final : public ImageClassifier {
+class CnnModel final : public ConfiguredImageClassifier<CnnConfig, cnn_config_to_json> {
  public:
   explicit CnnModel(const CnnConfig& config);
   ~CnnModel() override;
 
-  const CnnConfig& config() const { return config_; }
   std::string model_type() const override { return "cnn"; }
   ImageShape input_shape() const override;
-  int64_t num_classes() const override { return config_.num_labels; }
-  std::string config_json() const override { return cnn_config_to_json(config_); }
 
   // Kaiming-normal convolutions (fan_out, ReLU gain, as torchvision's ResNet), BN weight 1 and
   // bias 0, PyTorch's default uniform(±1/sqrt(fan_in)) for the linear layers and the CBAM
@@ -78,7 +75,6 @@ class CnnModel final : public ImageClassifier {
   };
   void build_layout();
 
-  CnnConfig config_;
   std::vector<StageIds> stages_;
   LayerIds fc_;
   bool training_ = false;

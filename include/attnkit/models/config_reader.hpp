@@ -77,10 +77,7 @@ class ConfigReader {
   // One of `names` (a string), mapped to its value; the error lists the choices.
   template <class E, size_t N>
   E choice(const char* key, E fallback, const std::pair<const char*, E> (&names)[N]) {
-    if (!has(key)) {
-      mark(key);
-      return fallback;
-    }
+    if (!read(key)) return fallback;
     const std::string v = string(key, "");
     for (const auto& [name, e] : names)
       if (v == name) return e;
@@ -119,6 +116,11 @@ class ConfigReader {
  private:
   struct Json;
   void mark(std::string_view key);
+  // Marks key read; true if it is present and not null (a getter then reads its value).
+  bool read(const char* key) {
+    mark(key);
+    return has(key);
+  }
   std::unique_ptr<Json> json_;
   std::string source_;
   std::vector<std::string> read_;

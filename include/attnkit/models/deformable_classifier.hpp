@@ -69,16 +69,14 @@ std::vector<int64_t> deformable_map_sizes(const DeformableConfig& config);
 
 class DeformableActivations;  // deformable_activations.hpp: saved activations for one batch size
 
-class DeformableClassifier final : public ImageClassifier {
+class DeformableClassifier final
+    : public ConfiguredImageClassifier<DeformableConfig, deformable_config_to_json> {
  public:
   explicit DeformableClassifier(const DeformableConfig& config);
   ~DeformableClassifier() override;
 
-  const DeformableConfig& config() const { return config_; }
   std::string model_type() const override { return "deformable"; }
   ImageShape input_shape() const override;
-  int64_t num_classes() const override { return config_.num_labels; }
-  std::string config_json() const override { return deformable_config_to_json(config_); }
 
   // Kaiming-normal convolutions (fan_out, ReLU gain), BN and LN weight 1 / bias 0, running mean 0
   // and variance 1; MSDeformAttn by ms_deform_attn_block_init (Deformable DETR's); level_embed
@@ -121,7 +119,6 @@ class DeformableClassifier final : public ImageClassifier {
   std::vector<EncoderLayerIds> layers_;
   TensorId level_embed_;
   LayerIds classifier_;
-  DeformableConfig config_;
   std::vector<int64_t> spatial_shapes_, level_start_;  // [Lv, 2] (H_l, W_l); [Lv]
   std::vector<float> sine_;                            // [T, C] fixed position embedding
   bool training_ = false, reference_ = false;

@@ -62,6 +62,25 @@ class ImageClassifier : public ParameterModel {
   ImageClassifier& operator=(ImageClassifier&&) = default;
 };
 
+// An image classifier built from a `Config` (with num_labels) that ToJson serialises: it holds
+// the config and answers config(), num_classes() and config_json() from it.
+template <class Config, std::string (*ToJson)(const Config&)>
+class ConfiguredImageClassifier : public ImageClassifier {
+ public:
+  // The configuration this model was built from.
+  const Config& config() const { return config_; }
+  // num_labels (K).
+  int64_t num_classes() const override { return config_.num_labels; }
+  // ToJson(config()).
+  std::string config_json() const override { return ToJson(config_); }
+
+ protected:
+  ConfiguredImageClassifier(const char* owner, const Config& config)
+      : ImageClassifier(owner), config_(config) {}
+
+  Config config_;
+};
+
 // A model of the architecture config.json text describes, with zero weights ("model_type"
 // picks the class in models/model_registry.hpp; unknown types and invalid keys throw
 // attnkit::Error naming the key and `source`, the file).

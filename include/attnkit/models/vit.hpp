@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "attnkit/models/attention_ids.hpp"
+#include "attnkit/models/encoder_layer.hpp"
 #include "attnkit/models/image_classifier.hpp"
 #include "attnkit/models/vit_config.hpp"
 #include "attnkit/nn/attention_block.hpp"
@@ -40,7 +40,7 @@ namespace attnkit {
 
 class VitActivations;  // vit_activations.hpp: saved activations for one batch size
 
-class VitModel final : public ImageClassifier {
+class VitModel final : public ConfiguredImageClassifier<VitConfig, vit_config_to_json> {
  public:
   // A model with all parameters zero (call init_random or load_weights).
   explicit VitModel(const VitConfig& config);
@@ -48,17 +48,10 @@ class VitModel final : public ImageClassifier {
   VitModel(VitModel&&) noexcept;
   VitModel& operator=(VitModel&&) noexcept;
 
-  // The configuration this model was built from.
-  const VitConfig& config() const { return config_; }
-
   // "vit".
   std::string model_type() const override { return "vit"; }
   // [num_channels, image height, image width].
   ImageShape input_shape() const override;
-  // num_labels (K).
-  int64_t num_classes() const override { return config_.num_labels; }
-  // vit_config_to_json(config()).
-  std::string config_json() const override;
 
   // config().initializer kTruncNormal: Hugging Face ViT's _init_weights: truncated normal
   // (±2σ, σ = initializer_range) for every matrix, the patch projection, cls token and position
@@ -86,17 +79,12 @@ class VitModel final : public ImageClassifier {
   void encoder_backward();
   void embed_backward();
   AttentionBlockOptions block_options(int64_t layer) const;
-  std::string lname(int64_t layer, const char* rest) const;
+  std::string layer_prefix(int64_t layer) const;  // "vit.encoder.layer.<layer>."
   float dropout_p() const;
 
-  VitConfig config_;
   bool training_ = false;
   uint64_t seed_ = 0;
   std::unique_ptr<VitActivations> acts_;
-  struct EncoderLayerIds {  // one encoder layer's tensors
-    AttentionIds attn;
-    LayerIds norm_before, norm_after, intermediate, output;
-  };
   std::vector<EncoderLayerIds> layers_;
   TensorId cls_, position_;
   LayerIds patch_, final_norm_, classifier_;

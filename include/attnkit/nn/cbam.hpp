@@ -19,23 +19,16 @@
 #include <vector>
 
 #include "attnkit/core/tensor.hpp"
+#include "attnkit/nn/se_block.hpp"
 
 namespace attnkit {
 
-struct CbamWeights {
-  ConstView2 w1;                // [R, C]
-  std::span<const float> b1;    // [R] or empty
-  ConstView2 w2;                // [C, R]
-  std::span<const float> b2;    // [C] or empty
+struct CbamWeights : SeWeights {  // the channel gate's MLP w1, b1, w2, b2 (R = C/r hidden)
   ConstView4 ws;                // [1, 2, k, k], k odd
   std::span<const float> bs;    // [1] or empty
 };
 
-struct CbamGrads {
-  View2 d_w1;                   // [R, C] or empty
-  std::span<float> d_b1;        // [R] or empty
-  View2 d_w2;                   // [C, R] or empty
-  std::span<float> d_b2;        // [C] or empty
+struct CbamGrads : SeGrads {  // d_w1, d_b1, d_w2, d_b2 of the channel gate's MLP
   View4 d_ws;                   // [1, 2, k, k] or empty
   std::span<float> d_bs;        // [1] or empty
 };
