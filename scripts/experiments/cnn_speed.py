@@ -17,7 +17,8 @@ attnkit's rate includes its first (cold) step, PyTorch's excludes a warm-up step
 With --in-process, both train in one process instead: the same pre-loaded batches and initial
 weights, alternating rounds of --steps steps (who goes first alternates too), attnkit through
 ImageModel + attnkit.train.AdamW without augmentation; the median of the per-round ratios is the
-figure (machine load swings of a few seconds then hit both alike).
+figure (machine load swings of a few seconds then hit both alike); on a machine loaded enough that
+whole rounds stall, the ratio of the best rounds is the steadier figure, and it is printed too.
 
 With --engines builtin,auto (--in-process), attnkit is timed once per conv2d engine in the same
 rotation (attnkit.set_conv2d_engine), so the engines' ratios to PyTorch come from one run.
@@ -164,7 +165,8 @@ def in_process(a, cfg):
         print(f"CNN ({a.attention}, widths {a.widths}), batch {a.batch}, {a.threads} threads, in one process, "
               f"{a.rounds} rounds of {a.steps} steps each: {n} {med(rates[n]):.0f} images/s, PyTorch 1.13 "
               f"{med(rates['torch']):.0f} images/s (medians); median of the per-round ratios {med(ratios[n]):.2f}x "
-              f"(rounds {min(ratios[n]):.2f}-{max(ratios[n]):.2f}x)")
+              f"(rounds {min(ratios[n]):.2f}-{max(ratios[n]):.2f}x); best rounds {max(rates[n]):.0f} vs "
+              f"{max(rates['torch']):.0f} images/s, {max(rates[n]) / max(rates['torch']):.2f}x")
 
 
 def torch_rate(cfg, threads, batch, images):
