@@ -212,6 +212,7 @@ Plan build_plan(ConvPass pass, const Conv2dGeometry& g) {
 // The cached plan of `pass` for chunk geometry g (g.n = images per chunk). Created for one thread
 // (oneDNN sizes a primitive's work split by the OpenMP thread count at creation).
 const Plan& plan(ConvPass pass, const Conv2dGeometry& g) {
+  cpu_engine();  // constructed before the cache, so destroyed after the primitives made on it
   static std::mutex mu;
   static std::map<Key, std::unique_ptr<Plan>> cache;
   const std::lock_guard<std::mutex> lock(mu);
