@@ -22,5 +22,9 @@ install(FILES "${CMAKE_CURRENT_BINARY_DIR}/attnkitConfig.cmake" "${CMAKE_CURRENT
 
 set(ATTNKIT_PC_DIR "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
 file(RELATIVE_PATH ATTNKIT_PC_TO_PREFIX "/prefix/${ATTNKIT_PC_DIR}" "/prefix")
+set(ATTNKIT_PC_DNNL "")
+if(ATTNKIT_HAVE_DNNL)
+  set(ATTNKIT_PC_DNNL "-ldnnl ")
+endif()
 configure_file(cmake/attnkit.pc.in "${CMAKE_CURRENT_BINARY_DIR}/attnkit.pc" @ONLY)
 install(FILES "${CMAKE_CURRENT_BINARY_DIR}/attnkit.pc" DESTINATION "${ATTNKIT_PC_DIR}")

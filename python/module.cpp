@@ -3,9 +3,11 @@
 
 #include <exception>
 #include <new>
+#include <string>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
+#include "attnkit/nn/conv2d.hpp"
 #include "attnkit/tools/build_info.hpp"
 #include "bindings.hpp"
 
@@ -33,6 +35,25 @@ PYBIND11_MODULE(_attnkit, m) {
         "attnkit's thread count: set_num_threads's value, else OMP_NUM_THREADS, else the CPUs in "
         "this process's affinity mask (never OpenMP's runtime default, which torch changes).");
   m.def(
+      "set_conv2d_engine",
+      [](const std::string& name) {
+        attnkit::Conv2dEngine e = attnkit::Conv2dEngine::kAuto;
+        if (name == "builtin") e = attnkit::Conv2dEngine::kBuiltin;
+        else if (name == "onednn") e = attnkit::Conv2dEngine::kOneDnn;
+        else attnkit::check(name == "auto", "set_conv2d_engine: expected 'auto', 'builtin' or 'onednn', got '", name, "'");
+        attnkit::set_conv2d_engine(e);
+      },
+      pybind11::arg("engine"),
+      "Which convolution conv2d uses: 'auto' (oneDNN on the layer classes where it measured faster), "
+      "'builtin' (im2col + sgemm, Winograd) or 'onednn' (everywhere it applies; needs a oneDNN build).");
+  m.def(
+      "conv2d_engine",
+      [] {
+        const attnkit::Conv2dEngine e = attnkit::conv2d_engine();
+        return e == attnkit::Conv2dEngine::kBuiltin ? "builtin" : e == attnkit::Conv2dEngine::kOneDnn ? "onednn" : "auto";
+      },
+      "The convolution engine in effect: 'auto', 'builtin' or 'onednn'.");
+  m.def(
       "build_info",
       [] {
         const attnkit::BuildInfo b = attnkit::build_info();
@@ -44,10 +65,12 @@ PYBIND11_MODULE(_attnkit, m) {
         d["blas_kernels"] = b.blas_kernels;
         d["simd"] = b.simd;
         d["compiler"] = b.compiler;
+        d["conv2d_onednn"] = attnkit::conv2d_has_onednn();
         return d;
       },
       "What serves attnkit's kernels in this process: threads (and their source), the BLAS "
-      "library file, its kernels and threads, the compiled SIMD level and the compiler.");
+      "library file, its kernels and threads, the compiled SIMD level, the compiler and whether "
+      "conv2d can use oneDNN.");
   attnkit::python::bind_attention(m);
   attnkit::python::bind_attention_block(m);
   attnkit::python::bind_bert(m);

@@ -1,8 +1,14 @@
 // oneDNN's own convolution (forward, 3×3 or 1×1, stride 1, "same" padding) as a runner for
 // bench/gemm_libs: the primitive picks its activation and weight layouts (format_tag::any);
 // input and weights are reordered into them once, outside the timed region, as a network kept in
-// oneDNN's layouts would hold them.
+// oneDNN's layouts would hold them. oneDNN splits a primitive's work by the OpenMP thread count at
+// its creation, so each thread count gets its own primitive, created under that count (on the
+// first, untimed call of seconds_per_call).
 #include <dnnl.hpp>
+
+#include <map>
+#include <optional>
+#include <stdexcept>
 
 #include "conv_runner.hpp"
 
@@ -19,11 +25,9 @@ class ConvRunner : public Runner {
     const memory::desc src({s.n, s.c, s.h, s.w}, memory::data_type::f32, any);
     const memory::desc wei({s.o, s.c, s.kernel, s.kernel}, memory::data_type::f32, any);
     const memory::desc dst({s.n, s.o, s.h, s.w}, memory::data_type::f32, any);
-    const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
-                                            dnnl::algorithm::convolution_direct, src, wei, dst,
-                                            {1, 1}, {pad, pad}, {pad, pad});
-    const dnnl::convolution_forward::primitive_desc pd(d, eng_);
-    prim_ = dnnl::convolution_forward(pd);
+    desc_.emplace(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src, wei, dst,
+                  memory::dims{1, 1}, memory::dims{pad, pad}, memory::dims{pad, pad});
+    const dnnl::convolution_forward::primitive_desc pd(*desc_, eng_);
     src_ = memory(pd.src_desc(), eng_);
     wei_ = memory(pd.weights_desc(), eng_);
     dst_ = memory(pd.dst_desc(), eng_);
@@ -33,7 +37,13 @@ class ConvRunner : public Runner {
   }
   void run(int threads) override {
     OmpThreads scope(threads);
-    prim_.execute(strm_, {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, wei_}, {DNNL_ARG_DST, dst_}});
+    auto it = prims_.find(threads);
+    if (it == prims_.end()) {
+      const dnnl::convolution_forward::primitive_desc pd(*desc_, eng_);
+      check_layouts(pd);
+      it = prims_.emplace(threads, dnnl::convolution_forward(pd)).first;
+    }
+    it->second.execute(strm_, {{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, wei_}, {DNNL_ARG_DST, dst_}});
     strm_.wait();
   }
 
@@ -50,7 +60,14 @@ class ConvRunner : public Runner {
 
   dnnl::engine eng_{dnnl::engine::kind::cpu, 0};
   dnnl::stream strm_;
-  dnnl::convolution_forward prim_;
+  // Layouts of a primitive created under another thread count must match the buffers'.
+  void check_layouts(const dnnl::convolution_forward::primitive_desc& pd) const {
+    if (pd.src_desc() != src_.get_desc() || pd.weights_desc() != wei_.get_desc() || pd.dst_desc() != dst_.get_desc())
+      throw std::runtime_error("onednn_conv: layouts differ between thread counts");
+  }
+
+  std::optional<dnnl::convolution_forward::desc> desc_;
+  std::map<int, dnnl::convolution_forward> prims_;  // per thread count
   memory src_, wei_, dst_;
 };
 

@@ -8,12 +8,13 @@ import numpy as _np
 
 from . import _attnkit
 from . import _checks
-from ._attnkit import (Error, ImageModel, build_info, dropout_keep_mask, kv_plan, kv_presets, load_fashion_mnist, load_idx,
+from ._attnkit import (Error, ImageModel, build_info, conv2d_engine, dropout_keep_mask, kv_plan, kv_presets, load_fashion_mnist, load_idx,
                        load_safetensors,
-                       load_safetensors_metadata, num_threads, save_safetensors, set_num_threads)
+                       load_safetensors_metadata, num_threads, save_safetensors, set_conv2d_engine,
+                       set_num_threads)
 
 __all__ = [
-    "Error", "ImageModel", "build_info", "num_threads", "set_num_threads", "dropout_keep_mask", "kv_plan", "kv_presets",
+    "Error", "ImageModel", "build_info", "num_threads", "set_num_threads", "conv2d_engine", "set_conv2d_engine", "dropout_keep_mask", "kv_plan", "kv_presets",
     "load_safetensors", "load_safetensors_metadata", "save_safetensors", "load_idx",
     "load_fashion_mnist",
     "attention_reference", "attention_reference_backward",

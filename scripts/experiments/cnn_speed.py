@@ -17,10 +17,14 @@ attnkit's rate includes its first (cold) step, PyTorch's excludes a warm-up step
 With --in-process, both train in one process instead: the same pre-loaded batches and initial
 weights, alternating rounds of --steps steps (who goes first alternates too), attnkit through
 ImageModel + attnkit.train.AdamW without augmentation; the median of the per-round ratios is the
-figure (machine load swings of a few seconds then hit both alike).
+figure (machine load swings of a few seconds then hit both alike); on a machine loaded enough that
+whole rounds stall, the ratio of the best rounds is the steadier figure, and it is printed too.
+
+With --engines builtin,auto (--in-process), attnkit is timed once per conv2d engine in the same
+rotation (attnkit.set_conv2d_engine), so the engines' ratios to PyTorch come from one run.
 
 Usage: scripts/experiments/cnn_speed.py [--attention cbam] [--threads 2] [--batch 128]
-       [--images 6400] [--rounds 2] [--in-process [--steps 5]]"""
+       [--images 6400] [--rounds 2] [--in-process [--steps 5] [--engines builtin,auto]]"""
 import argparse
 import json
 import os
@@ -83,6 +87,7 @@ print(json.dumps({"images_per_second": steps * batch / (time.perf_counter() - t)
 IN_PROCESS_CHILD = CHILD_SETUP + r'''
 from attnkit.train import AdamW
 rounds, steps, warmup = (int(v) for v in sys.argv[6:9])
+engines = sys.argv[9].split(",") if len(sys.argv) > 9 and sys.argv[9] else []
 attnkit.set_num_threads(threads)
 model.set_training(True)
 names = model.parameter_names()
@@ -101,13 +106,20 @@ def step_attnkit(i):
     opt_a.step(1e-3)
 def step_torch(i):
     step(i % n_batches)
+def with_engine(engine):
+    def run(i):
+        attnkit.set_conv2d_engine(engine)
+        step_attnkit(i)
+    return run
+order = ([("attnkit_" + e, with_engine(e)) for e in engines] or [("attnkit", step_attnkit)]) + [("torch", step_torch)]
 for i in range(warmup):
-    step_attnkit(i); step_torch(i)
+    for _, run in order:
+        run(i)
 done = warmup
 for r in range(rounds):
     rate = {}
-    order = (("attnkit", step_attnkit), ("torch", step_torch))
-    for name, run in (order if r % 2 == 0 else order[::-1]):  # alternate who goes first
+    rotated = order[r % len(order):] + order[:r % len(order)]  # who goes first rotates
+    for name, run in rotated:
         t = time.perf_counter()
         for i in range(steps):
             run(done + i)
@@ -131,22 +143,30 @@ def child_env(threads):
 def in_process(a, cfg):
     """Alternating rounds in one process; prints each round and the medians."""
     proc = subprocess.Popen([PYTHON, "-c", IN_PROCESS_CHILD, str(ROOT / "tests" / "python"), json.dumps(cfg),
-                             str(a.threads), str(a.batch), str(50 * a.batch), str(a.rounds), str(a.steps), "2"],
+                             str(a.threads), str(a.batch), str(50 * a.batch), str(a.rounds), str(a.steps), "2",
+                             a.engines],
                             env=child_env(a.threads), stdout=subprocess.PIPE, text=True)
-    ratios, ours, theirs = [], [], []
+    names = ["attnkit_" + e for e in a.engines.split(",")] if a.engines else ["attnkit"]
+    rates = {n: [] for n in names + ["torch"]}
+    ratios = {n: [] for n in names}
     for r, line in enumerate(proc.stdout):
         rate = json.loads(line)
-        ours.append(rate["attnkit"]), theirs.append(rate["torch"])
-        ratios.append(rate["attnkit"] / rate["torch"])
-        print(f"round {r + 1}: attnkit {rate['attnkit']:.0f} images/s, PyTorch {rate['torch']:.0f} images/s, "
-              f"ratio {ratios[-1]:.2f}x", flush=True)
+        for n in rates:
+            rates[n].append(rate[n])
+        for n in names:
+            ratios[n].append(rate[n] / rate["torch"])
+        print(f"round {r + 1}: " + ", ".join(f"{n} {rate[n]:.0f} images/s" for n in names) +
+              f", PyTorch {rate['torch']:.0f} images/s, ratio " +
+              ", ".join(f"{ratios[n][-1]:.2f}x" for n in names), flush=True)
     if proc.wait() != 0:
         raise SystemExit(f"in-process child failed with status {proc.returncode}")
     med = lambda v: sorted(v)[len(v) // 2]
-    print(f"CNN ({a.attention}, widths {a.widths}), batch {a.batch}, {a.threads} threads, in one process, "
-          f"{a.rounds} rounds of {a.steps} steps each: attnkit {med(ours):.0f} images/s, PyTorch 1.13 "
-          f"{med(theirs):.0f} images/s (medians); median of the per-round ratios {med(ratios):.2f}x "
-          f"(rounds {min(ratios):.2f}-{max(ratios):.2f}x)")
+    for n in names:
+        print(f"CNN ({a.attention}, widths {a.widths}), batch {a.batch}, {a.threads} threads, in one process, "
+              f"{a.rounds} rounds of {a.steps} steps each: {n} {med(rates[n]):.0f} images/s, PyTorch 1.13 "
+              f"{med(rates['torch']):.0f} images/s (medians); median of the per-round ratios {med(ratios[n]):.2f}x "
+              f"(rounds {min(ratios[n]):.2f}-{max(ratios[n]):.2f}x); best rounds {max(rates[n]):.0f} vs "
+              f"{max(rates['torch']):.0f} images/s, {max(rates[n]) / max(rates['torch']):.2f}x")
 
 
 def torch_rate(cfg, threads, batch, images):
@@ -176,6 +196,9 @@ def main():
     ap.add_argument("--in-process", action="store_true",
                     help="both trainers in one process, alternating rounds of --steps steps")
     ap.add_argument("--steps", type=int, default=5, help="steps per round with --in-process")
+    ap.add_argument("--engines", default="",
+                    help="with --in-process: comma-separated conv2d engines (auto, builtin, onednn) timed as "
+                         "separate attnkit entries in the same rotation (default: the process default)")
     a = ap.parse_args()
     cfg = {"model_type": "cnn", "attention": a.attention, "widths": [int(w) for w in a.widths.split(",")],
            "reduction": 8, "spatial_kernel": 7}

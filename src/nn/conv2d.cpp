@@ -1,4 +1,5 @@
-// conv2d fast path: im2col + one sgemm per chunk of images (see conv2d.hpp). 3×3, stride-1,
+// conv2d fast path: im2col + one sgemm per chunk of images (see conv2d.hpp). Passes of the layer
+// classes nn::onednn_applies selects run by oneDNN's convolution (conv2d_onednn.cpp). 3×3, stride-1,
 // padding-1 layers with >= 8 channels on planes of at least 12×12 (or of one vector of tiles,
 // such as 7×7) compute y and d_x by Winograd F(2×2, 3×3) instead (conv2d_winograd.cpp), and
 // d_w too on the larger planes.
@@ -332,6 +333,8 @@ void conv2d_forward(View4 y, ConstView4 x, ConstView4 w, std::span<const float> 
   if (g.n == 0 || g.o == 0 || ohw == 0) return;
   if (k == 0) {
     for (int64_t n = 0; n < g.n; ++n) std::fill(y.ptr(n), y.ptr(n) + g.o * ohw, 0.0f);
+  } else if (nn::onednn_applies(nn::ConvPass::kForward, g)) {
+    nn::onednn_conv_forward(y, x, w.data, g);
   } else {
     forward_chunks(y, x, w.data, g);
   }
@@ -364,14 +367,18 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
   if (want_x && (k == 0 || g.o == 0 || ohw == 0))  // nothing reaches x: its gradient is zero
     for (int64_t n = 0; n < g.n; ++n) std::fill(d_x.ptr(n), d_x.ptr(n) + g.c * g.h * g.w, 0.0f);
   if (g.n == 0 || k == 0 || g.o == 0 || ohw == 0) return;
-  const bool x_by_winograd = want_x && input_gradient_is_winograd(g);
+  const bool x_by_onednn = want_x && nn::onednn_applies(nn::ConvPass::kBackwardData, g);
+  if (x_by_onednn) nn::onednn_conv_backward_data(d_x, d_y, w.data, g);
+  const bool x_by_winograd = want_x && !x_by_onednn && input_gradient_is_winograd(g);
   if (x_by_winograd) nn::winograd_conv3x3(d_x, d_y, w.data, true, input_gradient_geometry(g));
-  const bool x_by_conv = want_x && !x_by_winograd && input_gradient_is_convolution(g);
+  const bool x_by_conv = want_x && !x_by_onednn && !x_by_winograd && input_gradient_is_convolution(g);
   if (x_by_conv) input_gradient_by_convolution(d_x, d_y, w, g);
-  const bool x_by_columns = want_x && !x_by_conv && !x_by_winograd;
-  const bool w_by_winograd = want_w && nn::winograd_weight_gradient_applies(g);
+  const bool x_by_columns = want_x && !x_by_onednn && !x_by_conv && !x_by_winograd;
+  const bool w_by_onednn = want_w && nn::onednn_applies(nn::ConvPass::kBackwardWeights, g);
+  if (w_by_onednn) nn::onednn_conv_backward_weights(d_w, d_y, x, g);
+  const bool w_by_winograd = want_w && !w_by_onednn && nn::winograd_weight_gradient_applies(g);
   if (w_by_winograd) nn::winograd_weight_gradient(d_w, d_y, x, g);
-  const bool w_by_columns = want_w && !w_by_winograd;
+  const bool w_by_columns = want_w && !w_by_onednn && !w_by_winograd;
   if (!w_by_columns && !x_by_columns) return;
   // Group grp sums images [grp·per, (grp+1)·per) into its own d_w partial, nb images per GEMM.
   const nn::ImageGroups image_groups = nn::weight_gradient_groups(g.n);

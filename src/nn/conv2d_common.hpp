@@ -56,4 +56,16 @@ bool winograd_weight_gradient_applies(const Conv2dGeometry& g);
 // Winograd F(2×2, 3×3) (the adjoint transforms); deterministic for any thread count.
 void winograd_weight_gradient(View4 d_w, ConstView4 d_y, ConstView4 x, const Conv2dGeometry& g);
 
+// oneDNN's direct convolution (conv2d_onednn.cpp). The three directions of conv2d that run by it:
+enum class ConvPass { kForward, kBackwardData, kBackwardWeights };
+// True where conv2d runs `pass` of geometry g by oneDNN: never without oneDNN or under
+// Conv2dEngine::kBuiltin; every supported geometry under kOneDnn; under kAuto the measured classes.
+bool onednn_applies(ConvPass pass, const Conv2dGeometry& g);
+// y[N, O, OH, OW] = conv(x[N, C, H, W], w[O, C, KH, KW]) (no bias).
+void onednn_conv_forward(View4 y, ConstView4 x, const float* w, const Conv2dGeometry& g);
+// d_x[N, C, H, W] = the input gradient for d_y[N, O, OH, OW] and w[O, C, KH, KW] (assigned).
+void onednn_conv_backward_data(View4 d_x, ConstView4 d_y, const float* w, const Conv2dGeometry& g);
+// d_w[O, C, KH, KW] += Σ_n d_y[n] ⋆ x[n], summed over nn::weight_gradient_groups in group order.
+void onednn_conv_backward_weights(View4 d_w, ConstView4 d_y, ConstView4 x, const Conv2dGeometry& g);
+
 }  // namespace attnkit::nn

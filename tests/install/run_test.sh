@@ -19,7 +19,7 @@ prefix="$tmp/moved"
 config="$(find "$prefix" -name attnkitConfig.cmake)"
 pc="$(find "$prefix" -name attnkit.pc)"
 [ -n "$config" ] && [ -n "$pc" ] || { echo "run_test.sh: attnkitConfig.cmake or attnkit.pc not installed" >&2; exit 1; }
-for bad in "$build" "$source_dir" "$tmp/first" /libopenblas /libstb; do
+for bad in "$build" "$source_dir" "$tmp/first" /libopenblas /libstb /libdnnl; do
   if grep -rl -- "$bad" "$(dirname "$config")" "$pc"; then
     echo "run_test.sh: installed package files name '$bad' (not relocatable)" >&2
     exit 1

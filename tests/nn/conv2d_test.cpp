@@ -1,6 +1,7 @@
 // conv2d: fast paths (im2col + sgemm, Winograd F(2×2, 3×3)) vs the double reference within a rounding bar derived from
 // the data (k·u·Σ|terms|), the reference's gradients vs central finite differences, bitwise
-// determinism across thread counts, the += / = gradient contract, and argument errors.
+// determinism across thread counts, the += / = gradient contract, and argument errors; the fast-path
+// checks run under every Conv2dEngine (built-in only, automatic, oneDNN everywhere when built with it).
 #include <gtest/gtest.h>
 
 #include "attnkit/core/error.hpp"
@@ -74,34 +75,50 @@ const ConvCase kCases[] = {
     // four chunks of 21 images with a short last one (70 images, 32 channels, 12 tiles each).
     {3, 8, 7, 7, 9, 3, 3, 1, 1, true}, {2, 10, 8, 6, 8, 3, 3, 1, 1, false},
     {2, 8, 1, 1, 8, 3, 3, 1, 1, true}, {70, 32, 5, 7, 8, 3, 3, 1, 1, false},
+    // Layers Conv2dEngine::kAuto gives to oneDNN (>= 16 channels each way): all three passes on
+    // a 7×7 plane over groups of images, d_w only on a 13×12 plane.
+    {35, 16, 7, 7, 24, 3, 3, 1, 1, true}, {5, 16, 13, 12, 16, 3, 3, 1, 1, false},
 };
+
+// The built-in paths, the automatic choice and, when built with it, oneDNN for every layer.
+std::vector<Conv2dEngine> engines() {
+  std::vector<Conv2dEngine> e{Conv2dEngine::kBuiltin, Conv2dEngine::kAuto};
+  if (conv2d_has_onednn()) e.push_back(Conv2dEngine::kOneDnn);
+  return e;
+}
 
 TEST(Conv2d, FastMatchesReference) {
   for (const auto& cs : kCases) {
-    SCOPED_TRACE(testing::Message() << "case n=" << cs.n << " c=" << cs.c << " k=" << cs.kh << " s=" << cs.stride);
     ConvProblem pr(cs);
-    Buf y(pr.dy.n), y_ref(pr.dy.n), y_mag(pr.dy.n);
-    conv2d_forward(y.v4(pr.ys()), pr.x.c4(pr.xs()), pr.w.c4(pr.ws()), pr.b.cspan(), pr.opts());
+    Buf y_ref(pr.dy.n), y_mag(pr.dy.n);
     conv2d_forward_reference(y_ref.v4(pr.ys()), pr.x.c4(pr.xs()), pr.w.c4(pr.ws()), pr.b.cspan(), pr.opts());
     const Buf ax = absolute(pr.x), aw = absolute(pr.w), ab = absolute(pr.b), ady = absolute(pr.dy);
     conv2d_forward_reference(y_mag.v4(pr.ys()), ax.c4(pr.xs()), aw.c4(pr.ws()), ab.cspan(), pr.opts());
-    expect_close(y, y_ref, y_mag, double(cs.c * cs.kh * cs.kw + 2), "y");
-
     // Backward: d_w and d_b start from non-zero values (they are added into).
-    Buf dx(pr.x.n), dw(pr.w.n), db(pr.b.n), dx_ref(pr.x.n), dw_ref(pr.w.n), db_ref(pr.b.n);
-    dw.randn(7), dw_ref.randn(7), db.randn(8), db_ref.randn(8);
-    dx.randn(9);  // assigned: the old contents must not leak through
-    conv2d_backward(dx.v4(pr.xs()), dw.v4(pr.ws()), db.span(), pr.dy.c4(pr.ys()), pr.x.c4(pr.xs()),
-                    pr.w.c4(pr.ws()), pr.opts());
+    Buf dx_ref(pr.x.n), dw_ref(pr.w.n), db_ref(pr.b.n);
+    dw_ref.randn(7), db_ref.randn(8);
     conv2d_backward_reference(dx_ref.v4(pr.xs()), dw_ref.v4(pr.ws()), db_ref.span(),
                               pr.dy.c4(pr.ys()), pr.x.c4(pr.xs()), pr.w.c4(pr.ws()), pr.opts());
     Buf dx_mag(pr.x.n), dw_mag(pr.w.n), db_mag(pr.b.n);
     dw_mag = absolute(Buf(dw_ref.n).randn(7)), db_mag = absolute(Buf(db_ref.n).randn(8));
     conv2d_backward_reference(dx_mag.v4(pr.xs()), dw_mag.v4(pr.ws()), db_mag.span(),
                               ady.c4(pr.ys()), ax.c4(pr.xs()), aw.c4(pr.ws()), pr.opts());
-    expect_close(dx, dx_ref, dx_mag, double(cs.o * cs.kh * cs.kw + 2), "d_x");
-    expect_close(dw, dw_ref, dw_mag, double(cs.n * pr.oh * pr.ow + 20), "d_w");
-    expect_close(db, db_ref, db_mag, double(cs.n * pr.oh * pr.ow + 4), "d_b");
+    for (const Conv2dEngine engine : engines()) {
+      const Conv2dEngineScope engine_scope(engine);
+      SCOPED_TRACE(testing::Message() << "engine " << int(engine) << " case n=" << cs.n << " c=" << cs.c
+                                      << " k=" << cs.kh << " s=" << cs.stride);
+      Buf y(pr.dy.n);
+      conv2d_forward(y.v4(pr.ys()), pr.x.c4(pr.xs()), pr.w.c4(pr.ws()), pr.b.cspan(), pr.opts());
+      expect_close(y, y_ref, y_mag, double(cs.c * cs.kh * cs.kw + 2), "y");
+      Buf dx(pr.x.n), dw(pr.w.n), db(pr.b.n);
+      dw.randn(7), db.randn(8);
+      dx.randn(9);  // assigned: the old contents must not leak through
+      conv2d_backward(dx.v4(pr.xs()), dw.v4(pr.ws()), db.span(), pr.dy.c4(pr.ys()), pr.x.c4(pr.xs()),
+                      pr.w.c4(pr.ws()), pr.opts());
+      expect_close(dx, dx_ref, dx_mag, double(cs.o * cs.kh * cs.kw + 2), "d_x");
+      expect_close(dw, dw_ref, dw_mag, double(cs.n * pr.oh * pr.ow + 20), "d_w");
+      expect_close(db, db_ref, db_mag, double(cs.n * pr.oh * pr.ow + 4), "d_b");
+    }
   }
 }
 
@@ -123,8 +140,12 @@ TEST(Conv2d, ReferenceGradientsMatchFiniteDifferences) {
 
 TEST(Conv2d, BitwiseIdenticalForAnyThreadCount) {
   // The column path, then Winograd (three chunks of images; then one-vector planes, 3 chunks).
+  // oneDNN (under kOneDnn, and kAuto's classes): several chunks and groups with short last ones.
+  for (const Conv2dEngine engine : engines())
   for (const ConvCase& cs : {ConvCase{19, 3, 6, 6, 4, 3, 3, 1, 1, true}, ConvCase{21, 16, 16, 13, 9, 3, 3, 1, 1, true},
-                            ConvCase{40, 32, 7, 7, 8, 3, 3, 1, 1, true}}) {
+                            ConvCase{40, 32, 7, 7, 8, 3, 3, 1, 1, true}, ConvCase{37, 16, 7, 7, 16, 3, 3, 1, 1, false}}) {
+    const Conv2dEngineScope engine_scope(engine);
+    SCOPED_TRACE(testing::Message() << "engine " << int(engine) << " case n=" << cs.n << " c=" << cs.c);
     ConvProblem pr(cs);
     Buf y1(pr.dy.n), y2(pr.dy.n), dx1(pr.x.n), dx2(pr.x.n), dw1(pr.w.n), dw2(pr.w.n);
     for (int t : {1, 2}) {

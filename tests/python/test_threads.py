@@ -2,7 +2,8 @@
 
 Each case runs in a fresh interpreter, since the import order is the thing under test. Importing
 torch first sets OpenMP's default thread count to 1; attnkit must still use every CPU of the
-process's affinity mask, compute bitwise the same results, and let set_num_threads win.
+process's affinity mask, compute bitwise the same results (flash attention, and a convolution that
+oneDNN runs when attnkit is built with it), and let set_num_threads win.
 """
 import json
 import os
@@ -35,7 +36,15 @@ v = rng.standard_normal((300, 2, 64), dtype=np.float32)
 out, lse = attnkit.flash_attention(q, k, v, causal=True, return_lse=True)
 dout = rng.standard_normal(out.shape, dtype=np.float32)
 grads = attnkit.flash_attention_backward(dout, q, k, v, out, lse, causal=True)
-digest = hashlib.sha256(out.tobytes() + b"".join(g.tobytes() for g in grads if g is not None)).hexdigest()
+# A 16 → 16 channel 3×3 layer on 7×7 planes: every pass by oneDNN's convolution in a oneDNN build
+# (whose OpenMP runtime torch shares), by the built-in paths otherwise.
+x = rng.standard_normal((20, 16, 7, 7), dtype=np.float32)
+w = rng.standard_normal((16, 16, 3, 3), dtype=np.float32)
+y = attnkit.nn.conv2d(x, w, padding=1)
+conv = [y, *attnkit.nn.conv2d_backward(rng.standard_normal(y.shape, dtype=np.float32), x, w, has_bias=False,
+                                       padding=1)[:2]]
+digest = hashlib.sha256(out.tobytes() + b"".join(g.tobytes() for g in grads if g is not None) +
+                        b"".join(c.tobytes() for c in conv)).hexdigest()
 maps = sorted({os.path.realpath(line.split()[-1]) for line in open("/proc/self/maps")
                if "libopenblas" in line})
 print(json.dumps({"info": info, "digest": digest, "openblas": maps,

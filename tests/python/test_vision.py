@@ -34,6 +34,39 @@ def test_conv2d(reference, n, c, h, w, o, k, stride, padding, bias):
           [d_y])
 
 
+ENGINES = ["builtin", "auto"] + (["onednn"] if attnkit.build_info()["conv2d_onednn"] else [])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("n,c,h,w,o,k,stride,padding,bias", [
+    # >= 16 channels each way: oneDNN under "auto" for all passes on 7x7, for d_w on 13x12
+    (5, 16, 7, 7, 24, 3, 1, 1, True), (3, 16, 13, 12, 16, 3, 1, 1, False),
+    # only "onednn" sends these to oneDNN: stride 2, a 7x7 kernel, 1x1, few channels
+    (2, 3, 11, 10, 5, 3, 2, 1, True), (2, 2, 10, 9, 1, 7, 1, 3, True), (3, 8, 5, 6, 16, 1, 1, 0, False)])
+def test_conv2d_every_engine(engine, n, c, h, w, o, k, stride, padding, bias):
+    saved = attnkit.conv2d_engine()
+    attnkit.set_conv2d_engine(engine)
+    try:
+        test_conv2d(False, n, c, h, w, o, k, stride, padding, bias)
+    finally:
+        attnkit.set_conv2d_engine(saved)
+
+
+def test_conv2d_engine_switch():
+    saved = attnkit.conv2d_engine()
+    try:
+        for engine in ENGINES:
+            attnkit.set_conv2d_engine(engine)
+            assert attnkit.conv2d_engine() == engine
+        if "onednn" not in ENGINES:
+            with pytest.raises(ValueError, match="built without it"):
+                attnkit.set_conv2d_engine("onednn")
+        with pytest.raises(ValueError, match="expected 'auto', 'builtin' or 'onednn'"):
+            attnkit.set_conv2d_engine("fast")
+    finally:
+        attnkit.set_conv2d_engine(saved)
+
+
 @pytest.mark.parametrize("kernel,stride,padding", [(2, None, 0), (3, 2, 1), (3, 1, 1)])
 def test_max_and_avg_pool2d(kernel, stride, padding):
     rng = np.random.default_rng(kernel + padding)

@@ -35,4 +35,18 @@ class ThreadCountScope {
   int saved_;
 };
 
+// Scoped OpenMP thread count of the calling thread (omp_set_num_threads; the previous value is
+// restored on destruction), for third-party code that sizes its own OpenMP regions from it, such
+// as oneDNN: attnkit sets it to the threads it hands that code, whatever else set it before.
+class OpenMpThreadsScope {
+ public:
+  explicit OpenMpThreadsScope(int n);
+  ~OpenMpThreadsScope();
+  OpenMpThreadsScope(const OpenMpThreadsScope&) = delete;
+  OpenMpThreadsScope& operator=(const OpenMpThreadsScope&) = delete;
+
+ private:
+  int saved_;
+};
+
 }  // namespace attnkit

@@ -14,6 +14,9 @@
 // >= 8 input and output channels on planes of at least 12×12, or whose 2×2 tiles fit in one vector
 // (7×7 with AVX-512), run by Winograd F(2×2, 3×3) instead (conv2d_winograd.cpp): y and d_x on
 // both, d_w on the larger planes.
+// When attnkit is built with oneDNN (CMake ATTNKIT_WITH_DNNL), the layer classes where oneDNN's
+// direct convolution measured faster run by it instead (conv2d_onednn.cpp; docs/performance.md):
+// one single-threaded oneDNN primitive per chunk of images, cached per shape.
 // Images run in parallel; d_w sums fixed groups of images in a fixed order, so results are
 // bitwise identical for any thread count. Reference (conv2d_reference.cpp): direct loops in double.
 #include <cstdint>
@@ -26,6 +29,30 @@ namespace attnkit {
 struct Conv2dOptions {
   int64_t stride = 1;   // same in both spatial dimensions, >= 1
   int64_t padding = 0;  // zeros on every side, >= 0
+};
+
+// Which implementation conv2d_forward and conv2d_backward use. kAuto: oneDNN's convolution for
+// the layer classes where it measured faster, the built-in paths elsewhere; kBuiltin: im2col +
+// sgemm and Winograd only; kOneDnn: oneDNN for every layer it supports. The process-wide default
+// is kAuto, or the environment variable ATTNKIT_CONV_ENGINE (auto, builtin, onednn) read once.
+enum class Conv2dEngine { kAuto, kBuiltin, kOneDnn };
+// Sets the engine for every later call; throws attnkit::Error for kOneDnn when built without oneDNN.
+void set_conv2d_engine(Conv2dEngine engine);
+// The engine in effect.
+Conv2dEngine conv2d_engine();
+// True when attnkit was built with oneDNN (CMake ATTNKIT_WITH_DNNL and libdnnl-dev found).
+bool conv2d_has_onednn();
+
+// Scoped engine override (restores the previous engine on destruction).
+class Conv2dEngineScope {
+ public:
+  explicit Conv2dEngineScope(Conv2dEngine e) : saved_(conv2d_engine()) { set_conv2d_engine(e); }
+  ~Conv2dEngineScope() { set_conv2d_engine(saved_); }
+  Conv2dEngineScope(const Conv2dEngineScope&) = delete;
+  Conv2dEngineScope& operator=(const Conv2dEngineScope&) = delete;
+
+ private:
+  Conv2dEngine saved_;
 };
 
 // Output extent of a convolution or pooling window: ⌊(in + 2·padding - kernel) / stride⌋ + 1

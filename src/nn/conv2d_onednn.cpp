@@ -1,0 +1,378 @@
+// conv2d by oneDNN's direct convolution (forward, backward data, backward weights), for the layer
+// classes where it measured faster than im2col + sgemm and Winograd (onednn_applies; the figures
+// are in docs/performance.md). The primitive chooses its own activation and weight layouts
+// (format_tag::any, blocked such as nChw16c on AVX-512); NCHW chunks are reordered into them and
+// the result back.
+//
+// Threads and determinism: images are split into fixed chunks (a function of N and the geometry
+// only) that attnkit's parallel_for hands out; each chunk runs one oneDNN primitive created for
+// one thread and executed under OpenMpThreadsScope(1), so oneDNN never opens OpenMP regions of
+// its own and the process uses exactly num_threads() threads, whatever OpenMP's global default
+// is. d_w sums the chunks of each fixed image group (nn::weight_gradient_groups) in order, then
+// the groups in order, as the column path does: every result is bitwise identical for any thread
+// count.
+//
+// Primitives (and their reorders) are cached per (pass, chunk geometry): none is created per call
+// once a shape has been seen.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/parallel.hpp"
+#include "attnkit/nn/conv2d.hpp"
+#include "conv2d_common.hpp"
+
+#if ATTNKIT_HAVE_DNNL
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include <dnnl.hpp>
+#endif
+
+namespace attnkit {
+namespace {
+
+// -1 = not read yet; else a Conv2dEngine.
+std::atomic<int> g_engine{-1};
+
+Conv2dEngine engine_from_environment() {
+  const char* env = std::getenv("ATTNKIT_CONV_ENGINE");
+  if (env == nullptr) return Conv2dEngine::kAuto;
+  const std::string_view v(env);
+  if (v == "builtin") return Conv2dEngine::kBuiltin;
+  if (v == "onednn" && conv2d_has_onednn()) return Conv2dEngine::kOneDnn;
+  return Conv2dEngine::kAuto;
+}
+
+}  // namespace
+
+bool conv2d_has_onednn() { return ATTNKIT_HAVE_DNNL != 0; }
+
+Conv2dEngine conv2d_engine() {
+  int e = g_engine.load();
+  if (e < 0) {
+    int unset = -1;
+    g_engine.compare_exchange_strong(unset, int(engine_from_environment()));
+    e = g_engine.load();
+  }
+  return Conv2dEngine(e);
+}
+
+void set_conv2d_engine(Conv2dEngine engine) {
+  check(engine != Conv2dEngine::kOneDnn || conv2d_has_onednn(),
+        "set_conv2d_engine: oneDNN: attnkit was built without it (CMake ATTNKIT_WITH_DNNL, libdnnl-dev)");
+  g_engine.store(int(engine));
+}
+
+namespace nn {
+
+#if !ATTNKIT_HAVE_DNNL
+
+bool onednn_applies(ConvPass, const Conv2dGeometry&) { return false; }
+void onednn_conv_forward(View4, ConstView4, const float*, const Conv2dGeometry&) {
+  fail("conv2d: built without oneDNN");
+}
+void onednn_conv_backward_data(View4, ConstView4, const float*, const Conv2dGeometry&) {
+  fail("conv2d: built without oneDNN");
+}
+void onednn_conv_backward_weights(View4, ConstView4, ConstView4, const Conv2dGeometry&) {
+  fail("conv2d: built without oneDNN");
+}
+
+#else
+
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// One stream per thread (a stream is not to be shared by concurrently executing threads).
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream s(cpu_engine());
+  return s;
+}
+
+// oneDNN's right padding: what makes its output size equal attnkit's (floor) output size.
+int64_t right_padding(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t pad) {
+  return (out - 1) * stride + kernel - in - pad;
+}
+
+// 64-byte aligned per-thread buffers (oneDNN's blocked layouts and its scratchpad), grown on demand.
+class AlignedSlot {
+ public:
+  float* get(size_t bytes) {
+    if (bytes > size_) {
+      data_.reset(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+      check(data_ != nullptr, "conv2d: out of memory (", bytes, " bytes of oneDNN buffers)");
+      size_ = bytes;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> data_;
+  size_t size_ = 0;
+};
+
+AlignedSlot& slot(int which) {
+  thread_local AlignedSlot slots[4];
+  return slots[which];
+}
+
+// A plain-layout (NCHW / OIHW) operand of a primitive and, when the primitive chose another layout,
+// the reorder between the two (into the primitive for inputs, out of it for outputs).
+struct Operand {
+  memory::desc plain, chosen;
+  std::optional<dnnl::reorder> reorder;
+};
+
+Operand make_operand(const memory::desc& plain, const memory::desc& chosen, bool input) {
+  Operand op{plain, chosen, std::nullopt};
+  if (plain != chosen)
+    op.reorder = input ? dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plain, cpu_engine(), chosen))
+                       : dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), chosen, cpu_engine(), plain));
+  return op;
+}
+
+// One pass of one chunk geometry: the primitive, its two inputs a, b and output, and the DNNL_ARG
+// each is bound to. Forward: a = src, b = weights, out = dst. Backward data: a = diff_dst,
+// b = weights, out = diff_src. Backward weights: a = src, b = diff_dst, out = diff_weights.
+struct Plan {
+  dnnl::primitive conv;
+  Operand a, b, out;
+  int arg_a = 0, arg_b = 0, arg_out = 0;
+  size_t scratch_bytes = 0;
+};
+
+using Key = std::array<int64_t, 10>;
+
+Key plan_key(ConvPass pass, const Conv2dGeometry& g) {
+  return {int64_t(pass), g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.stride, g.pad};
+}
+
+Plan build_plan(ConvPass pass, const Conv2dGeometry& g) {
+  const auto f32 = memory::data_type::f32;
+  const memory::dims src{g.n, g.c, g.h, g.w}, wei{g.o, g.c, g.kh, g.kw}, dst{g.n, g.o, g.oh, g.ow};
+  const memory::dims strides{g.stride, g.stride}, pad_l{g.pad, g.pad};
+  const memory::dims pad_r{right_padding(g.h, g.oh, g.kh, g.stride, g.pad),
+                           right_padding(g.w, g.ow, g.kw, g.stride, g.pad)};
+  const memory::desc src_any(src, f32, Tag::any), wei_any(wei, f32, Tag::any), dst_any(dst, f32, Tag::any);
+  const memory::desc src_plain(src, f32, Tag::nchw), wei_plain(wei, f32, Tag::oihw), dst_plain(dst, f32, Tag::nchw);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per-thread scratchpads (slot 3)
+  const auto alg = dnnl::algorithm::convolution_direct;
+  const dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, alg, src_any, wei_any, dst_any,
+                                           strides, pad_l, pad_r);
+  const dnnl::convolution_forward::primitive_desc fpd(fd, attr, cpu_engine());
+  Plan p;
+  if (pass == ConvPass::kForward) {
+    p.conv = dnnl::convolution_forward(fpd);
+    p.a = make_operand(src_plain, fpd.src_desc(), true);
+    p.b = make_operand(wei_plain, fpd.weights_desc(), true);
+    p.out = make_operand(dst_plain, fpd.dst_desc(), false);
+    p.arg_a = DNNL_ARG_SRC, p.arg_b = DNNL_ARG_WEIGHTS, p.arg_out = DNNL_ARG_DST;
+    p.scratch_bytes = fpd.scratchpad_desc().get_size();
+  } else if (pass == ConvPass::kBackwardData) {
+    const dnnl::convolution_backward_data::desc bd(alg, src_any, wei_any, dst_any, strides, pad_l, pad_r);
+    const dnnl::convolution_backward_data::primitive_desc bpd(bd, attr, cpu_engine(), fpd);
+    p.conv = dnnl::convolution_backward_data(bpd);
+    p.a = make_operand(dst_plain, bpd.diff_dst_desc(), true);
+    p.b = make_operand(wei_plain, bpd.weights_desc(), true);
+    p.out = make_operand(src_plain, bpd.diff_src_desc(), false);
+    p.arg_a = DNNL_ARG_DIFF_DST, p.arg_b = DNNL_ARG_WEIGHTS, p.arg_out = DNNL_ARG_DIFF_SRC;
+    p.scratch_bytes = bpd.scratchpad_desc().get_size();
+  } else {
+    const dnnl::convolution_backward_weights::desc wd(alg, src_any, wei_any, dst_any, strides, pad_l, pad_r);
+    const dnnl::convolution_backward_weights::primitive_desc wpd(wd, attr, cpu_engine(), fpd);
+    p.conv = dnnl::convolution_backward_weights(wpd);
+    p.a = make_operand(src_plain, wpd.src_desc(), true);
+    p.b = make_operand(dst_plain, wpd.diff_dst_desc(), true);
+    p.out = make_operand(wei_plain, wpd.diff_weights_desc(), false);
+    p.arg_a = DNNL_ARG_SRC, p.arg_b = DNNL_ARG_DIFF_DST, p.arg_out = DNNL_ARG_DIFF_WEIGHTS;
+    p.scratch_bytes = wpd.scratchpad_desc().get_size();
+  }
+  return p;
+}
+
+// The cached plan of `pass` for chunk geometry g (g.n = images per chunk). Created for one thread
+// (oneDNN sizes a primitive's work split by the OpenMP thread count at creation).
+const Plan& plan(ConvPass pass, const Conv2dGeometry& g) {
+  cpu_engine();  // constructed before the cache, so destroyed after the primitives made on it
+  static std::mutex mu;
+  static std::map<Key, std::unique_ptr<Plan>> cache;
+  const std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<Plan>& entry = cache[plan_key(pass, g)];
+  if (!entry) {
+    const OpenMpThreadsScope one(1);
+    try {
+      entry = std::make_unique<Plan>(build_plan(pass, g));
+    } catch (const dnnl::error& e) {
+      cache.erase(plan_key(pass, g));
+      fail("conv2d: oneDNN could not create the convolution: ", e.what());
+    }
+  }
+  return *entry;
+}
+
+// Runs a reorder on this thread: from → to.
+void reorder(const dnnl::reorder& r, const memory::desc& from_md, const float* from, const memory::desc& to_md,
+             float* to) {
+  memory from_mem(from_md, cpu_engine(), const_cast<float*>(from)), to_mem(to_md, cpu_engine(), to);
+  r.execute(thread_stream(), from_mem, to_mem);
+}
+
+// An input in the primitive's layout: the plain data itself, or its reorder into slot `which`.
+const float* chosen_input(const Operand& op, const float* plain, int which) {
+  if (!op.reorder) return plain;
+  float* buf = slot(which).get(op.chosen.get_size());
+  reorder(*op.reorder, op.plain, plain, op.chosen, buf);
+  return buf;
+}
+
+// Runs plan p on this thread: a and b in their plain layouts unless `b_chosen` (b already in the
+// primitive's layout); the output written in plain layout to out.
+void run(const Plan& p, const float* a, const float* b, bool b_chosen, float* out) {
+  const OpenMpThreadsScope one(1);
+  const float* a_c = chosen_input(p.a, a, 0);
+  const float* b_c = b_chosen ? b : chosen_input(p.b, b, 1);
+  float* out_c = p.out.reorder ? slot(2).get(p.out.chosen.get_size()) : out;
+  float* scratch = slot(3).get(std::max<size_t>(p.scratch_bytes, 64));
+  const memory a_mem(p.a.chosen, cpu_engine(), const_cast<float*>(a_c));
+  const memory b_mem(p.b.chosen, cpu_engine(), const_cast<float*>(b_c));
+  const memory out_mem(p.out.chosen, cpu_engine(), out_c);
+  const memory::desc scratch_md({int64_t(std::max<size_t>(p.scratch_bytes, 1))}, memory::data_type::u8, Tag::x);
+  const memory scratch_mem(scratch_md, cpu_engine(), scratch);
+  p.conv.execute(thread_stream(), {{p.arg_a, a_mem}, {p.arg_b, b_mem}, {p.arg_out, out_mem},
+                                   {DNNL_ARG_SCRATCHPAD, scratch_mem}});
+  if (p.out.reorder) reorder(*p.out.reorder, p.out.chosen, out_c, p.out.plain, out);
+  thread_stream().wait();
+}
+
+constexpr int64_t kChunkFloats = 256 << 10;  // a chunk's input + output activations: about 1 MiB
+
+// Images per chunk: at most the weight-gradient group size (so the three passes split alike),
+// and activations of about kChunkFloats at most (one image at least). A function of N and the
+// geometry only.
+int64_t images_per_chunk(const Conv2dGeometry& g) {
+  const int64_t per_image = g.c * g.h * g.w + g.o * g.oh * g.ow;
+  const int64_t fit = std::max<int64_t>(1, kChunkFloats / std::max<int64_t>(per_image, 1));
+  return std::min(fit, weight_gradient_groups(g.n).per);
+}
+
+Conv2dGeometry with_images(Conv2dGeometry g, int64_t n) {
+  g.n = n;
+  return g;
+}
+
+// Weights [O, C, KH, KW] in the layout plan p chose (a per-call copy in `buf` unless it is OIHW).
+const float* chosen_weights(const Plan& p, const float* w, std::vector<float>& buf) {
+  if (!p.b.reorder) return w;
+  buf.resize(p.b.chosen.get_size() / sizeof(float) + 16);
+  const OpenMpThreadsScope one(1);
+  reorder(*p.b.reorder, p.b.plain, w, p.b.chosen, buf.data());
+  thread_stream().wait();
+  return buf.data();
+}
+
+// Runs `pass` with weights w over the chunks of images: a is x (forward) or d_y (backward data),
+// out is y or d_x. Weights are reordered once per call into the layout of the full-chunk plan;
+// a short last chunk's plan may choose another layout, and gets its own copy.
+void run_chunks(ConvPass pass, View4 out, ConstView4 a, const float* w, const Conv2dGeometry& g) {
+  const int64_t per = images_per_chunk(g), chunks = (g.n + per - 1) / per, tail = g.n - (chunks - 1) * per;
+  const Plan& full = plan(pass, with_images(g, per));
+  const Plan& last = plan(pass, with_images(g, tail));
+  std::vector<float> w_full, w_last;
+  const float* wf = chosen_weights(full, w, w_full);
+  const float* wl = tail == per ? wf : chosen_weights(last, w, w_last);
+  parallel_for(chunks, [&](int64_t ch) {
+    const bool is_last = ch == chunks - 1;
+    run(is_last ? last : full, a.ptr(ch * per), is_last ? wl : wf, true, out.ptr(ch * per));
+  });
+}
+
+}  // namespace
+
+bool onednn_applies(ConvPass pass, const Conv2dGeometry& g) {
+  const Conv2dEngine e = conv2d_engine();
+  if (e == Conv2dEngine::kBuiltin) return false;
+  const bool supported = g.n > 0 && g.c > 0 && g.o > 0 && g.oh > 0 && g.ow > 0 &&
+                         right_padding(g.h, g.oh, g.kh, g.stride, g.pad) >= 0 &&
+                         right_padding(g.w, g.ow, g.kw, g.stride, g.pad) >= 0;
+  if (!supported) return false;
+  if (e == Conv2dEngine::kOneDnn) return true;
+  // kAuto: the classes measured faster by oneDNN (bench/conv_bench.cpp, the CNN's layers; the
+  // table is in docs/performance.md). 3×3 same-size layers with >= 16 channels each way: d_w on
+  // every plane (1.0–1.7× the built-in Winograd or column path); y and d_x on planes smaller than
+  // 12×12 (1.0–1.35× Winograd's one-vector path), while on 14×14 planes Winograd's 2.25× fewer
+  // multiplies win (oneDNN 0.35–0.8×). 1×1 layers (0.5–1.16×, unsteady across runs), the
+  // 1-channel stem (0.04–0.94×) and CBAM's 2 → 1 gate (0.1–1.6×, under 1 ms a pass) stay built-in.
+  const bool square3 = g.kh == 3 && g.kw == 3 && g.stride == 1 && g.pad == 1 && g.c >= 16 && g.o >= 16;
+  if (pass == ConvPass::kBackwardWeights) return square3;
+  return square3 && g.h * g.w < 144;
+}
+
+void onednn_conv_forward(View4 y, ConstView4 x, const float* w, const Conv2dGeometry& g) {
+  run_chunks(ConvPass::kForward, y, x, w, g);
+}
+
+void onednn_conv_backward_data(View4 d_x, ConstView4 d_y, const float* w, const Conv2dGeometry& g) {
+  run_chunks(ConvPass::kBackwardData, d_x, d_y, w, g);
+}
+
+void onednn_conv_backward_weights(View4 d_w, ConstView4 d_y, ConstView4 x, const Conv2dGeometry& g) {
+  const ImageGroups groups = weight_gradient_groups(g.n);
+  const int64_t per = std::min(images_per_chunk(g), groups.per), k = g.c * g.kh * g.kw;
+  // Chunk sizes met: per, and the remainders of a full group and of the last group.
+  std::map<int64_t, const Plan*> plans;
+  for (int64_t grp = 0; grp < groups.count; ++grp) {
+    const int64_t size = std::min(g.n, (grp + 1) * groups.per) - grp * groups.per;
+    for (int64_t n0 = 0; n0 < size; n0 += per) {
+      const int64_t nb = std::min(per, size - n0);
+      if (!plans.count(nb)) plans[nb] = &plan(ConvPass::kBackwardWeights, with_images(g, nb));
+    }
+  }
+  thread_local std::vector<float> partial_buf;
+  if (partial_buf.size() < size_t(groups.count * g.o * k)) partial_buf.resize(size_t(groups.count * g.o * k));
+  float* partial = partial_buf.data();
+  parallel_for(groups.count, [&](int64_t grp) {
+    const int64_t begin = grp * groups.per, end = std::min(g.n, begin + groups.per);
+    float* acc = partial + grp * g.o * k;
+    thread_local std::vector<float> chunk_buf;
+    if (chunk_buf.size() < size_t(g.o * k)) chunk_buf.resize(size_t(g.o * k));
+    float* chunk_dw = chunk_buf.data();
+    for (int64_t n0 = begin; n0 < end; n0 += per) {
+      const int64_t nb = std::min(per, end - n0);
+      float* target = n0 == begin ? acc : chunk_dw;
+      run(*plans.at(nb), x.ptr(n0), d_y.ptr(n0), false, target);
+      if (target != acc)
+        for (int64_t i = 0; i < g.o * k; ++i) acc[i] += chunk_dw[i];
+    }
+  });
+  parallel_for(g.o, [&](int64_t o) {
+    float* dw = d_w.ptr(o);
+    for (int64_t grp = 0; grp < groups.count; ++grp) {
+      const float* p = partial + (grp * g.o + o) * k;
+      for (int64_t i = 0; i < k; ++i) dw[i] += p[i];
+    }
+  });
+}
+
+#endif
+
+}  // namespace nn
+}  // namespace attnkit
