@@ -40,7 +40,7 @@ int64_t lanes() { return int64_t(hn::Lanes(DF())); }
 // exp(z) for z in [kExpFloor, kLag + 1] (callers clamp below): n = round(z / ln 2), r = z - n·ln 2
 // in two parts (|r| ≤ ln 2 / 2), e^r from Highway's degree-7 polynomial for Exp, times 2^n built
 // in the exponent bits (n + 127 is a normal exponent in this range). Same reduction and polynomial
-// as hn::Exp, without its range handling: 15 vector operations instead of about 24.
+// as hn::Exp, without its range handling: 16 vector operations instead of about 24.
 HWY_INLINE VF exp_clamped(VF z) {
   const DF df;
   const hn::RebindToSigned<DF> di;
