@@ -234,8 +234,8 @@ class Decoder {
         const bool masked = !(last.lo <= pos0 && first.hi >= pos0 + bt);
         const std::byte* kb = sg.k + t0 * token_bytes;
         const std::byte* vb = sg.v + t0 * token_bytes;
-        if (t0 == run.start) {  // the first `ahead` tokens; the stages prefetch the rest
-          const int64_t first_bytes = std::min(ahead_, run.count) * token_bytes;
+        if (t0 == run.start) {  // the first block; the kernels prefetch `ahead` tokens on
+          const int64_t first_bytes = std::min(kWideTokens, run.count) * token_bytes;
           prefetch_range(kb, first_bytes);
           prefetch_range(vb, first_bytes);
         }
