@@ -38,12 +38,12 @@ constexpr float kLag = 8.0f;         // the fused softmax lets P reach e^8 befor
 int64_t lanes() { return int64_t(hn::Lanes(DF())); }
 
 // exp(z) for z in [kExpFloor, kLag + 1] (callers clamp below): n = round(z / ln 2), r = z - n·ln 2
-// in two parts (|r| ≤ ln 2 / 2), e^r from Highway's degree-7 polynomial for Exp, times 2^n built
-// in the exponent bits (n + 127 is a normal exponent in this range). Same reduction and polynomial
-// as hn::Exp, without its range handling: 16 vector operations instead of about 24.
+// in two parts (|r| ≤ ln 2 / 2), e^r from Highway's degree-7 polynomial for Exp, times 2^n
+// (AVX-512 `vscalefps`; else built in the exponent bits, n + 127 being a normal exponent in this
+// range). Same reduction and polynomial as hn::Exp, without its range handling: 13–16 vector
+// operations instead of about 24.
 HWY_INLINE VF exp_clamped(VF z) {
   const DF df;
-  const hn::RebindToSigned<DF> di;
   const VF n = hn::Round(hn::Mul(z, hn::Set(df, 1.44269504088896341f)));
   VF r = hn::MulAdd(n, hn::Set(df, -0.693145751953125f), z);
   r = hn::MulAdd(n, hn::Set(df, -1.428606765330187045e-6f), r);
@@ -53,8 +53,13 @@ HWY_INLINE VF exp_clamped(VF z) {
   p = hn::MulAdd(p, r, hn::Set(df, 0.166666671633720397949219f));
   p = hn::MulAdd(p, r, hn::Set(df, 0.5f));
   p = hn::Add(hn::MulAdd(p, hn::Mul(r, r), r), hn::Set(df, 1.0f));
+#if HWY_TARGET <= HWY_AVX3
+  return VF{_mm512_scalef_ps(p.raw, n.raw)};  // p·2^n in one instruction
+#else
+  const hn::RebindToSigned<DF> di;
   const auto scale = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
   return hn::Mul(p, hn::BitCast(df, scale));
+#endif
 }
 
 // Scores of tokens [t, t + T) for the row vectors [r, r + V·lanes) into acc.
