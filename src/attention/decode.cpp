@@ -58,12 +58,25 @@ class Decoder {
       const int64_t most = *std::max_element(p.held.begin(), p.held.end());
       rope_ = rope_table_for(d_, o.rope_theta, most);
     }
+    // Every item of a sequence reads the same queries: prepared once per call.
+    const int64_t per_seq = hkv_ * rows_ * d_, nseq = int64_t(a.seqs.size());
+    queries_.resize(size_t(nseq * per_seq * (wide_ ? 2 : 1)));
+    for (int64_t b = 0; b < nseq; ++b) {
+      float* q = queries_.data() + b * per_seq;
+      load_queries(b, p.held[size_t(b)], q);
+      if (!wide_) continue;
+      float* qt = queries_.data() + (nseq + b) * per_seq;
+      for (int64_t hk = 0; hk < hkv_; ++hk)
+        for (int64_t e = 0; e < d_; ++e)
+          for (int64_t r = 0; r < rows_; ++r) qt[(hk * d_ + e) * rows_ + r] = q[(hk * rows_ + r) * d_ + e];
+    }
   }
 
   int64_t scratch_bytes() const {
-    const int64_t stage = rope_ || wide_ ? bt_ * hkv_ * d_ : 0;
-    const int64_t queries = (wide_ ? 2 : 1) * hkv_ * rows_ * d_;
-    return int64_t(sizeof(float)) * (queries + hkv_ * rows_ * bt_ + stage) + 4 * 64;
+    if (wide_)  // Pt, one stage
+      return int64_t(sizeof(float)) * decode::kWideTokens * (rows_ + d_) + 2 * 64;
+    const int64_t stage = rope_ ? bt_ * hkv_ * d_ : 0;
+    return int64_t(sizeof(float)) * (hkv_ * rows_ * bt_ + stage) + 2 * 64;
   }
   // Floats of one item's partial result: m and l for each row ([Hkv][n·G]), then O ([Hkv][n·G][D]).
   int64_t partial_floats() const { return hkv_ * rows_ * (d_ + 2); }
@@ -114,11 +127,10 @@ class Decoder {
     float* m = partial;
     float* l = partial + hkv_ * rows_;
     float* o = partial + 2 * hkv_ * rows_;
-    float* q = ws.alloc<float>(size_t(hkv_ * rows_ * d_));   // [Hkv][n·G][D], scaled (+ rope)
+    const float* q = queries_.data() + it.b * hkv_ * rows_ * d_;  // [Hkv][n·G][D], scaled (+ rope)
     float* s = ws.alloc<float>(size_t(hkv_ * rows_ * bt_));  // [Hkv][n·G][bt] scores → P
     float* rotated = rope_ ? ws.alloc<float>(size_t(bt_ * hkv_ * d_)) : nullptr;  // [bt][Hkv][D]
     const int64_t held = p_.held[size_t(it.b)];
-    load_queries(it.b, held, q);
     std::fill(m, m + hkv_ * rows_, kNegInf);
     std::fill(l, l + hkv_ * rows_, 0.0f);
     std::fill(o, o + hkv_ * rows_ * d_, 0.0f);
@@ -182,78 +194,82 @@ class Decoder {
     }
   }
 
-  // run_item for wide groups (decode_wide.hpp): each block's K, then V, is converted (and K
-  // rotated) once into a float32 stage [bt][Hkv][D] that all n·G rows read; scores are kept
-  // transposed, St [Hkv][bt][n·G], so the rows are the vector dimension throughout.
+  // run_item for wide groups (decode_wide.hpp), blocks of kWideTokens tokens, one KV head at a
+  // time. The fused score kernel converts K a register block of tokens at a time into an L1 tile
+  // and exponentiates the scores in registers; the value kernel converts each V vector once, for
+  // all n·G rows. Probabilities are kept transposed, Pt [bt][n·G], so the rows are the vector
+  // dimension throughout. Blocks cut by a mask (and rotated keys) take a float32 stage of K;
+  // masked blocks then score, mask and softmax in three passes.
   void run_item_wide(const Item& it, Workspace& ws, float* partial) const {
+    using decode::kWideTokens;
     float* m = partial;
     float* l = partial + hkv_ * rows_;
     float* o = partial + 2 * hkv_ * rows_;
-    float* q = ws.alloc<float>(size_t(hkv_ * rows_ * d_));       // [Hkv][n·G][D]
-    float* qt = ws.alloc<float>(size_t(hkv_ * d_ * rows_));      // [Hkv][D][n·G]
-    float* st = ws.alloc<float>(size_t(hkv_ * bt_ * rows_));     // [Hkv][bt][n·G] scores → P
-    float* stage = ws.alloc<float>(size_t(bt_ * hkv_ * d_));     // [bt][Hkv][D] K, then V
+    const int64_t per_seq = hkv_ * rows_ * d_;
+    const float* qt = queries_.data() + (int64_t(a_.seqs.size()) + it.b) * per_seq;  // [Hkv][D][n·G]
+    float* pt = ws.alloc<float>(size_t(kWideTokens * rows_));     // [bt][n·G] scores → P
+    float* stage = ws.alloc<float>(size_t(kWideTokens * d_));     // [bt][D] K, then V
+    const decode::WideStage convert = decode::wide_stage(cfg_.dtype);
+    const struct {
+      decode::WideScoresSoftmax scores, scores_rotated;
+      decode::WideValues values;
+    } kern{decode::wide_scores_softmax(cfg_.dtype), decode::wide_scores_softmax(DType::f32),
+           decode::wide_values_stored(cfg_.dtype)};
     const int64_t held = p_.held[size_t(it.b)];
-    load_queries(it.b, held, q);
-    for (int64_t hk = 0; hk < hkv_; ++hk)
-      for (int64_t r = 0; r < rows_; ++r)
-        for (int64_t e = 0; e < d_; ++e) qt[(hk * d_ + e) * rows_ + r] = q[(hk * rows_ + r) * d_ + e];
     std::fill(m, m + hkv_ * rows_, kNegInf);
     std::fill(l, l + hkv_ * rows_, 0.0f);
     std::fill(o, o + hkv_ * rows_ * d_, 0.0f);
     const KeyRange first = vis(0, held), last = vis(n_ - 1, held);
-    const int64_t token_bytes = hkv_ * d_ * elem_, ld = hkv_ * d_;
+    const int64_t token_bytes = hkv_ * d_ * elem_;
     for (int64_t ri = it.run_begin; ri < it.run_end; ++ri) {
       const Run& run = p_.runs[size_t(ri)];
       const KVSegment& sg = p_.segs[size_t(it.b)][size_t(run.seg)];
-      for (int64_t t0 = run.start; t0 < run.start + run.count; t0 += bt_) {
-        const int64_t bt = std::min(bt_, run.start + run.count - t0);
+      const int64_t pf = ahead_ * token_bytes;
+      const std::byte* k_end = sg.k + (run.start + run.count) * token_bytes;
+      const std::byte* v_end = sg.v + (run.start + run.count) * token_bytes;
+      for (int64_t t0 = run.start; t0 < run.start + run.count; t0 += kWideTokens) {
+        const int64_t bt = std::min(kWideTokens, run.start + run.count - t0);
         const int64_t pos0 = sg.logical_start + t0;
         if (last.hi <= pos0 || first.lo >= pos0 + bt) continue;  // no query sees this block
         const bool masked = !(last.lo <= pos0 && first.hi >= pos0 + bt);
         const std::byte* kb = sg.k + t0 * token_bytes;
         const std::byte* vb = sg.v + t0 * token_bytes;
-        if (t0 == run.start) {  // the first `ahead` tokens; the stages prefetch the rest
-          const int64_t first_bytes = std::min(ahead_, run.count) * token_bytes;
+        if (t0 == run.start) {  // the first block; the kernels prefetch `ahead` tokens on
+          const int64_t first_bytes = std::min(kWideTokens, run.count) * token_bytes;
           prefetch_range(kb, first_bytes);
           prefetch_range(vb, first_bytes);
         }
-        const int64_t pf = ahead_ * token_bytes;
-        const Rows k{kb, token_bytes, sg.k_scale ? sg.k_scale + t0 * hkv_ : nullptr, hkv_, pf,
-                     sg.k + (run.start + run.count) * token_bytes};
-        const Rows v{vb, token_bytes, sg.v_scale ? sg.v_scale + t0 * hkv_ : nullptr, hkv_, pf,
-                     sg.v + (run.start + run.count) * token_bytes};
-        if (rope_)
-          rotate_keys(k, bt, pos0, stage);
-        else
-          stage_rows(k, bt, stage);
-        for (int64_t hk = 0; hk < hkv_; ++hk)
-          decode::wide_scores(qt + hk * d_ * rows_, rows_, rows_, stage + hk * d_, ld, bt, d_,
-                              st + hk * bt_ * rows_, rows_);
         for (int64_t hk = 0; hk < hkv_; ++hk) {
-          float* sh = st + hk * bt_ * rows_;
-          if (masked) mask_columns(sh, bt, pos0, held);
-          decode::wide_online_softmax(sh, rows_, rows_, bt, m + hk * rows_, l + hk * rows_,
-                                      o + hk * rows_ * d_, d_);
+          const int64_t head = hk * d_ * elem_;
+          const Rows k{kb + head, token_bytes, sg.k_scale ? sg.k_scale + t0 * hkv_ + hk : nullptr,
+                       hkv_, pf, k_end};
+          const Rows v{vb + head, token_bytes, sg.v_scale ? sg.v_scale + t0 * hkv_ + hk : nullptr,
+                       hkv_, pf, v_end};
+          const float* qh = qt + hk * d_ * rows_;
+          float *mh = m + hk * rows_, *lh = l + hk * rows_, *oh = o + hk * rows_ * d_;
+          if (rope_ || masked) {  // K → float32 stage (rotated), then read in place
+            convert(k, bt, d_, stage);
+            if (rope_)
+              for (int64_t t = 0; t < bt; ++t)
+                rope_rotate(stage + t * d_, d_, rope_->cos(pos0 + t), rope_->sin(pos0 + t));
+          }
+          const Rows staged{reinterpret_cast<const std::byte*>(stage), d_ * 4, nullptr, 0};
+          if (masked) {
+            decode::wide_scores(qh, rows_, rows_, stage, d_, bt, d_, pt, rows_);
+            mask_columns(pt, bt, pos0, held);
+            decode::wide_online_softmax(pt, rows_, rows_, bt, mh, lh, oh, d_);
+          } else if (rope_) {
+            kern.scores_rotated(qh, rows_, staged, bt, d_, pt, mh, lh, oh, nullptr);
+          } else {
+            kern.scores(qh, rows_, k, bt, d_, pt, mh, lh, oh, stage);
+          }
+          kern.values(pt, rows_, v, bt, d_, oh, stage);
         }
-        stage_rows(v, bt, stage);
-        for (int64_t hk = 0; hk < hkv_; ++hk)
-          decode::wide_values(st + hk * bt_ * rows_, rows_, rows_, stage + hk * d_, ld, bt, d_,
-                              o + hk * rows_ * d_);
       }
     }
   }
 
-  // Stored rows of a block → float32 [bt][Hkv][D] (int8 rows times their scales).
-  void stage_rows(const Rows& r, int64_t bt, float* dst) const {
-    for (int64_t t = 0; t < bt; ++t) {
-      prefetch_ahead(r, r.base + t * r.stride, r.stride);
-      kv_load_rows(r.base + t * r.stride, cfg_.dtype, r.scale ? r.scale + t * hkv_ : nullptr, hkv_,
-                   d_, dst + t * hkv_ * d_, d_);
-    }
-  }
-
-  // St[t, r] = -inf where the key at cache position pos0 + t is outside row r's visible range.
+  // Pt[t, r] = -inf where the key at cache position pos0 + t is outside row r's visible range.
   void mask_columns(float* st, int64_t bt, int64_t pos0, int64_t held) const {
     for (int64_t r = 0; r < rows_; ++r) {
       const KeyRange vr = vis(r / g_, held);
@@ -315,6 +331,9 @@ class Decoder {
   float scale_;
   std::shared_ptr<const RopeTable> rope_;
   bool wide_;  // the wide-group kernels serve this call (decode_wide.hpp)
+  // Per sequence b: queries [Hkv][n·G][D] at b·Hkv·n·G·D, scaled (+ rope); with wide_, then the
+  // same transposed, [Hkv][D][n·G], at (B + b)·Hkv·n·G·D.
+  std::vector<float> queries_;
 };
 
 }  // namespace

@@ -1,23 +1,26 @@
 // Wide-group decode kernels (decode_wide.hpp), Highway with static dispatch. With the query rows
 // as the vector dimension:
 //   scores   St[t, r] = Σ_e Qᵀ[e, r]·k[t, e]      register blocks of kTok tokens × 2 row vectors;
-//                                                  each k element is broadcast once per block
-//   softmax  column-wise online softmax of St over t, vectorised over rows
-//   values   O[r, :] += Σ_t Pᵀ[t, r]·v[t, :]      register blocks of 4 rows × kVecs vectors
+//                                                  each k element is broadcast once per block; the
+//                                                  block's K rows are converted into an L1 tile
+//                                                  just before it
+//   softmax  fused into the score pass: each register block's max is checked against the row's
+//            reference max, then exponentiated in registers (no pass over the scores in memory)
+//   values   O[r, :] += Σ_t Pᵀ[t, r]·v[t, :]      register blocks of 4 rows × kVecs vectors; the
+//                                                  first 4 rows convert each V vector once and
+//                                                  leave it in an L1 stage for the others
 // No horizontal sums: every FMA lane does useful work. PyTorch: st = k @ q.T; o += st.T @ v.
 #include "decode_wide.hpp"
 
+#include <algorithm>
 #include <limits>
+#include <type_traits>
 
+#include "decode_highway.hpp"
 #include "hwy/contrib/math/math-inl.h"
-#include "hwy/highway.h"
 
 namespace attnkit::decode {
-namespace hn = hwy::HWY_NAMESPACE;
 namespace {
-
-using DF = hn::ScalableTag<float>;
-using VF = hn::Vec<DF>;
 
 // Register blocks: AVX-512 has 32 vector registers, AVX2 16.
 #if HWY_TARGET <= HWY_AVX3
@@ -27,18 +30,44 @@ constexpr int kVecs = 4;  // vectors per value block: 4 rows × 4 accumulators
 constexpr int kTok = 4;
 constexpr int kVecs = 2;
 #endif
-constexpr float kExpFloor = -64.0f;  // as exp_sub_sum: probabilities below e^-64 become 0
-#define HWY_UNROLL_ALL _Pragma("GCC unroll 16")
+// As exp_sub_sum, probabilities below e^-64 of the max become 0 in the three-pass softmax; the
+// fused one clamps them to e^-64 of its reference max (nothing next to a sum of at least 1).
+constexpr float kExpFloor = -64.0f;
+constexpr float kLag = 8.0f;         // the fused softmax lets P reach e^8 before raising the max
 
 int64_t lanes() { return int64_t(hn::Lanes(DF())); }
 
-// Scores of tokens [t, t + T) for the row vectors [r, r + V·lanes).
+// exp(z) for z in [kExpFloor, kLag + 1] (callers clamp below): n = round(z / ln 2), r = z - n·ln 2
+// in two parts (|r| ≤ ln 2 / 2), e^r from Highway's degree-7 polynomial for Exp, times 2^n
+// (AVX-512 `vscalefps`; else built in the exponent bits, n + 127 being a normal exponent in this
+// range). Same reduction and polynomial as hn::Exp, without its range handling: 13–16 vector
+// operations instead of about 24.
+HWY_INLINE VF exp_clamped(VF z) {
+  const DF df;
+  const VF n = hn::Round(hn::Mul(z, hn::Set(df, 1.44269504088896341f)));
+  VF r = hn::MulAdd(n, hn::Set(df, -0.693145751953125f), z);
+  r = hn::MulAdd(n, hn::Set(df, -1.428606765330187045e-6f), r);
+  VF p = hn::MulAdd(hn::Set(df, 0.000198527617612853646278381f), r, hn::Set(df, 0.00139304355252534151077271f));
+  p = hn::MulAdd(p, r, hn::Set(df, 0.00833336077630519866943359f));
+  p = hn::MulAdd(p, r, hn::Set(df, 0.0416664853692054748535156f));
+  p = hn::MulAdd(p, r, hn::Set(df, 0.166666671633720397949219f));
+  p = hn::MulAdd(p, r, hn::Set(df, 0.5f));
+  p = hn::Add(hn::MulAdd(p, hn::Mul(r, r), r), hn::Set(df, 1.0f));
+#if HWY_TARGET <= HWY_AVX3
+  return VF{_mm512_scalef_ps(p.raw, n.raw)};  // p·2^n in one instruction
+#else
+  const hn::RebindToSigned<DF> di;
+  const auto scale = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
+  return hn::Mul(p, hn::BitCast(df, scale));
+#endif
+}
+
+// Scores of tokens [t, t + T) for the row vectors [r, r + V·lanes) into acc.
 template <int T, int V>
-HWY_INLINE void score_block(const float* qt, int64_t ldq, int64_t r, const float* k, int64_t ldk,
-                            int64_t t, int64_t d, float* st, int64_t ldst) {
+HWY_INLINE void score_acc(const float* qt, int64_t ldq, int64_t r, const float* k, int64_t ldk,
+                          int64_t t, int64_t d, VF (&acc)[T][V]) {
   const DF df;
   const int64_t n = lanes();
-  VF acc[T][V];
   HWY_UNROLL_ALL for (int j = 0; j < T; ++j)
     HWY_UNROLL_ALL for (int i = 0; i < V; ++i) acc[j][i] = hn::Zero(df);
   const float* kt = k + t * ldk;
@@ -50,11 +79,209 @@ HWY_INLINE void score_block(const float* qt, int64_t ldq, int64_t r, const float
       HWY_UNROLL_ALL for (int i = 0; i < V; ++i) acc[j][i] = hn::MulAdd(q[i], kv, acc[j][i]);
     }
   }
+}
+
+// Scores of tokens [t, t + T) for the row vectors [r, r + V·lanes).
+template <int T, int V>
+HWY_INLINE void score_block(const float* qt, int64_t ldq, int64_t r, const float* k, int64_t ldk,
+                            int64_t t, int64_t d, float* st, int64_t ldst) {
+  const DF df;
+  const int64_t n = lanes();
+  VF acc[T][V];
+  score_acc<T, V>(qt, ldq, r, k, ldk, t, d, acc);
   HWY_UNROLL_ALL for (int j = 0; j < T; ++j)
     HWY_UNROLL_ALL for (int i = 0; i < V; ++i) hn::StoreU(acc[j][i], df, st + (t + j) * ldst + r + i * n);
 }
 
+// Raises the reference max of the row vectors [r, r + V·lanes) to at least `top` (their largest
+// scores in the current register block): m = max(m, top), and with alpha = exp(m_old - m) the
+// sums l, the block's probabilities so far pt[0, t) and the rows of o are rescaled. Rare: the
+// first block of a row, and scores that jump by more than e^kLag.
+template <int V>
+HWY_NOINLINE void raise_max(int64_t r, int64_t t, const VF (&top)[V], VF (&m)[V], VF (&l)[V],
+                            float* pt, int64_t ldp, float* o, int64_t d) {
+  const DF df;
+  const int64_t n = lanes();
+  const VF lo = hn::Set(df, kExpFloor);
+  HWY_ALIGN float alpha[hn::MaxLanes(df)];
+  for (int i = 0; i < V; ++i) {
+    const VF m_new = hn::Max(m[i], top[i]);
+    const VF dm = hn::Sub(m[i], m_new);  // -inf from a row's first block: alpha 0
+    const VF a = hn::IfThenZeroElse(hn::Lt(dm, lo), hn::Exp(df, hn::Max(dm, lo)));
+    m[i] = m_new;
+    l[i] = hn::Mul(l[i], a);
+    for (int64_t u = 0; u < t; ++u) {
+      float* p = pt + u * ldp + r + i * n;
+      hn::StoreU(hn::Mul(hn::LoadU(df, p), a), df, p);
+    }
+    hn::Store(a, df, alpha);
+    for (int64_t lane = 0; lane < n; ++lane) {
+      if (alpha[lane] == 1.0f) continue;
+      float* orow = o + (r + i * n + lane) * d;
+      const VF s = hn::Set(df, alpha[lane]);
+      for (int64_t e = 0; e < d; e += n) hn::StoreU(hn::Mul(hn::LoadU(df, orow + e), s), df, orow + e);
+    }
+  }
+}
+
+// One register block of the fused pass: scores of the T tokens at kt (float32 rows at stride
+// ldk; tokens [t, t + T) of the block) for the row vectors [r, r + V·lanes), the reference max m
+// raised if they exceed it by more than kLag, then pt = exp(score - m) stored and added to l.
+template <int T, int V>
+HWY_INLINE void score_softmax_block(const float* qt, int64_t rows, int64_t r, const float* kt,
+                                    int64_t ldk, int64_t t, int64_t d, float* pt, float* m,
+                                    float* l, float* o) {
+  const DF df;
+  const int64_t n = lanes();
+  VF acc[T][V];
+  score_acc<T, V>(qt, rows, r, kt, ldk, 0, d, acc);
+  VF mv[V], lv[V], top[V];
+  bool raise = false;
+  HWY_UNROLL_ALL for (int i = 0; i < V; ++i) {
+    mv[i] = hn::LoadU(df, m + r + i * n);
+    lv[i] = hn::LoadU(df, l + r + i * n);
+    top[i] = acc[0][i];
+    HWY_UNROLL_ALL for (int j = 1; j < T; ++j) top[i] = hn::Max(top[i], acc[j][i]);
+    raise |= !hn::AllFalse(df, hn::Gt(top[i], hn::Add(mv[i], hn::Set(df, kLag))));
+  }
+  if (HWY_UNLIKELY(raise)) raise_max<V>(r, t, top, mv, lv, pt, rows, o, d);
+  const VF lo = hn::Set(df, kExpFloor);
+  HWY_UNROLL_ALL for (int j = 0; j < T; ++j)
+    HWY_UNROLL_ALL for (int i = 0; i < V; ++i) {
+      // Scores more than e^64 below the reference weigh nothing next to l ≥ 1: clamped, not
+      // zeroed.
+      const VF p = exp_clamped(hn::Max(hn::Sub(acc[j][i], mv[i]), lo));
+      hn::StoreU(p, df, pt + (t + j) * rows + r + i * n);
+      lv[i] = hn::Add(lv[i], p);
+    }
+  HWY_UNROLL_ALL for (int i = 0; i < V; ++i) {
+    hn::StoreU(mv[i], df, m + r + i * n);
+    hn::StoreU(lv[i], df, l + r + i * n);
+  }
+}
+
+// The fused pass over T tokens at kt (tokens [t, t + T) of the block) for all rows.
+template <int T>
+HWY_INLINE void score_softmax_tile(const float* qt, int64_t rows, const float* kt, int64_t ldk,
+                                   int64_t t, int64_t d, float* pt, float* m, float* l, float* o) {
+  const int64_t n = lanes();
+  int64_t r = 0;
+  for (; r + 2 * n <= rows; r += 2 * n) score_softmax_block<T, 2>(qt, rows, r, kt, ldk, t, d, pt, m, l, o);
+  for (; r < rows; r += n) score_softmax_block<T, 1>(qt, rows, r, kt, ldk, t, d, pt, m, l, o);
+}
+
+// Stored rows → float32 [bt, d], each vector converted once.
+template <class L>
+HWY_INLINE void stage(const Rows& r, int64_t bt, int64_t d, float* dst) {
+  const DF df;
+  const int64_t n = lanes(), dv = d - d % n;
+  for (int64_t t = 0; t < bt; ++t) {
+    const std::byte* row = r.base + t * r.stride;
+    float* out = dst + t * d;
+    prefetch_ahead(r, row, d * L::kBytes);
+    const float c = std::is_same_v<L, LoadI8> ? r.scale_at(t) : 1.0f;
+    if constexpr (std::is_same_v<L, LoadI8>) {
+      const VF s = hn::Set(df, c);
+      for (int64_t e = 0; e < dv; e += n) hn::StoreU(hn::Mul(L::load(row + e * L::kBytes), s), df, out + e);
+    } else {
+      for (int64_t e = 0; e < dv; e += n) hn::StoreU(L::load(row + e * L::kBytes), df, out + e);
+    }
+    for (int64_t e = dv; e < d; ++e) out[e] = c * L::one(row + e * L::kBytes);
+  }
+}
+
+// wide_scores_softmax for K rows stored as L: float32 rows are read in place; others are
+// converted kTok rows at a time into `tile` [kTok, d], just before their register block reads
+// them (the tile stays in L1; no pass over the whole block).
+template <class L>
+void scores_softmax(const float* qt, int64_t rows, const Rows& k, int64_t bt, int64_t d,
+                    float* pt, float* m, float* l, float* o, float* tile) {
+  constexpr bool kInPlace = std::is_same_v<L, LoadF32>;
+  for (int64_t t = 0; t < bt; t += kTok) {
+    const int64_t tt = std::min<int64_t>(kTok, bt - t);
+    const Rows kr{k.base + t * k.stride, k.stride, k.scale ? k.scale + t * k.scale_stride : nullptr,
+                  k.scale_stride, k.pf, k.pf_end};
+    const float* kt = tile;
+    int64_t ldk = d;
+    if constexpr (kInPlace) {
+      for (int64_t u = 0; u < tt; ++u) prefetch_ahead(kr, kr.base + u * kr.stride, d * 4);
+      kt = reinterpret_cast<const float*>(kr.base);
+      ldk = k.stride / 4;
+    } else {
+      stage<L>(kr, tt, d, tile);
+    }
+    if (tt == kTok) {
+      score_softmax_tile<kTok>(qt, rows, kt, ldk, t, d, pt, m, l, o);
+    } else {
+      for (int64_t u = 0; u < tt; ++u) score_softmax_tile<1>(qt, rows, kt + u * ldk, ldk, t + u, d, pt, m, l, o);
+    }
+  }
+}
+
+// O rows [r, r + 4) += Σ_t pt[t·rows + r + i]·x_t[e0, e0 + kVecs·lanes) for t < bt, with vector
+// j of x_t from get(t, j): 4 rows × kVecs accumulators.
+template <class Get>
+HWY_INLINE void value_block(const float* pt, int64_t rows, int64_t r, int64_t bt, int64_t d,
+                            int64_t e0, float* o, Get get) {
+  const DF df;
+  const int64_t n = lanes();
+  float* o0 = o + r * d + e0;
+  VF acc[4][kVecs];
+  HWY_UNROLL_ALL for (int i = 0; i < 4; ++i)
+    HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) acc[i][j] = hn::LoadU(df, o0 + i * d + j * n);
+  for (int64_t t = 0; t < bt; ++t) {
+    VF x[kVecs];
+    HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) x[j] = get(t, j);
+    const float* p = pt + t * rows + r;
+    HWY_UNROLL_ALL for (int i = 0; i < 4; ++i) {
+      const VF pv = hn::Set(df, p[i]);
+      HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) acc[i][j] = hn::MulAdd(pv, x[j], acc[i][j]);
+    }
+  }
+  HWY_UNROLL_ALL for (int i = 0; i < 4; ++i)
+    HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) hn::StoreU(acc[i][j], df, o0 + i * d + j * n);
+}
+
+// wide_values_stored for V rows stored as L: the first 4 rows convert each V vector (prefetching
+// ahead) and keep it in `stage` [bt, d] for the other rows; float32 rows are read in place.
+template <class L>
+void values(const float* pt, int64_t rows, const Rows& v, int64_t bt, int64_t d, float* o,
+            float* stage) {
+  const DF df;
+  const int64_t n = lanes();
+  constexpr bool kInPlace = std::is_same_v<L, LoadF32>;
+  for (int64_t e0 = 0; e0 < d; e0 += kVecs * n)
+    value_block(pt, rows, 0, bt, d, e0, o, [&](int64_t t, int j) {
+      const std::byte* src = v.base + t * v.stride + (e0 + j * n) * L::kBytes;
+      if (j == 0) prefetch_ahead(v, src, kVecs * n * L::kBytes);
+      VF x = L::load(src);
+      if constexpr (std::is_same_v<L, LoadI8>) x = hn::Mul(x, hn::Set(df, v.scale_at(t)));
+      if constexpr (!kInPlace) hn::StoreU(x, df, stage + t * d + e0 + j * n);
+      return x;
+    });
+  const float* src = kInPlace ? reinterpret_cast<const float*>(v.base) : stage;
+  const int64_t ld = kInPlace ? v.stride / 4 : d;
+  for (int64_t r = 4; r < rows; r += 4)
+    for (int64_t e0 = 0; e0 < d; e0 += kVecs * n)
+      value_block(pt, rows, r, bt, d, e0, o,
+                  [&](int64_t t, int j) { return hn::LoadU(df, src + t * ld + e0 + j * n); });
+}
+
 }  // namespace
+
+WideScoresSoftmax wide_scores_softmax(DType stored) {
+  return for_stored(stored, [](auto loader) -> WideScoresSoftmax {
+    return &scores_softmax<decltype(loader)>;
+  });
+}
+
+WideValues wide_values_stored(DType stored) {
+  return for_stored(stored, [](auto loader) -> WideValues { return &values<decltype(loader)>; });
+}
+
+WideStage wide_stage(DType stored) {
+  return for_stored(stored, [](auto loader) -> WideStage { return &stage<decltype(loader)>; });
+}
 
 bool wide_supported(int64_t rows, int64_t d) {
   return rows % lanes() == 0 && rows >= 2 * lanes() && d % (kVecs * lanes()) == 0;
@@ -111,30 +338,6 @@ void wide_online_softmax(float* st, int64_t ldst, int64_t rows, int64_t bt, floa
       for (int64_t e = 0; e < d; e += n) hn::StoreU(hn::Mul(hn::LoadU(df, orow + e), s), df, orow + e);
     }
   }
-}
-
-void wide_values(const float* pt, int64_t ldp, int64_t rows, const float* v, int64_t ldv,
-                 int64_t bt, int64_t d, float* o) {
-  const DF df;
-  const int64_t n = lanes();
-  for (int64_t r = 0; r < rows; r += 4)
-    for (int64_t e0 = 0; e0 < d; e0 += kVecs * n) {
-      float* o0 = o + r * d + e0;
-      VF acc[4][kVecs];
-      HWY_UNROLL_ALL for (int i = 0; i < 4; ++i)
-        HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) acc[i][j] = hn::LoadU(df, o0 + i * d + j * n);
-      for (int64_t t = 0; t < bt; ++t) {
-        VF x[kVecs];
-        HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) x[j] = hn::LoadU(df, v + t * ldv + e0 + j * n);
-        const float* p = pt + t * ldp + r;
-        HWY_UNROLL_ALL for (int i = 0; i < 4; ++i) {
-          const VF pv = hn::Set(df, p[i]);
-          HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) acc[i][j] = hn::MulAdd(pv, x[j], acc[i][j]);
-        }
-      }
-      HWY_UNROLL_ALL for (int i = 0; i < 4; ++i)
-        HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) hn::StoreU(acc[i][j], df, o0 + i * d + j * n);
-    }
 }
 
 }  // namespace attnkit::decode
