@@ -7,7 +7,8 @@
 // Schedule: the G query heads of a KV group are stacked into one tile (rows = query positions ×
 // G, position-major), so each K/V tile is read once per group and the GEMMs are G times taller.
 // Key tiles outside the mask are skipped; tiles crossing the mask edge are cut into sub-blocks of
-// kDiagonalBlock positions, each multiplied only against the keys it can see.
+// kDiagonalBlock positions (24 on the packed path), each multiplied only against the keys it can
+// see.
 #include <cstdint>
 
 #include "attnkit/attention/attention.hpp"
@@ -22,6 +23,24 @@ struct FlashTiles {                                // tile sizes, in tokens
   static constexpr int64_t kBwdRowsPerTile = 256;   // stacked rows per backward query tile
   static constexpr int64_t kBwdKeyTile = 128;       // keys per backward key tile
   static_assert(kDiagonalBlock <= kMaxQueryTile && kKeyTile % 8 == 0 && kBwdKeyTile % 8 == 0);
+};
+
+// The forward's tile products S = Q·Kᵀ and O += P·V: attnkit's register-blocked kernels on K and
+// V packed once per (sequence, KV head), or OpenBLAS sgemm on each tile. automatic: packed for
+// D >= 32, OpenBLAS below (docs/performance.md has the measurements).
+enum class FlashProducts { automatic, packed, blas };
+
+// Forces the forward's tile products on the calling thread while the scope lives (tests and
+// benchmarks run both paths on one shape).
+class FlashProductsScope {
+ public:
+  explicit FlashProductsScope(FlashProducts p);
+  ~FlashProductsScope();
+  FlashProductsScope(const FlashProductsScope&) = delete;
+  FlashProductsScope& operator=(const FlashProductsScope&) = delete;
+
+ private:
+  FlashProducts saved_;
 };
 
 // Forward: fills args.out [Tq, H, D] and, if given, args.lse [H, Tq] (needed by the backward).

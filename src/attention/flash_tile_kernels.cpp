@@ -1,0 +1,129 @@
+// The flash forward's packed tile products (flash_tile_kernels.hpp) on Highway's static target:
+// packing of Q, Kᵀ and V, and two register-blocked micro-kernels, MR rows × 2 vectors each.
+//   scores:  for each key panel, for each row block: for e < D: load 2 vectors of Kᵀ[e, panel],
+//            broadcast Q[r, e] for the MR rows, 2·MR FMAs.
+//   values:  for each D panel, for each row block: for j < n: load 2 vectors of V[j, panel],
+//            broadcast P[r, j] for the MR rows, 2·MR FMAs.
+// The key panel (D × NK floats, 16 KiB at D = 128 on AVX-512) stays in L1 while the row blocks
+// stream past it; the V panel of a key tile (n × NV floats) is read once per row block.
+#include "flash_tile_kernels.hpp"
+
+#include <algorithm>
+
+#include "hwy/highway.h"
+
+#ifndef HWY_UNROLL_ALL
+#define HWY_UNROLL_ALL _Pragma("GCC unroll 16")
+#endif
+
+namespace attnkit::flash {
+namespace {
+
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+constexpr int kMR = int(kRowBlock);
+static_assert(hn::MaxLanes(DF()) == size_t(kLanes), "kLanes must match Highway's static target");
+
+// s[r, 0:NK] = Σ_e qp[e, r]·kp[e, 0:NK] for the MR rows of one row block (s row stride
+// kScoreStride).
+HWY_INLINE void score_block(const float* HWY_RESTRICT qp, const float* HWY_RESTRICT kp, int64_t d,
+                            float* HWY_RESTRICT s) {
+  const DF df;
+  VF a0[kMR], a1[kMR];
+  HWY_UNROLL_ALL for (int r = 0; r < kMR; ++r) a0[r] = a1[r] = hn::Zero(df);
+  for (int64_t e = 0; e < d; ++e, qp += kMR, kp += kKeyPanel) {
+    const VF k0 = hn::Load(df, kp), k1 = hn::Load(df, kp + kLanes);
+    HWY_UNROLL_ALL for (int r = 0; r < kMR; ++r) {
+      const VF q = hn::Set(df, qp[r]);
+      a0[r] = hn::MulAdd(q, k0, a0[r]);
+      a1[r] = hn::MulAdd(q, k1, a1[r]);
+    }
+  }
+  HWY_UNROLL_ALL for (int r = 0; r < kMR; ++r) {
+    hn::Store(a0[r], df, s + r * kScoreStride);
+    hn::Store(a1[r], df, s + r * kScoreStride + kLanes);
+  }
+}
+
+// o[r, 0:NV] += Σ_j p[r, j]·vp[j, 0:NV] for the first mr of the MR rows of one row block (p row
+// stride kScoreStride, o row stride ldo).
+HWY_INLINE void value_block(const float* HWY_RESTRICT p, const float* HWY_RESTRICT vp, int64_t n,
+                            float* HWY_RESTRICT o, int64_t ldo, int mr) {
+  const DF df;
+  VF a0[kMR], a1[kMR];
+  HWY_UNROLL_ALL for (int r = 0; r < kMR; ++r) {
+    a0[r] = r < mr ? hn::Load(df, o + r * ldo) : hn::Zero(df);
+    a1[r] = r < mr ? hn::Load(df, o + r * ldo + kLanes) : hn::Zero(df);
+  }
+  for (int64_t j = 0; j < n; ++j, vp += kValuePanel) {
+    const VF v0 = hn::Load(df, vp), v1 = hn::Load(df, vp + kLanes);
+    HWY_UNROLL_ALL for (int r = 0; r < kMR; ++r) {
+      const VF x = hn::Set(df, p[r * kScoreStride + j]);
+      a0[r] = hn::MulAdd(x, v0, a0[r]);
+      a1[r] = hn::MulAdd(x, v1, a1[r]);
+    }
+  }
+  HWY_UNROLL_ALL for (int r = 0; r < kMR; ++r) {
+    if (r >= mr) break;
+    hn::Store(a0[r], df, o + r * ldo);
+    hn::Store(a1[r], df, o + r * ldo + kLanes);
+  }
+}
+
+}  // namespace
+
+void pack_keys(const float* k, int64_t ld, int64_t s, int64_t d, float* kp) {
+  for (int64_t p0 = 0; p0 < s; p0 += kKeyPanel) {
+    float* panel = kp + p0 * d;
+    const int64_t nk = std::min(kKeyPanel, s - p0);
+    for (int64_t j = 0; j < kKeyPanel; ++j) {
+      if (j < nk)
+        for (int64_t e = 0; e < d; ++e) panel[e * kKeyPanel + j] = k[(p0 + j) * ld + e];
+      else
+        for (int64_t e = 0; e < d; ++e) panel[e * kKeyPanel + j] = 0.0f;
+    }
+  }
+}
+
+void pack_values(const float* v, int64_t ld, int64_t s, int64_t d, float* vp) {
+  for (int64_t c0 = 0; c0 < d; c0 += kValuePanel) {
+    float* panel = vp + c0 * s;
+    const int64_t nc = std::min(kValuePanel, d - c0);
+    for (int64_t j = 0; j < s; ++j) {
+      float* dst = panel + j * kValuePanel;
+      std::copy_n(v + j * ld + c0, nc, dst);
+      std::fill(dst + nc, dst + kValuePanel, 0.0f);
+    }
+  }
+}
+
+void pack_queries(const float* q, int64_t rows, int64_t d, float* qp) {
+  for (int64_t b0 = 0; b0 < rows; b0 += kRowBlock) {
+    float* block = qp + b0 * d;
+    for (int64_t r = 0; r < kRowBlock; ++r) {
+      if (b0 + r < rows)
+        for (int64_t e = 0; e < d; ++e) block[e * kRowBlock + r] = q[(b0 + r) * d + e];
+      else
+        for (int64_t e = 0; e < d; ++e) block[e * kRowBlock + r] = 0.0f;
+    }
+  }
+}
+
+void tile_scores(const float* qp, int64_t rows, const float* kp, int64_t n, int64_t d, float* s) {
+  for (int64_t j0 = 0; j0 < n; j0 += kKeyPanel)
+    for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock)
+      score_block(qp + r0 * d, kp + j0 * d, d, s + r0 * kScoreStride + j0);
+}
+
+void tile_accumulate(const float* p, int64_t rows, const float* vp, int64_t s, int64_t j0,
+                     int64_t n, int64_t d, float* o) {
+  const int64_t ldo = padded_dim(d);
+  for (int64_t c0 = 0; c0 < ldo; c0 += kValuePanel)
+    for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock)
+      value_block(p + r0 * kScoreStride, vp + (c0 * s + j0 * kValuePanel), n, o + r0 * ldo + c0,
+                  ldo, int(std::min(kRowBlock, rows - r0)));
+}
+
+}  // namespace attnkit::flash
