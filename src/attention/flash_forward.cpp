@@ -133,7 +133,8 @@ class ForwardTile {
       const int64_t i = t_.i0 + r / c_.g;
       const flash::RowBias bias{alibi_slope(a, t_.b, head(r)), i + lk_ - lq_};
       if (!flash::online_softmax_row(x, n, c_.opts.softcap, bias, masked, k0, vis(i), st_.m[r],
-                                     st_.l[r], st_.o + r * ldo_, c_.d))
+                                     st_.l[r], st_.o + r * ldo_, c_.d,
+                                     packed_.k ? flash::tile_exp_sum : exp_sub_sum))
         continue;  // nothing visible yet in this row
       if (c_.opts.dropout_p > 0) flash::apply_dropout(x, n, k0, c_.opts, t_.b, head(r), i);
     }
@@ -236,7 +237,7 @@ void flash_attention(const AttentionOptions& opts, const AttentionArgs& args) {
       offset[pair + 1] = offset[pair] + floats;
     }
   }
-  Workspace store;
+  thread_local Workspace store;  // kept: the pages are not faulted in again on every call
   for (int64_t first = 0; first < nseq * c.hkv;) {
     int64_t last = first + 1;  // pairs [first, last): at least one, within the budget if possible
     while (last < nseq * c.hkv && offset[size_t(last + 1)] - offset[size_t(first)] <= kPackedBudget)

@@ -72,7 +72,56 @@ HWY_INLINE void value_block(const float* HWY_RESTRICT p, const float* HWY_RESTRI
   }
 }
 
+// 2^f for f in [-0.5, 0.5]: 1 + f·P(f) with Cephes exp2f's degree-5 P (relative error 1.7e-7).
+HWY_INLINE VF exp2_reduced(DF df, VF f) {
+  VF p = hn::Set(df, 1.535336188319500e-4f);
+  p = hn::MulAdd(p, f, hn::Set(df, 1.339887440266574e-3f));
+  p = hn::MulAdd(p, f, hn::Set(df, 9.618437357674640e-3f));
+  p = hn::MulAdd(p, f, hn::Set(df, 5.550332471162809e-2f));
+  p = hn::MulAdd(p, f, hn::Set(df, 2.402264791363012e-1f));
+  p = hn::MulAdd(p, f, hn::Set(df, 6.931472028550421e-1f));
+  return hn::MulAdd(p, f, hn::Set(df, 1.0f));
+}
+
 }  // namespace
+
+float tile_exp_sum(float* x, int64_t n, float m) {
+  const DF df;
+  const hn::RebindToSigned<DF> di;
+  // log2(e) in two parts: t·log2(e) - k must be accurate to 2^-24 for |t| up to 64.
+  constexpr float kLog2eHi = 1.44269502162933349609375f;  // float(log2 e)
+  constexpr float kLog2eLo = 1.925962989091e-8f;           // log2 e - kLog2eHi
+  constexpr float kFloor = -64.0f;  // as exp_sub_sum: x - m below this gives exactly 0
+  const VF vm = hn::Set(df, m), floor = hn::Set(df, kFloor);
+  const VF hi = hn::Set(df, kLog2eHi), lo = hn::Set(df, kLog2eLo);
+  const auto bias = hn::Set(di, 127);
+  VF sum = hn::Zero(df);
+  int64_t j = 0;
+  auto one = [&](VF xv) {
+    const VF t = hn::Sub(xv, vm);
+    const VF tc = hn::Max(t, floor);  // t·log2(e) >= -92.4: 2^k stays a normal float
+    const VF k = hn::Round(hn::Mul(tc, hi));
+    const VF f = hn::MulAdd(tc, lo, hn::MulSub(tc, hi, k));  // t·log2(e) - k, in [-0.5, 0.5]
+    const VF p = exp2_reduced(df, f);
+    const VF two_k = hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, k), bias)));
+    return hn::IfThenZeroElse(hn::Lt(t, floor), hn::Mul(p, two_k));
+  };
+  for (; j + kLanes <= n; j += kLanes) {
+    const VF e = one(hn::LoadU(df, x + j));
+    hn::StoreU(e, df, x + j);
+    sum = hn::Add(sum, e);
+  }
+  if (j < n) {  // the tail through a padded copy
+    alignas(64) float buf[kLanes];
+    std::fill(buf, buf + kLanes, kFloor * 2 + m);
+    std::copy(x + j, x + n, buf);
+    const VF e = one(hn::Load(df, buf));
+    hn::Store(e, df, buf);
+    std::copy(buf, buf + (n - j), x + j);
+    sum = hn::Add(sum, e);
+  }
+  return hn::GetLane(hn::SumOfLanes(df, sum));
+}
 
 void pack_keys(const float* k, int64_t ld, int64_t s, int64_t d, float* kp) {
   for (int64_t p0 = 0; p0 < s; p0 += kKeyPanel) {

@@ -44,7 +44,9 @@ class FlashProductsScope {
 };
 
 // Forward: fills args.out [Tq, H, D] and, if given, args.lse [H, Tq] (needed by the backward).
-// Parallel over (sequence, KV head, query tile); bitwise identical for any thread count.
+// Parallel over (sequence, KV head, query tile); bitwise identical for any thread count. The
+// packed path keeps its packed K and V buffer (about the size of K and V, at most 128 MiB at a
+// time) per calling thread between calls.
 void flash_attention(const AttentionOptions& opts, const AttentionArgs& args);
 
 // Backward from args.out and args.lse of the forward: assigns grads.d_q, d_k, d_v and d_sink.
