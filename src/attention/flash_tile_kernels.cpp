@@ -26,10 +26,9 @@ using VF = hn::Vec<DF>;
 constexpr int kMR = int(kRowBlock);
 static_assert(hn::MaxLanes(DF()) == size_t(kLanes), "kLanes must match Highway's static target");
 
-// s[r, 0:NK] = Σ_e qp[e, r]·kp[e, 0:NK] for the MR rows of one row block (s row stride
-// kScoreStride).
+// s[r, 0:NK] = Σ_e qp[e, r]·kp[e, 0:NK] for the MR rows of one row block (s row stride ls).
 HWY_INLINE void score_block(const float* HWY_RESTRICT qp, const float* HWY_RESTRICT kp, int64_t d,
-                            float* HWY_RESTRICT s) {
+                            float* HWY_RESTRICT s, int64_t ls) {
   const DF df;
   VF a0[kMR], a1[kMR];
   HWY_UNROLL_ALL for (int r = 0; r < kMR; ++r) a0[r] = a1[r] = hn::Zero(df);
@@ -42,8 +41,8 @@ HWY_INLINE void score_block(const float* HWY_RESTRICT qp, const float* HWY_RESTR
     }
   }
   HWY_UNROLL_ALL for (int r = 0; r < kMR; ++r) {
-    hn::Store(a0[r], df, s + r * kScoreStride);
-    hn::Store(a1[r], df, s + r * kScoreStride + kLanes);
+    hn::Store(a0[r], df, s + r * ls);
+    hn::Store(a1[r], df, s + r * ls + kLanes);
   }
 }
 
@@ -160,10 +159,11 @@ void pack_queries(const float* q, int64_t rows, int64_t d, float* qp) {
   }
 }
 
-void tile_scores(const float* qp, int64_t rows, const float* kp, int64_t n, int64_t d, float* s) {
+void tile_scores(const float* qp, int64_t rows, const float* kp, int64_t n, int64_t d, float* s,
+                 int64_t ls) {
   for (int64_t j0 = 0; j0 < n; j0 += kKeyPanel)
     for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock)
-      score_block(qp + r0 * d, kp + j0 * d, d, s + r0 * kScoreStride + j0);
+      score_block(qp + r0 * d, kp + j0 * d, d, s + r0 * ls + j0, ls);
 }
 
 void tile_accumulate(const float* p, int64_t rows, const float* vp, int64_t s, int64_t j0,

@@ -52,8 +52,10 @@ void pack_queries(const float* q, int64_t rows, int64_t d, float* qp);
 
 // s[r, j] = Σ_e Q[r, e]·K[j, e] for rows [0, ceil(rows/MR)·MR) of the row blocks at qp and keys
 // [0, ceil(n/NK)·NK) of the panels at kp (the first key of the range starts a panel); s has row
-// stride kScoreStride. Columns past n and rows past `rows` are written and must be ignored.
-void tile_scores(const float* qp, int64_t rows, const float* kp, int64_t n, int64_t d, float* s);
+// stride ls (a multiple of kLanes). Columns past n and rows past `rows` are written and must be
+// ignored.
+void tile_scores(const float* qp, int64_t rows, const float* kp, int64_t n, int64_t d, float* s,
+                 int64_t ls = kScoreStride);
 
 // o[r, e] += Σ_j p[r, j]·V[j0 + j, e] for r < rows, j < n, e < padded_dim(d): p has row stride
 // kScoreStride, o row stride padded_dim(d); vp is the packed V of all s keys of the head. Rows of
