@@ -4,8 +4,8 @@
 // grows); O += P·V. Finally out = O / l and lse = m + log l. A sink logit b_h starts each row at
 // m = b_h, l = 1 (a virtual key with value 0). PyTorch: softmax(q @ k.T * scale + mask) @ v.
 // The two products run on attnkit's packed micro-kernels (flash_tile_kernels.hpp: K and V packed
-// once per (sequence, KV head), shared by all its query tiles) or on OpenBLAS sgemm, chosen by
-// the head dimension only (use_packed_kernels).
+// once per (sequence, KV head), shared by all its query tiles); OpenBLAS sgemm on each tile
+// remains as a forced alternative (FlashProductsScope) for comparison.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -29,21 +29,16 @@ struct QueryTile {
   double cost;            // visible (query, key) pairs: the scheduler runs heavy tiles first
 };
 
-// Heads with D below this run on OpenBLAS: with D/NV panels of at most one, the packed P·V
-// kernel pads most of each panel (D = 16 on AVX-512 computes 32 columns).
-constexpr int64_t kPackedMinHeadDim = 32;
 // Rows per group in a packed block: 4 row blocks on AVX-512, 8 on AVX2.
 constexpr int64_t kRowGroup = 48;
 static_assert(kRowGroup % flash::kRowBlock == 0);
 
 thread_local FlashProducts forced_products = FlashProducts::automatic;
 
-// Whether the forward runs on the packed micro-kernels: by head dimension unless a
-// FlashProductsScope forces a path (never by thread count, so results do not depend on it).
-bool use_packed_kernels(const Context& c) {
-  if (forced_products != FlashProducts::automatic) return forced_products == FlashProducts::packed;
-  return c.d >= kPackedMinHeadDim;
-}
+// Whether the forward runs on the packed micro-kernels: always, unless a FlashProductsScope
+// forces OpenBLAS. They measured faster for every head dimension tried (D 8 to 256, AVX-512 and
+// AVX2; docs/performance.md), so the choice never depends on the shape or the thread count.
+bool use_packed_kernels() { return forced_products != FlashProducts::blas; }
 
 // Packed Kᵀ and V of one (sequence, KV head) for the packed path; null on the OpenBLAS path.
 struct PackedHead {
@@ -197,7 +192,7 @@ void flash_attention(const AttentionOptions& opts, const AttentionArgs& args) {
   const int64_t positions =
       flash::positions_per_tile(FlashTiles::kRowsPerTile, c.g, FlashTiles::kMaxQueryTile);
   const auto tiles = make_tiles(c, positions);
-  const bool packed = use_packed_kernels(c);
+  const bool packed = use_packed_kernels();
   const int64_t rows = positions * c.g, rows_pad = flash::round_up(rows, flash::kRowBlock);
   const int64_t ldo = packed ? flash::padded_dim(c.d) : c.d;
   const int64_t score_floats =

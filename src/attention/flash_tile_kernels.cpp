@@ -123,14 +123,15 @@ float tile_exp_sum(float* x, int64_t n, float m) {
 }
 
 void pack_keys(const float* k, int64_t ld, int64_t s, int64_t d, float* kp) {
+  // Writes each panel in order; the panel's rows (at most NK of them) stay in L1 while read.
   for (int64_t p0 = 0; p0 < s; p0 += kKeyPanel) {
     float* panel = kp + p0 * d;
     const int64_t nk = std::min(kKeyPanel, s - p0);
-    for (int64_t j = 0; j < kKeyPanel; ++j) {
-      if (j < nk)
-        for (int64_t e = 0; e < d; ++e) panel[e * kKeyPanel + j] = k[(p0 + j) * ld + e];
-      else
-        for (int64_t e = 0; e < d; ++e) panel[e * kKeyPanel + j] = 0.0f;
+    const float* rows = k + p0 * ld;
+    for (int64_t e = 0; e < d; ++e) {
+      float* dst = panel + e * kKeyPanel;
+      for (int64_t j = 0; j < nk; ++j) dst[j] = rows[j * ld + e];
+      for (int64_t j = nk; j < kKeyPanel; ++j) dst[j] = 0.0f;
     }
   }
 }
@@ -150,11 +151,12 @@ void pack_values(const float* v, int64_t ld, int64_t s, int64_t d, float* vp) {
 void pack_queries(const float* q, int64_t rows, int64_t d, float* qp) {
   for (int64_t b0 = 0; b0 < rows; b0 += kRowBlock) {
     float* block = qp + b0 * d;
-    for (int64_t r = 0; r < kRowBlock; ++r) {
-      if (b0 + r < rows)
-        for (int64_t e = 0; e < d; ++e) block[e * kRowBlock + r] = q[(b0 + r) * d + e];
-      else
-        for (int64_t e = 0; e < d; ++e) block[e * kRowBlock + r] = 0.0f;
+    const int64_t nr = std::min(kRowBlock, rows - b0);
+    const float* src = q + b0 * d;
+    for (int64_t e = 0; e < d; ++e) {
+      float* dst = block + e * kRowBlock;
+      for (int64_t r = 0; r < nr; ++r) dst[r] = src[r * d + e];
+      for (int64_t r = nr; r < kRowBlock; ++r) dst[r] = 0.0f;
     }
   }
 }

@@ -53,7 +53,7 @@ def test_head_dims(d):
     check(*ta.random_inputs(rng, 100, 100, 4, 2, d), causal=True)
 
 
-# The packed forward kernels' boundaries (D >= 32 runs on them): G = 3 stacks rows that are not
+# The packed forward kernels' boundaries: G = 3 stacks rows that are not
 # a multiple of the row block; D = 48 and 96 are not multiples of the vector pair; lengths past a
 # 512-key tile and windows whose first visible key is not on a 16/32-key panel.
 @pytest.mark.parametrize("lq,lk,h,hkv,d,causal,window", [

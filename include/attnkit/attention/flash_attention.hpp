@@ -26,8 +26,8 @@ struct FlashTiles {                                // tile sizes, in tokens
 };
 
 // The forward's tile products S = Q·Kᵀ and O += P·V: attnkit's register-blocked kernels on K and
-// V packed once per (sequence, KV head), or OpenBLAS sgemm on each tile. automatic: packed for
-// D >= 32, OpenBLAS below (docs/performance.md has the measurements).
+// V packed once per (sequence, KV head), or OpenBLAS sgemm on each tile. automatic = packed: it
+// measured faster at every head dimension tried (docs/performance.md).
 enum class FlashProducts { automatic, packed, blas };
 
 // Forces the forward's tile products on the calling thread while the scope lives (tests and
