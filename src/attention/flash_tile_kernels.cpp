@@ -123,16 +123,17 @@ float tile_exp_sum(float* x, int64_t n, float m) {
 }
 
 void pack_keys(const float* k, int64_t ld, int64_t s, int64_t d, float* kp) {
-  // Writes each panel in order; the panel's rows (at most NK of them) stay in L1 while read.
+  // Row by row: each K row is read contiguously (rows are often 4 KiB apart, so reading one
+  // element of NK rows at a time would put them all in one L1 set); the panel (D × NK floats)
+  // stays in L1 while it is written.
   for (int64_t p0 = 0; p0 < s; p0 += kKeyPanel) {
     float* panel = kp + p0 * d;
     const int64_t nk = std::min(kKeyPanel, s - p0);
-    const float* rows = k + p0 * ld;
-    for (int64_t e = 0; e < d; ++e) {
-      float* dst = panel + e * kKeyPanel;
-      for (int64_t j = 0; j < nk; ++j) dst[j] = rows[j * ld + e];
-      for (int64_t j = nk; j < kKeyPanel; ++j) dst[j] = 0.0f;
-    }
+    for (int64_t j = 0; j < kKeyPanel; ++j)
+      if (j < nk)
+        for (int64_t e = 0; e < d; ++e) panel[e * kKeyPanel + j] = k[(p0 + j) * ld + e];
+      else
+        for (int64_t e = 0; e < d; ++e) panel[e * kKeyPanel + j] = 0.0f;
   }
 }
 
