@@ -1,6 +1,7 @@
 // `attnkit bench attention`: flash attention speed against the naive path and sgemm, measured
 // in one run. Timings are best-of-N wall clock on a shared machine: compare ratios, not runs.
 #include <cstdio>
+#include <map>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -78,6 +79,11 @@ void add_bench_command(CLI::App& app) {
   att->add_option("--repeats", c->repeats, "Timed calls; the best is reported")->capture_default_str()->check(integer_in(1, 1000000));
   att->add_flag("--cpu-time", c->cpu_time,
                 "Time flash and sgemm on the process's CPU clock (with --threads 1: preempted time on a shared machine is not counted)");
+  att->add_option("--tile-products", c->products,
+                  "Forward tile products: auto (= packed), packed (attnkit's kernels) or blas (OpenBLAS sgemm per tile)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, FlashProducts>{
+          {"auto", FlashProducts::automatic}, {"packed", FlashProducts::packed}, {"blas", FlashProducts::blas}}))
+      ->default_str("auto");
   add_json_flag(*att, *json, "One JSON object (keys: ms, gflops, fraction_of_sgemm, naive_ms, ...)");
   att->callback([c, json] {
     // q, out [B·L, H, D], k, v [B·L, Hkv, D], lse [H, B·L] float32; the backward doubles them.

@@ -8,6 +8,9 @@
 // enough (sequence, KV head) pairs, one item walks all key tiles of its pair in order and adds
 // into dQ directly (5 GEMMs per block); otherwise a second pass over query tiles recomputes dS
 // for dQ (7 GEMMs). The choice depends on the shape only, never on the thread count.
+// S = Q·Kᵀ and dP = dO·Vᵀ run on the forward's packed score kernel (flash_tile_kernels.hpp: the
+// key tile's K and V packed once per key tile, Q and dO once per query tile); the products that
+// contract over query rows or keys (dV, dK, dQ) run on OpenBLAS sgemm.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -17,6 +20,7 @@
 #include "attnkit/ops/gemm.hpp"
 #include "attnkit/ops/vec_math.hpp"
 #include "flash_common.hpp"
+#include "flash_tile_kernels.hpp"
 
 namespace attnkit {
 namespace {
@@ -25,15 +29,22 @@ using flash::Context;
 using flash::kNegInf;
 
 constexpr int64_t kFusedMinPairs = 8;  // (sequence, KV head) pairs needed to fuse dQ
+// Row stride of P, dS and t: a key tile plus one cache line (no L1 set aliasing across rows).
+constexpr int64_t kLs = FlashTiles::kBwdKeyTile + 16;
+static_assert(kLs % flash::kLanes == 0);
 
 struct Buffers {   // per-thread scratch for one (query tile × key tile) block
   float* q;        // [rows, D] scale·Q
   float* dout;     // [rows, D] dO
+  float* qp;       // scale·Q packed as row blocks (flash::pack_queries)
+  float* doutp;    // dO packed as row blocks
+  float* kp;       // K of the key tile packed as Kᵀ panels (flash::pack_keys)
+  float* vp;       // V of the key tile packed as Kᵀ panels
   float* lse;      // [rows]
   float* delta;    // [rows] Δ
-  float* p;        // [rows, kBwdKeyTile] probabilities
-  float* ds;       // [rows, kBwdKeyTile] dP, then dS
-  float* t;        // [rows, kBwdKeyTile] softcapped scores before ALiBi (softcap only)
+  float* p;        // [rows, kLs] probabilities
+  float* ds;       // [rows, kLs] dP, then dS
+  float* t;        // [rows, kLs] softcapped scores before ALiBi (softcap only)
   float* dq;       // [rows, D]
   float* dk;       // [kBwdKeyTile, D]
   float* dv;       // [kBwdKeyTile, D]
@@ -51,6 +62,7 @@ class Backward {
     std::fill(w.dk, w.dk + nk * c_.d, 0.0f);
     std::fill(w.dv, w.dv + nk * c_.d, 0.0f);
     const float* k = c_.args.k.ptr(s.k_begin + j0, hk);
+    pack_key_tile(s, hk, j0, j1, w);
     for (int64_t i0 = 0; i0 < lq; i0 += positions_) {
       const int64_t i1 = std::min(i0 + positions_, lq);
       if (visible_keys(c_.opts, i1 - 1, lq, lk).hi <= j0) continue;  // tile ends before the keys
@@ -59,10 +71,10 @@ class Backward {
       load_rows(s, b, hk, i0, i1, w);
       probabilities_and_ds(s, b, hk, i0, i1, j0, j1, w);
       // dV += (P∘Z)ᵀ·dO, dK += dSᵀ·(scale·Q); w.p holds P∘Z after probabilities_and_ds.
-      sgemm(true, false, nk, c_.d, rows, 1.0f, w.p, nk, w.dout, c_.d, 1.0f, w.dv, c_.d);
-      sgemm(true, false, nk, c_.d, rows, 1.0f, w.ds, nk, w.q, c_.d, 1.0f, w.dk, c_.d);
+      sgemm(true, false, nk, c_.d, rows, 1.0f, w.p, kLs, w.dout, c_.d, 1.0f, w.dv, c_.d);
+      sgemm(true, false, nk, c_.d, rows, 1.0f, w.ds, kLs, w.q, c_.d, 1.0f, w.dk, c_.d);
       if (fuse_dq) {
-        sgemm(false, false, rows, c_.d, nk, c_.scale, w.ds, nk, k, c_.ld(c_.args.k), 0.0f, w.dq,
+        sgemm(false, false, rows, c_.d, nk, c_.scale, w.ds, kLs, k, c_.ld(c_.args.k), 0.0f, w.dq,
               c_.d);
         scatter_add_dq(s, hk, i0, i1, w.dq);
       }
@@ -84,8 +96,9 @@ class Backward {
     std::fill(w.dq, w.dq + rows * c_.d, 0.0f);
     for (int64_t j0 = lo; j0 < hi; j0 += FlashTiles::kBwdKeyTile) {
       const int64_t j1 = std::min(j0 + FlashTiles::kBwdKeyTile, hi), nk = j1 - j0;
+      pack_key_tile(s, hk, j0, j1, w);
       probabilities_and_ds(s, b, hk, i0, i1, j0, j1, w);
-      sgemm(false, false, rows, c_.d, nk, c_.scale, w.ds, nk, c_.args.k.ptr(s.k_begin + j0, hk),
+      sgemm(false, false, rows, c_.d, nk, c_.scale, w.ds, kLs, c_.args.k.ptr(s.k_begin + j0, hk),
             c_.ld(c_.args.k), 1.0f, w.dq, c_.d);
     }
     for (int64_t r = 0; r < rows; ++r)
@@ -95,10 +108,19 @@ class Backward {
  private:
   int64_t head(int64_t hk, int64_t row) const { return hk * c_.g + row % c_.g; }
 
+  // w.kp, w.vp = K and V of keys [j0, j1) of KV head hk packed as Kᵀ panels.
+  void pack_key_tile(const SeqSpan& s, int64_t hk, int64_t j0, int64_t j1, Buffers& w) const {
+    const auto& a = c_.args;
+    flash::pack_keys(a.k.ptr(s.k_begin + j0, hk), c_.ld(a.k), j1 - j0, c_.d, w.kp);
+    flash::pack_keys(a.v.ptr(s.k_begin + j0, hk), c_.ld(a.v), j1 - j0, c_.d, w.vp);
+  }
+
   void load_rows(const SeqSpan& s, int64_t b, int64_t hk, int64_t i0, int64_t i1,
                  Buffers& w) const {
     flash::gather_rows(c_.args.q, c_, s.q_begin, hk, i0, i1, c_.scale, w.q);
     flash::gather_rows(g_.d_out, c_, s.q_begin, hk, i0, i1, 1.0f, w.dout);
+    flash::pack_queries(w.q, (i1 - i0) * c_.g, c_.d, w.qp);
+    flash::pack_queries(w.dout, (i1 - i0) * c_.g, c_.d, w.doutp);
     const int64_t tq = c_.args.q.shape[0];
     for (int64_t r = 0; r < (i1 - i0) * c_.g; ++r) {
       const int64_t token = s.q_begin + i0 + r / c_.g, h = head(hk, r);
@@ -113,21 +135,19 @@ class Backward {
     const int64_t lq = s.q_end - s.q_begin, lk = s.k_end - s.k_begin;
     const int64_t rows = (i1 - i0) * c_.g, nk = j1 - j0;
     const auto& a = c_.args;
-    sgemm(false, true, rows, nk, c_.d, 1.0f, w.q, c_.d, a.k.ptr(s.k_begin + j0, hk), c_.ld(a.k),
-          0.0f, w.p, nk);
-    sgemm(false, true, rows, nk, c_.d, 1.0f, w.dout, c_.d, a.v.ptr(s.k_begin + j0, hk),
-          c_.ld(a.v), 0.0f, w.ds, nk);
+    flash::tile_scores(w.qp, rows, w.kp, nk, c_.d, w.p, kLs);
+    flash::tile_scores(w.doutp, rows, w.vp, nk, c_.d, w.ds, kLs);
     const float cap = c_.opts.softcap;
     for (int64_t r = 0; r < rows; ++r) {
-      float* p = w.p + r * nk;
-      float* ds = w.ds + r * nk;
+      float* p = w.p + r * kLs;
+      float* ds = w.ds + r * kLs;
       const int64_t i = i0 + r / c_.g;
       if (w.lse[r] == kNegInf) {  // fully masked row: P = 0, no gradient
         std::fill(p, p + nk, 0.0f);
         std::fill(ds, ds + nk, 0.0f);
         continue;
       }
-      float* t = cap > 0 ? w.t + r * nk : nullptr;
+      float* t = cap > 0 ? w.t + r * kLs : nullptr;
       if (t) {
         softcap_inplace(p, nk, cap);
         std::copy_n(p, nk, t);  // the softcap derivative needs t before the bias
@@ -206,6 +226,8 @@ void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs&
   const int64_t positions =
       flash::positions_per_tile(FlashTiles::kBwdRowsPerTile, c.g, FlashTiles::kMaxQueryTile);
   const int64_t rows = positions * c.g, kt = FlashTiles::kBwdKeyTile, d = c.d;
+  const int64_t rows_pad = flash::round_up(rows, flash::kRowBlock);
+  const int64_t packed_tile = flash::packed_keys_size(kt, d);
   const std::vector<float> delta = row_deltas(c, grads);
   const Backward bwd(c, grads, delta.data(), positions);
 
@@ -214,15 +236,18 @@ void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs&
   for (int64_t t = 0; t < args.q.shape[0]; ++t)
     for (int64_t h = 0; h < c.h; ++h) std::fill_n(grads.d_q.ptr(t, h), d, 0.0f);
 
-  const size_t bytes = sizeof(float) * size_t(3 * rows * d + 2 * rows + 3 * rows * kt + 2 * kt * d) +
-                       10 * 64;
+  const size_t bytes = sizeof(float) * size_t(3 * rows * d + 2 * rows_pad * d + 2 * packed_tile +
+                                              2 * rows + 3 * rows_pad * kLs + 2 * kt * d) +
+                       14 * 64;
   auto& spaces = thread_workspaces(bytes);
   auto buffers = [&]() {
     Workspace& ws = spaces[size_t(thread_index())];
     ws.reset();
     auto f = [&](int64_t n) { return ws.alloc<float>(size_t(n)); };
-    return Buffers{f(rows * d), f(rows * d), f(rows), f(rows), f(rows * kt),
-                   f(rows * kt), f(rows * kt), f(rows * d), f(kt * d), f(kt * d)};
+    return Buffers{f(rows * d),     f(rows * d),        f(rows_pad * d),    f(rows_pad * d),
+                   f(packed_tile),  f(packed_tile),     f(rows),            f(rows),
+                   f(rows_pad * kLs), f(rows_pad * kLs), f(rows_pad * kLs), f(rows * d),
+                   f(kt * d),       f(kt * d)};
   };
   BlasThreadsScope blas(1);
   if (fuse_dq) {  // one item per (sequence, KV head): walks its key tiles in order

@@ -70,10 +70,11 @@ struct RowBias {
 // One row's online-softmax step (shared by the flash forward and decode): scores x[n] of keys
 // [k0, k0 + n) are softcapped, biased (ALiBi) and masked (when `masked`, to `vis`), the running
 // max m grows, x ← exp(x - m), the running sum l gains Σx, and o[d] and l are rescaled when m
-// grows. Returns false, with x zeroed, while the row has seen no visible key.
+// grows. Returns false, with x zeroed, while the row has seen no visible key. exp_sum computes
+// the exponentials and their sum (exp_sub_sum's contract).
 inline bool online_softmax_row(float* x, int64_t n, float softcap, RowBias bias, bool masked,
                                int64_t k0, const KeyRange& vis, float& m, float& l, float* o,
-                               int64_t d) {
+                               int64_t d, float (*exp_sum)(float*, int64_t, float) = exp_sub_sum) {
   if (softcap > 0) softcap_inplace(x, n, softcap);
   if (bias.slope != 0) alibi_row(x, n, k0, bias.diag, bias.slope);
   if (masked) mask_row(x, n, k0, vis);
@@ -82,7 +83,7 @@ inline bool online_softmax_row(float* x, int64_t n, float softcap, RowBias bias,
     std::fill(x, x + n, 0.0f);
     return false;
   }
-  const float sum = exp_sub_sum(x, n, m_new);
+  const float sum = exp_sum(x, n, m_new);
   if (m_new != m) {  // rescale only when the running max grows
     const float alpha = std::exp(m - m_new);
     l *= alpha;

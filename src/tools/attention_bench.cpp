@@ -72,6 +72,7 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& c) {
   check(c.heads % c.kv_heads == 0, "--kv-heads: ", c.kv_heads, " must divide --heads ", c.heads);
   check(c.repeats >= 1, "--repeats: must be >= 1");
   ThreadCountScope threads(c.threads);
+  FlashProductsScope products(c.products);
   AttentionBenchResult r;
   const int64_t t = c.batch * c.seq, h = c.heads, hkv = c.kv_heads, d = c.head_dim;
   const int64_t rss_before = std::max(current_rss_bytes(), peak_rss_bytes());

@@ -1,7 +1,7 @@
 // Flash attention forward and backward against the reference over the test grid: lengths
 // that hit tile tails, Lq != Lk both ways, GQA ratios, head dims, masks, sinks, softcap, dropout,
 // ALiBi ([H] and per-sequence [B, H] slopes), varlen with empty sequences, strided views, 1 and 2
-// threads, both dQ schedules.
+// threads, both dQ schedules, both forward tile products (packed kernels and OpenBLAS).
 #include "attnkit/attention/flash_attention.hpp"
 
 #include <gtest/gtest.h>
@@ -73,6 +73,11 @@ std::vector<Case> grid() {
                      {{lq}, {lk}, 4, 2, 8}, causal});
   for (int d : {32, 64, 80, 128, 256, 20})
     cases.push_back({"D=" + std::to_string(d), {{70}, {70}, 2, 1, d}, causal});
+  // Packed-kernel boundaries: D not a multiple of the vector width, G = 3 (rows not a multiple
+  // of the row block), keys past a key tile and not a multiple of the key panel.
+  cases.push_back({"D=96 G=3", {{100}, {97}, 6, 2, 96}, causal});
+  cases.push_back({"D=48 two key tiles", {{530}, {530}, 2, 1, 48}, causal});
+  cases.push_back({"D=40 window", {{200}, {231}, 2, 2, 40}, {.window_left = 37, .window_right = 5}});
   cases.push_back({"window", {{300}, {300}, 4, 2, 16}, {.window_left = 40, .window_right = 3}});
   cases.push_back({"window left only", {{600}, {600}, 2, 1, 16}, {.window_left = 100, .window_right = 0}});
   cases.push_back({"sinks causal", {{130}, {130}, 4, 1, 16, true}, causal});
@@ -119,8 +124,17 @@ TEST(FlashAttention, MatchesReferenceTwoThreads) {
   for (const auto& c : grid()) compare(c, 2);
 }
 
+TEST(FlashAttention, ForcedTileProductsMatchReference) {
+  for (FlashProducts p : {FlashProducts::packed, FlashProducts::blas}) {
+    FlashProductsScope force(p);
+    for (const auto& c : grid()) compare(c, 1);
+  }
+}
+
 TEST(FlashAttention, BitwiseIdenticalForAnyThreadCount) {
+  for (FlashProducts products : {FlashProducts::packed, FlashProducts::blas})
   for (const char* name : {"fused", "split"}) {
+    FlashProductsScope force(products);
     const ProblemShape shape = std::string(name) == "fused"
                                    ? ProblemShape{{300, 200}, {300, 250}, 8, 4, 32, true}
                                    : ProblemShape{{700}, {700}, 4, 1, 32, true};

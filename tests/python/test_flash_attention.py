@@ -53,6 +53,20 @@ def test_head_dims(d):
     check(*ta.random_inputs(rng, 100, 100, 4, 2, d), causal=True)
 
 
+# The packed forward kernels' boundaries: G = 3 stacks rows that are not
+# a multiple of the row block; D = 48 and 96 are not multiples of the vector pair; lengths past a
+# 512-key tile and windows whose first visible key is not on a 16/32-key panel.
+@pytest.mark.parametrize("lq,lk,h,hkv,d,causal,window", [
+    (100, 97, 6, 2, 96, True, (-1, -1)),
+    (530, 530, 2, 1, 48, True, (-1, -1)),
+    (700, 731, 4, 2, 128, False, (37, 5)),
+    (600, 600, 3, 1, 64, False, (-1, -1)),
+])
+def test_packed_kernel_boundaries(lq, lk, h, hkv, d, causal, window):
+    rng = np.random.default_rng(lq + lk + d)
+    check(*ta.random_inputs(rng, lq, lk, h, hkv, d), causal=causal, window=window)
+
+
 @pytest.mark.parametrize("window", [(16, 0), (5, 5), (-1, 3), (200, -1)])
 def test_windows(window):
     rng = np.random.default_rng(abs(hash(window)) % 1000)

@@ -7,7 +7,8 @@
 // Schedule: the G query heads of a KV group are stacked into one tile (rows = query positions ×
 // G, position-major), so each K/V tile is read once per group and the GEMMs are G times taller.
 // Key tiles outside the mask are skipped; tiles crossing the mask edge are cut into sub-blocks of
-// kDiagonalBlock positions, each multiplied only against the keys it can see.
+// kDiagonalBlock positions (24 on the packed path), each multiplied only against the keys it can
+// see.
 #include <cstdint>
 
 #include "attnkit/attention/attention.hpp"
@@ -24,8 +25,28 @@ struct FlashTiles {                                // tile sizes, in tokens
   static_assert(kDiagonalBlock <= kMaxQueryTile && kKeyTile % 8 == 0 && kBwdKeyTile % 8 == 0);
 };
 
+// The forward's tile products S = Q·Kᵀ and O += P·V: attnkit's register-blocked kernels on K and
+// V packed once per (sequence, KV head), or OpenBLAS sgemm on each tile. automatic = packed: it
+// measured faster at every head dimension tried (docs/performance.md).
+enum class FlashProducts { automatic, packed, blas };
+
+// Forces the forward's tile products on the calling thread while the scope lives (tests and
+// benchmarks run both paths on one shape).
+class FlashProductsScope {
+ public:
+  explicit FlashProductsScope(FlashProducts p);
+  ~FlashProductsScope();
+  FlashProductsScope(const FlashProductsScope&) = delete;
+  FlashProductsScope& operator=(const FlashProductsScope&) = delete;
+
+ private:
+  FlashProducts saved_;
+};
+
 // Forward: fills args.out [Tq, H, D] and, if given, args.lse [H, Tq] (needed by the backward).
-// Parallel over (sequence, KV head, query tile); bitwise identical for any thread count.
+// Parallel over (sequence, KV head, query tile); bitwise identical for any thread count. The
+// packed path keeps its packed K and V buffer (about the size of K and V, at most 128 MiB at a
+// time) per calling thread between calls.
 void flash_attention(const AttentionOptions& opts, const AttentionArgs& args);
 
 // Backward from args.out and args.lse of the forward: assigns grads.d_q, d_k, d_v and d_sink.

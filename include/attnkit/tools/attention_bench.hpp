@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "attnkit/attention/flash_attention.hpp"
+
 namespace attnkit {
 
 struct AttentionBenchConfig {
@@ -17,6 +19,7 @@ struct AttentionBenchConfig {
   bool cpu_time = false;     // time with the process's CPU clock (robust on a shared machine
                              // with threads = 1: time spent preempted is not counted)
   int64_t naive_limit_bytes = int64_t(8) << 30;
+  FlashProducts products = FlashProducts::automatic;  // the forward's tile products
 };
 
 struct AttentionBenchResult {

@@ -1,0 +1,73 @@
+#pragma once
+// Register-blocked tile products of the flash forward on packed operands (no BLAS): the scores
+// S = Q·Kᵀ of a query tile against a key range, and O += P·V. K and V of a (sequence, KV head)
+// are packed once and shared by every query tile; the query tile is packed once per tile.
+// Layouts (MR = kRowBlock rows, NK = kKeyPanel keys, NV = kValuePanel columns of D):
+//   packed Q  [ceil(rows/MR), D, MR]   Q[r, e] at ((r / MR)·D + e)·MR + r % MR, zero-padded rows
+//   packed Kᵀ [ceil(S/NK), D, NK]      K[j, e] at ((j / NK)·D + e)·NK + j % NK, zero-padded keys
+//   packed V  [ceil(D/NV), S, NV]      V[j, e] at ((e / NV)·S + j)·NV + e % NV, zero-padded columns
+//   scores/probabilities [rows, kScoreStride], output O [rows, padded_dim(D)], row-major.
+// The micro-kernels hold MR × 2 vectors of accumulators: AVX-512 12 × 32 floats (24 of its 32
+// registers), AVX2 6 × 16 floats (12 of 16); each loaded vector of K (or V) serves MR rows and
+// each broadcast element of Q (or P) two vectors.
+#include <cstdint>
+
+#include "attnkit/attention/flash_attention.hpp"
+
+namespace attnkit::flash {
+
+#if defined(__AVX512F__)
+inline constexpr int64_t kLanes = 16;
+inline constexpr int64_t kRowBlock = 12;
+#elif defined(__AVX2__)
+inline constexpr int64_t kLanes = 8;
+inline constexpr int64_t kRowBlock = 6;
+#else
+inline constexpr int64_t kLanes = 4;
+inline constexpr int64_t kRowBlock = 6;
+#endif
+inline constexpr int64_t kKeyPanel = 2 * kLanes;    // keys per packed Kᵀ panel (NK)
+inline constexpr int64_t kValuePanel = 2 * kLanes;  // columns of D per packed V panel (NV)
+// Row stride of the score buffer: a key tile plus one cache line. A stride of kKeyTile floats
+// (2 KiB) would put the MR rows a micro-kernel reads into two L1 sets.
+inline constexpr int64_t kScoreStride = FlashTiles::kKeyTile + 16;
+// Query positions per masked sub-block on the diagonal: a multiple of MR rows for any G, so
+// every sub-block starts on a row block.
+inline constexpr int64_t kPackedDiagonalBlock = 24;
+static_assert(FlashTiles::kKeyTile % kKeyPanel == 0 && kPackedDiagonalBlock % kRowBlock == 0);
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+// Columns of O (and of the packed V) for head dimension d: d rounded up to NV.
+inline int64_t padded_dim(int64_t d) { return round_up(d, kValuePanel); }
+// Floats of a packed Kᵀ and a packed V of s keys.
+inline int64_t packed_keys_size(int64_t s, int64_t d) { return round_up(s, kKeyPanel) * d; }
+inline int64_t packed_values_size(int64_t s, int64_t d) { return s * padded_dim(d); }
+
+// Packs K rows [s, D] (row j at k + j·ld) as Kᵀ panels (layout above) into kp.
+void pack_keys(const float* k, int64_t ld, int64_t s, int64_t d, float* kp);
+// Packs V rows [s, D] (row j at v + j·ld) as column panels (layout above) into vp.
+void pack_values(const float* v, int64_t ld, int64_t s, int64_t d, float* vp);
+// Packs Q rows [rows, D] (row-major, contiguous) as row blocks (layout above) into qp.
+void pack_queries(const float* q, int64_t rows, int64_t d, float* qp);
+
+// s[r, j] = Σ_e Q[r, e]·K[j, e] for rows [0, ceil(rows/MR)·MR) of the row blocks at qp and keys
+// [0, ceil(n/NK)·NK) of the panels at kp (the first key of the range starts a panel); s has row
+// stride ls (a multiple of kLanes). Columns past n and rows past `rows` are written and must be
+// ignored.
+void tile_scores(const float* qp, int64_t rows, const float* kp, int64_t n, int64_t d, float* s,
+                 int64_t ls = kScoreStride);
+
+// o[r, e] += Σ_j p[r, j]·V[j0 + j, e] for r < rows, j < n, e < padded_dim(d): p has row stride
+// kScoreStride, o row stride padded_dim(d); vp is the packed V of all s keys of the head. Rows of
+// p from `rows` to the end of the last row block are read and must be finite (their products are
+// dropped); rows of o past `rows` are untouched.
+void tile_accumulate(const float* p, int64_t rows, const float* vp, int64_t s, int64_t j0,
+                     int64_t n, int64_t d, float* o);
+
+// x[j] ← exp(x[j] - m) for j < n, exactly 0 where x[j] - m < -64 (as exp_sub_sum; -inf gives
+// 0); returns Σ x[j]. A degree-6 polynomial for 2^f after splitting off the integer power
+// (relative error below 2.5e-7, about 2 ulp; exp_sub_sum's is about 1 ulp) at fewer
+// instructions than exp_sub_sum: the exponentials are 10 % of the forward's time.
+float tile_exp_sum(float* x, int64_t n, float m);
+
+}  // namespace attnkit::flash
