@@ -179,10 +179,9 @@ std::vector<QueryTile> make_tiles(const Context& c, int64_t positions) {
 
 }  // namespace
 
-FlashProductsScope::FlashProductsScope(FlashProducts p) : saved_(forced_products) {
-  forced_products = p;
-}
-FlashProductsScope::~FlashProductsScope() { forced_products = saved_; }
+FlashProducts flash_products() { return forced_products; }
+
+void set_flash_products(FlashProducts p) { forced_products = p; }
 
 void flash_attention(const AttentionOptions& opts, const AttentionArgs& args) {
   validate(opts, args);

@@ -80,10 +80,8 @@ void parallel_for(int64_t n, const std::function<void(int64_t)>& body) {
   if (error) std::rethrow_exception(error);
 }
 
-OpenMpThreadsScope::OpenMpThreadsScope(int n) : saved_(omp_get_max_threads()) {
-  omp_set_num_threads(n > 0 ? n : 1);
-}
+int openmp_threads() { return omp_get_max_threads(); }
 
-OpenMpThreadsScope::~OpenMpThreadsScope() { omp_set_num_threads(saved_); }
+void set_openmp_threads(int n) { omp_set_num_threads(n > 0 ? n : 1); }
 
 }  // namespace attnkit

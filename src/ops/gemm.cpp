@@ -68,7 +68,8 @@ void sgemm_reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
     }
 }
 
-BlasThreadsScope::BlasThreadsScope(int n) : saved_(t_blas_threads) { t_blas_threads = n > 0 ? n : 0; }
-BlasThreadsScope::~BlasThreadsScope() { t_blas_threads = saved_; }
+int blas_threads_override() { return t_blas_threads; }
+
+void set_blas_threads(int n) { t_blas_threads = n > 0 ? n : 0; }
 
 }  // namespace attnkit

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "attnkit/attention/attention.hpp"
+#include "attnkit/core/scoped_setting.hpp"
 
 namespace attnkit {
 
@@ -30,18 +31,13 @@ struct FlashTiles {                                // tile sizes, in tokens
 // measured faster at every head dimension tried (docs/performance.md).
 enum class FlashProducts { automatic, packed, blas };
 
+// The tile products the calling thread's forwards use (automatic unless forced).
+FlashProducts flash_products();
+// Forces the calling thread's tile products (automatic restores the default choice).
+void set_flash_products(FlashProducts p);
 // Forces the forward's tile products on the calling thread while the scope lives (tests and
 // benchmarks run both paths on one shape).
-class FlashProductsScope {
- public:
-  explicit FlashProductsScope(FlashProducts p);
-  ~FlashProductsScope();
-  FlashProductsScope(const FlashProductsScope&) = delete;
-  FlashProductsScope& operator=(const FlashProductsScope&) = delete;
-
- private:
-  FlashProducts saved_;
-};
+using FlashProductsScope = ScopedSetting<FlashProducts, flash_products, set_flash_products>;
 
 // Forward: fills args.out [Tq, H, D] and, if given, args.lse [H, Tq] (needed by the backward).
 // Parallel over (sequence, KV head, query tile); bitwise identical for any thread count. The

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <functional>
 
+#include "attnkit/core/scoped_setting.hpp"
+
 namespace attnkit {
 
 // Upper bound on any thread count attnkit accepts or reports.
@@ -23,30 +25,16 @@ int thread_index();
 // Calls body(i) for every i in [0, n), spread over the threads with dynamic scheduling.
 void parallel_for(int64_t n, const std::function<void(int64_t)>& body);
 
-// Scoped process-wide override of the thread count, restored on destruction: scopes must nest.
-class ThreadCountScope {
- public:
-  explicit ThreadCountScope(int n) : saved_(num_threads_override()) { set_num_threads(n); }
-  ~ThreadCountScope() { set_num_threads(saved_); }
-  ThreadCountScope(const ThreadCountScope&) = delete;
-  ThreadCountScope& operator=(const ThreadCountScope&) = delete;
+// Scoped process-wide override of the thread count (set_num_threads), restored on destruction.
+using ThreadCountScope = ScopedSetting<int, num_threads_override, set_num_threads>;
 
- private:
-  int saved_;
-};
-
-// Scoped OpenMP thread count of the calling thread (omp_set_num_threads; the previous value is
-// restored on destruction), for third-party code that sizes its own OpenMP regions from it, such
-// as oneDNN: attnkit sets it to the threads it hands that code, whatever else set it before.
-class OpenMpThreadsScope {
- public:
-  explicit OpenMpThreadsScope(int n);
-  ~OpenMpThreadsScope();
-  OpenMpThreadsScope(const OpenMpThreadsScope&) = delete;
-  OpenMpThreadsScope& operator=(const OpenMpThreadsScope&) = delete;
-
- private:
-  int saved_;
-};
+// OpenMP's thread count for the calling thread's next parallel region (omp_get_max_threads).
+int openmp_threads();
+// Sets it (omp_set_num_threads; n <= 0 means 1).
+void set_openmp_threads(int n);
+// Scoped OpenMP thread count of the calling thread, for third-party code that sizes its own OpenMP
+// regions from it, such as oneDNN: attnkit sets it to the threads it hands that code, whatever else
+// set it before.
+using OpenMpThreadsScope = ScopedSetting<int, openmp_threads, set_openmp_threads>;
 
 }  // namespace attnkit

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <span>
 
+#include "attnkit/core/scoped_setting.hpp"
 #include "attnkit/core/tensor.hpp"
 
 namespace attnkit {
@@ -44,16 +45,7 @@ Conv2dEngine conv2d_engine();
 bool conv2d_has_onednn();
 
 // Scoped engine override (restores the previous engine on destruction).
-class Conv2dEngineScope {
- public:
-  explicit Conv2dEngineScope(Conv2dEngine e) : saved_(conv2d_engine()) { set_conv2d_engine(e); }
-  ~Conv2dEngineScope() { set_conv2d_engine(saved_); }
-  Conv2dEngineScope(const Conv2dEngineScope&) = delete;
-  Conv2dEngineScope& operator=(const Conv2dEngineScope&) = delete;
-
- private:
-  Conv2dEngine saved_;
-};
+using Conv2dEngineScope = ScopedSetting<Conv2dEngine, conv2d_engine, set_conv2d_engine>;
 
 // Output extent of a convolution or pooling window: ⌊(in + 2·padding - kernel) / stride⌋ + 1
 // (0 when the padded input is smaller than the kernel).

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "attnkit/core/scoped_setting.hpp"
+
 namespace attnkit {
 
 // The OpenBLAS kernel set in use and how it was chosen, e.g. "SkylakeX (attnkit's choice: OpenBLAS
@@ -28,18 +30,13 @@ std::string blas_library();
 // innermost BlasThreadsScope's value, else num_threads(). Independent of OpenMP's global default.
 int blas_threads();
 
+// The calling thread's own sgemm thread count; 0 when num_threads() applies.
+int blas_threads_override();
+// Sets the calling thread's sgemm thread count (n <= 0: num_threads()).
+void set_blas_threads(int n);
 // Sets the threads sgemm uses on this thread for the scope's lifetime (n <= 0: num_threads()).
 // Kernels that call sgemm from their own parallel_for hold a scope of 1 so that BLAS never starts
 // threads inside a one-thread region.
-class BlasThreadsScope {
- public:
-  explicit BlasThreadsScope(int n);
-  ~BlasThreadsScope();
-  BlasThreadsScope(const BlasThreadsScope&) = delete;
-  BlasThreadsScope& operator=(const BlasThreadsScope&) = delete;
-
- private:
-  int saved_;
-};
+using BlasThreadsScope = ScopedSetting<int, blas_threads_override, set_blas_threads>;
 
 }  // namespace attnkit
