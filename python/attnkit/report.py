@@ -48,7 +48,7 @@ SIZES = {  # mode -> experiment sizes
                   gpt_steps=300, sides=[4, 8, 16, 32, 64], vision_images=6000,
                   vision_epochs=1, bert_steps=60, threads=0, gpt_batch=4, eval_windows=32),
     "full": dict(flash_lens=[256, 512, 1024, 2048, 4096], flash_shape=(32, 8, 128), decode_context=65536,
-                 gpt_steps=2000, sides=[4, 8, 16, 32, 64, 96], vision_images=60000,
+                 gpt_steps=1000, sides=[4, 8, 16, 32, 64, 96], vision_images=60000,
                  vision_epochs=2, bert_steps=300, threads=0, gpt_batch=4, eval_windows=64),
 }
 
