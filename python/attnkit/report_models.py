@@ -115,12 +115,15 @@ def flag_value(argv, flag):
 
 
 def recorded_train_commands(run_dir):
-    """The `train gpt` command lines recorded in RUN_DIR/commands.log ('$ ' lines), in order."""
+    """The `train gpt` command lines recorded in RUN_DIR/commands.log ('$ ' lines) that made the run
+    in it: from the last one that started training afresh (no --resume) on, in order."""
     try:
         lines = open(os.path.join(run_dir, "commands.log"), encoding="utf-8").read().splitlines()
     except OSError:
         return []
-    return [line[2:] for line in lines if line.startswith("$ ") and " train gpt " in f" {line[2:]} "]
+    cmds = [line[2:] for line in lines if line.startswith("$ ") and " train gpt " in f" {line[2:]} "]
+    fresh = [i for i, c in enumerate(cmds) if "--resume" not in shlex.split(c)]
+    return cmds[fresh[-1]:] if fresh else cmds
 
 
 def committed_step(run_dir):

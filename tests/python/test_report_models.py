@@ -63,3 +63,11 @@ def test_the_budget_of_a_model_the_report_trained_is_its_executed_command(tmp_pa
     assert info.shortfalls() == []
     info = rm.describe(str(run), ["attnkit", "train", "gpt", "--steps", "999", "--batch", "4", "--seq", "512"])
     assert info.shortfalls() == ["999 training steps < 1000"]
+
+
+def test_the_recorded_commands_start_at_the_last_fresh_start(tmp_path):
+    """A run restarted with --overwrite was made by that start and the resumes after it only."""
+    fresh = TRAIN.format(seq=512).replace("--resume", "--config c.json --overwrite")
+    cmds = [fresh.replace("--steps 4000", "--steps 100"), TRAIN.format(seq=512), fresh, TRAIN.format(seq=512)]
+    info = rm.describe(str(make_run(tmp_path / "run", layers=6, context=512, step=4000, commands=cmds)))
+    assert info.trained_by == cmds[2:]
