@@ -64,6 +64,7 @@ class Report:
         self.cli, self.out, self.mode, self.size = cli, os.path.abspath(out), mode, SIZES[mode]
         self.sink_model, self.gate_model = sink_model, gate_model  # existing run directories, or None
         self.sections, self.executed, self.findings = [], [], []
+        self.loads = {}  # command as shown -> 1-minute load average (before, after): the machine is shared
         self.claims_path = claims_path or os.path.join(SOURCE_ROOT, "docs", "claims.md")
         os.makedirs(self.out, exist_ok=True)
         self.work = "work"  # relative to self.out, the working directory of every command
@@ -80,10 +81,12 @@ class Report:
         argv = [str(a) for a in argv]
         shown = shown_command(argv)
         print("$ " + shown, file=sys.stderr, flush=True)
-        t0 = time.time()
+        t0, load = time.time(), os.getloadavg()[0]
         p = subprocess.run(argv, capture_output=True, text=True, cwd=self.out, env=env)
         self.executed.append(shown)
-        self.log.write(f"$ {shown}\n# exit {p.returncode}, {time.time() - t0:.1f} s\n{p.stderr[-2000:]}\n")
+        self.loads[shown] = (load, os.getloadavg()[0])
+        self.log.write(f"$ {shown}\n# exit {p.returncode}, {time.time() - t0:.1f} s, load average "
+                       f"{load:.1f} -> {self.loads[shown][1]:.1f}\n{p.stderr[-2000:]}\n")
         self.log.flush()
         if p.returncode != 0:
             raise RuntimeError(f"{shown} failed: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ''}")

@@ -3,6 +3,7 @@ commands is, the sections not run), one block per section (text, figure, table, 
 the notes' claims and docs/claims.md, the commands it executed, and commands it did not execute but
 read from a record, marked as such) and the claims table at the end (attnkit.report_claims)."""
 import html
+import os
 
 from attnkit import report_claims as rc
 
@@ -82,7 +83,9 @@ def render(r, failures, seconds, machine, when, invocation, claims, not_run=()):
              f"<p>Machine: {esc(machine)}. Generated {esc(when)} in {seconds / 60:.1f} min by "
              f"<code>{esc(invocation)}</code>. Every figure and table below was measured by this run. Each "
              f"command shown is the one executed, in the output directory, with <code>attnkit</code> = "
-             f"<code>{esc(r.cli)}</code>.</p>"]
+             f"<code>{esc(r.cli)}</code>. The machine may be shared: each command gives the 1-minute load "
+             f"average at its start and end, and timings taken under a load above the core count "
+             f"({os.cpu_count()}) are slowed by other processes.</p>"]
     if failures:
         parts.append("<p><b>Failed sections:</b> " + esc("; ".join(failures)) + "</p>")
     if not_run:
@@ -99,7 +102,9 @@ def render(r, failures, seconds, machine, when, invocation, claims, not_run=()):
         for f in s["findings"]:
             parts.append(finding_html(f, by_id.get(f.id), evidence))
         for c in s["commands"]:
-            parts.append(f"<div class='cmd'>Command: <code>{esc(c)}</code> on {esc(machine)}</div>")
+            load = getattr(r, "loads", {}).get(c)
+            at = f", load average {load[0]:.1f} at its start and {load[1]:.1f} at its end" if load else ""
+            parts.append(f"<div class='cmd'>Command: <code>{esc(c)}</code> on {esc(machine)}{esc(at)}</div>")
         for where, c in s.get("recorded", ()):
             parts.append(f"<div class='cmd'>Recorded training command (not run by this report; from "
                          f"{esc(where)}): <code>{esc(c)}</code></div>")

@@ -145,6 +145,8 @@ def test_every_figure_is_a_png_and_every_table_has_numbers(report):
     text = (report / "index.html").read_text()
     assert "Failed sections" not in text
     assert text.count("Command: <code>attnkit") >= 8  # every figure names its command and machine
+    assert text.count("Command: <code>") == len(re.findall(r"Command: <code>.*?</code> on [^<]*, load average "
+                                                           r"[0-9.]+ at its start and [0-9.]+ at its end", text))
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is installed by scripts/setup")
@@ -217,3 +219,14 @@ def test_sink_model_must_be_a_model_directory(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.startswith("attnkit: error: --sink-model:") and "config.json" in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_claims_md_lists_the_claims_the_report_measures(report):
+    """docs/claims.md names the claims `attnkit report` measures; they are the ones its sections
+    report findings for (S9 needs a model with a learned sink token, which --tiny does not train)."""
+    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "claims.md"), encoding="utf-8").read()
+    m = re.search(r"\*\*Measured by `attnkit report` itself:\*\* ([A-Z0-9, ]+)\.", text)
+    assert m, "docs/claims.md does not say which claims the report measures"
+    listed = set(m.group(1).split(", "))
+    found = set(re.findall(r"<p class='finding'>Claim ([A-Z][0-9]+) of the notes", (report / "index.html").read_text()))
+    assert listed == found | {"S9"}, (sorted(listed - found), sorted(found - listed))

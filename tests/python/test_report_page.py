@@ -43,3 +43,13 @@ def test_a_page_written_early_names_the_steps_not_run():
     text = page([], not_run=["gpt", "vision"])
     assert "<b>Not run:</b> gpt, vision." in text
     assert "Not run:" not in page([])
+
+
+def test_each_command_gives_the_load_it_ran_under():
+    findings = []
+    section = dict(title="T", text="x", commands=["attnkit bench decode"], figure=None, table=None,
+                   findings=findings, recorded=[])
+    r = SimpleNamespace(mode="full", cli="/bin/attnkit", sections=[section], findings=findings, claims_path="c.md",
+                        loads={"attnkit bench decode": (11.25, 9.5)})
+    text = report_page.render(r, [], 60, "machine", "2026-12-03 17:00", "python3 -m attnkit.report", CLAIMS)
+    assert "Command: <code>attnkit bench decode</code> on machine, load average 11.2 at its start and 9.5 at its end" in text
