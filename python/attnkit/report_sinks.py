@@ -109,6 +109,11 @@ def sinks(r, info, train_cmds):
     prof = r.json("sink-profile", "--model", info.path, "--data", "bible", "--query-pos", q,
                   "--windows", r.size["eval_windows"])
     mean, top, heads, rows, hidden, key = summary = profile_summary(prof)
+    early_q = min(64, info.context // 2)  # sinks can be query-dependent: an early query too
+    early = r.json("sink-profile", "--model", info.path, "--data", "bible", "--query-pos", early_q,
+                   "--windows", r.size["eval_windows"])
+    early_rows = profile_summary(early)[3]
+    rows = [row[:3] + [early_row[2]] + row[3:] for row, early_row in zip(rows, early_rows)]
     buckets = {k: prof["overall"][k] for k in ("token0", "tokens1_3", "middle", "recent")}
 
     def draw(ax):
@@ -123,10 +128,11 @@ def sinks(r, info, train_cmds):
     r.section("Attention sinks", f"Attention mass of query {q} (the last position of the context) by key position, "
               "averaged over heads and windows of the KJV Bible's validation text (float64 from the model's own q "
               "and k); the table gives position 0's share per layer, the heads above 0.3, and position 0's "
-              "hidden-state and key norms over the median position's. " + provenance(info),
+              f"hidden-state and key norms over the median position's (query {q}), and the largest head share "
+              f"of position 0 at the early query {early_q}. " + provenance(info),
               train_cmds + r.since(mark), fig,
-              [["layer", "position-0 share (mean)", "largest head", "heads > 0.3", "hidden ‖x₀‖/median",
-                "key ‖k₀‖/median (max head)"]] + rows, findings, recorded(info))
+              [["layer", "position-0 share (mean)", "largest head", f"largest head, query {early_q}",
+                "heads > 0.3", "hidden ‖x₀‖/median", "key ‖k₀‖/median (max head)"]] + rows, findings, recorded(info))
     return summary
 
 

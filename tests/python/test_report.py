@@ -206,6 +206,8 @@ def test_an_existing_model_is_profiled_with_its_recorded_training(tmp_path):
     assert not any(" train gpt " in c for s in r.sections[:2] for c in s["commands"])
     assert sinks["recorded"] == [(str(run / "commands.log"), shlex.join(train))]
     assert "1 learned sink token at position 0; trained 2 steps of 2 × 128 tokens" in sinks["text"]
+    assert sinks["table"][0][3] == "largest head, query 64" and len(sinks["table"]) == 3  # 2 layers
+    assert any("sink-profile" in c and "--query-pos 64" in c for c in sinks["commands"])
     assert [f.id for f in streams["findings"]] == ["S6", "S7", "S9"]  # the sink token's own cache is streamed
     assert ["sink token", 1, 127] == streams["table"][-1][:3]
     assert all(f.verdict is None for f in sinks["findings"])  # 2 steps: below the conditions
