@@ -338,6 +338,16 @@ def main(argv=None):
             if d and not os.path.exists(os.path.join(d, "config.json")):
                 print(f"attnkit: error: {flag}: {d}: no config.json (not a model directory)", file=sys.stderr)
                 return 2
+        if a.gate_model:
+            try:
+                gate = json.load(open(os.path.join(a.gate_model, "config.json"))).get("attnkit_gate", "none")
+            except ValueError as e:
+                print(f"attnkit: error: --gate-model: {a.gate_model}/config.json: {e}", file=sys.stderr)
+                return 2
+            if gate == "none":
+                print(f"attnkit: error: --gate-model: {a.gate_model}: the model has no output gate (attnkit_gate)",
+                      file=sys.stderr)
+                return 2
         r = Report(os.path.abspath(a.cli), a.out, mode, a.claims, a.sink_model, a.gate_model)
     except OSError as e:  # one line, as every attnkit command fails
         print(f"attnkit: error: --out: {a.out}: {e.strerror or e}", file=sys.stderr)

@@ -232,3 +232,11 @@ def test_claims_md_lists_the_claims_the_report_measures(report):
     listed = set(m.group(1).split(", "))
     found = set(re.findall(r"<p class='finding'>Claim ([A-Z][0-9]+) of the notes", (report / "index.html").read_text()))
     assert listed == found | {"S9"}, (sorted(listed - found), sorted(found - listed))
+
+
+def test_gate_model_must_have_a_gate(tmp_path):
+    from attnkit import report_models as rm
+    (tmp_path / "config.json").write_text(json.dumps(rm.TINY_SHAPE))
+    r = subprocess.run([CLI, "report", "--out", str(tmp_path / "out"), "--tiny", "--gate-model", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith("attnkit: error: --gate-model:") and "no output gate" in r.stderr
