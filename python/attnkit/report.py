@@ -8,16 +8,26 @@ measurement bears on a claim of the notes, the section says whether it agrees or
 the page ends with the claims table (attnkit.report_claims): docs/claims.md's rows, with this run's
 measurement and verdict wherever it measured the claim.
 
-Run through the CLI: ``attnkit report --out DIR [--quick | --tiny]``. Sizes:
+The sink, streaming, gate and conversion sections (attnkit.report_sinks) measure GPTs the report
+trains (6 layers at context 512 in --quick and full mode) or, with --sink-model / --gate-model,
+existing run directories such as those of scripts/experiments/sink_emergence; each states the
+model's training budget against the conditions under which sinks are reported.
+
+The page is rewritten before every step, listing the steps not run yet, so a run stopped
+early leaves a page that says what it covers.
+
+Run through the CLI: ``attnkit report --out DIR [--quick | --tiny] [--sink-model DIR] [--gate-model DIR]``.
+Sizes:
   --tiny   seconds; the pipeline check the test suite runs (numbers are not meaningful)
   --quick  under 15 minutes on a 2-core machine
-  (none)   the full sizes, about an hour on a 2-core machine
+  (none)   the full sizes, the longest (the page header gives how long the run took)
 """
 import argparse
 import datetime
 import json
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -25,32 +35,22 @@ import time
 
 from attnkit import report_claims as rc
 from attnkit import report_page
+from attnkit import report_sinks
 
 # The source tree, when this module runs from a build directory inside it (BUILD/python/attnkit):
 # docs/claims.md and scripts/experiments/ are found there.
 SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
 SIZES = {  # mode -> experiment sizes
     "tiny": dict(flash_lens=[64, 128], flash_shape=(4, 2, 32), decode_context=512, gpt_steps=3,
-                 stream_tokens=160, sides=[4, 8, 16], vision_images=64, vision_epochs=1, bert_steps=3,
+                 sides=[4, 8, 16], vision_images=64, vision_epochs=1, bert_steps=3,
                  threads=1, gpt_batch=2, eval_windows=4),
     "quick": dict(flash_lens=[256, 512, 1024, 2048], flash_shape=(32, 8, 128), decode_context=16384,
-                  gpt_steps=300, stream_tokens=1024, sides=[4, 8, 16, 32, 64], vision_images=6000,
-                  vision_epochs=1, bert_steps=60, threads=0, gpt_batch=8, eval_windows=64),
+                  gpt_steps=300, sides=[4, 8, 16, 32, 64], vision_images=6000,
+                  vision_epochs=1, bert_steps=60, threads=0, gpt_batch=4, eval_windows=32),
     "full": dict(flash_lens=[256, 512, 1024, 2048, 4096], flash_shape=(32, 8, 128), decode_context=65536,
-                 gpt_steps=1500, stream_tokens=4096, sides=[4, 8, 16, 32, 64, 96], vision_images=60000,
-                 vision_epochs=2, bert_steps=300, threads=0, gpt_batch=8, eval_windows=256),
+                 gpt_steps=1000, sides=[4, 8, 16, 32, 64, 96], vision_images=60000,
+                 vision_epochs=2, bert_steps=300, threads=0, gpt_batch=4, eval_windows=64),
 }
-
-
-def stream_points(csv_path, chunk):
-    """(tokens streamed, perplexity of the chunk ending there) from eval-stream's CSV."""
-    import csv
-    import math
-    with open(csv_path) as f:
-        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
-    nll = [float(r["nll"]) for r in rows]
-    return [(i + chunk, math.exp(sum(nll[i:i + chunk]) / len(nll[i:i + chunk])))
-            for i in range(0, len(nll), chunk) if nll[i:i + chunk]]
 
 
 def shown_command(argv):
@@ -60,9 +60,11 @@ def shown_command(argv):
 
 
 class Report:
-    def __init__(self, cli, out, mode, claims_path=None):
+    def __init__(self, cli, out, mode, claims_path=None, sink_model=None, gate_model=None):
         self.cli, self.out, self.mode, self.size = cli, os.path.abspath(out), mode, SIZES[mode]
+        self.sink_model, self.gate_model = sink_model, gate_model  # existing run directories, or None
         self.sections, self.executed, self.findings = [], [], []
+        self.loads = {}  # command as shown -> 1-minute load average (before, after): the machine is shared
         self.claims_path = claims_path or os.path.join(SOURCE_ROOT, "docs", "claims.md")
         os.makedirs(self.out, exist_ok=True)
         self.work = "work"  # relative to self.out, the working directory of every command
@@ -79,10 +81,12 @@ class Report:
         argv = [str(a) for a in argv]
         shown = shown_command(argv)
         print("$ " + shown, file=sys.stderr, flush=True)
-        t0 = time.time()
+        t0, load = time.time(), os.getloadavg()[0]
         p = subprocess.run(argv, capture_output=True, text=True, cwd=self.out, env=env)
         self.executed.append(shown)
-        self.log.write(f"$ {shown}\n# exit {p.returncode}, {time.time() - t0:.1f} s\n{p.stderr[-2000:]}\n")
+        self.loads[shown] = (load, os.getloadavg()[0])
+        self.log.write(f"$ {shown}\n# exit {p.returncode}, {time.time() - t0:.1f} s, load average "
+                       f"{load:.1f} -> {self.loads[shown][1]:.1f}\n{p.stderr[-2000:]}\n")
         self.log.flush()
         if p.returncode != 0:
             raise RuntimeError(f"{shown} failed: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ''}")
@@ -106,12 +110,13 @@ class Report:
         """The commands executed since mark() returned `mark`, as shown."""
         return self.executed[mark:]
 
-    def section(self, title, text, commands, figure=None, table=None, findings=()):
+    def section(self, title, text, commands, figure=None, table=None, findings=(), recorded=()):
         """Adds a section; `commands` are executed commands as shown (from since()), `findings` the
-        report_claims.Finding objects its measurements give."""
+        report_claims.Finding objects its measurements give, `recorded` (where recorded, command)
+        pairs of commands this run did not execute (an existing model's training)."""
         self.findings += list(findings)
         self.sections.append(dict(title=title, text=text, commands=commands, figure=figure, table=table,
-                                  findings=list(findings)))
+                                  findings=list(findings), recorded=list(recorded)))
 
     def figure(self, name, draw):
         import matplotlib
@@ -132,6 +137,8 @@ class Report:
         for s in contexts:
             j = self.json("kv-plan", "--preset", "llama3-70b", "--context", s)
             rows.append((s, j["mha"]["bytes_per_sequence"], j["bytes_per_sequence"], j["mqa"]["bytes_per_sequence"]))
+            if s == 32768:
+                read = rc.kv_read_time(j["mha"]["read_seconds"], j["read_seconds"])
 
         def draw(ax):
             import numpy as np
@@ -151,7 +158,7 @@ class Report:
         self.section("KV-cache size: MHA vs GQA vs MQA", "Bytes of the K/V cache of one sequence "
                      "(80 layers, 64 query heads of 128, f16), from the planner (exact integers).",
                      self.since(mark), fig, table,
-                     [rc.kv_sizes(*next(r[1:] for r in rows if r[0] == 32768))])
+                     [rc.kv_sizes(*next(r[1:] for r in rows if r[0] == 32768)), read])
 
     def flash(self):
         h, hkv, d = self.size["flash_shape"]
@@ -204,102 +211,7 @@ class Report:
                      self.since(mark), fig, table, [rc.decode_scaling({r[0]: r[1] for r in rows})])
 
     def gpt(self):
-        steps = self.size["gpt_steps"]
-        base = os.path.join(self.work, "gpt")
-        gated_cfg = os.path.join(self.work, "gated_config.json")
-        cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-               "vocab_size": 261, "hidden_size": 64, "intermediate_size": 172, "num_hidden_layers": 2,
-               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
-               "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-               "tie_word_embeddings": True, "attnkit_gate": "headwise"}
-        with open(self.path(gated_cfg), "w") as f:
-            json.dump(cfg, f)
-        common = ["--data", "bible", "--steps", steps, "--batch", self.size["gpt_batch"], "--seq", 128, "--lr", "3e-3", "--warmup",
-                  max(1, steps // 10), "--eval-every", 0, "--checkpoint-every", 0, "--quiet", "--overwrite"]
-        mark = self.mark()
-        self.run("train", "gpt", "--preset", "tiny", "--out", base, *common)
-        [train_base] = self.since(mark)
-        mark = self.mark()
-        self.run("train", "gpt", "--config", gated_cfg, "--out", base + "_gated", *common)
-        [train_gated] = self.since(mark)
-        # Sink mass by key position.
-        mark = self.mark()
-        prof = self.json("sink-profile", "--model", base, "--data", "bible", "--query-pos", 127, "--windows", self.size["eval_windows"])
-        buckets = {k: prof["overall"][k] for k in ("token0", "tokens1_3", "middle", "recent")}
-        names = list(buckets.keys())
-        shares = [h["mass"][0] for layer in prof["layers"] for h in layer["heads"]]
-
-        def draw_sink(ax):
-            ax.bar(names, [max(float(buckets[n]), 1e-6) for n in names])
-            ax.set_yscale("log")
-            ax.set_ylabel("mean attention mass of query 127")
-            ax.tick_params(axis="x", labelsize=7)
-        fig = self.figure("sink_mass.png", draw_sink)
-        self.section("Attention sinks", "Attention mass of the last query of 128-token windows by key position, "
-                     "averaged over layers, heads and windows of the KJV Bible's validation text (float64 from "
-                     "the model's own q and k). The model is the 2-layer `tiny` preset trained briefly: the "
-                     "sink study with deeper models at context 512 is scripts/experiments/sink_emergence "
-                     "(docs/claims.md).",
-                     [train_base] + self.since(mark),
-                     fig, [["key bucket", "mass"]] + [[n, f"{float(buckets[n]):.4f}"] for n in names],
-                     [rc.sink_share(sum(shares) / len(shares), max(shares), len(shares), 127)])
-        # Perplexity vs tokens streamed.
-        mark = self.mark()
-        curves, finals = {}, {}
-        for policy in ("dense", "window", "sink"):
-            csv_path = os.path.join(self.work, f"stream_{policy}.csv")
-            finals[policy] = self.json("eval-stream", "--model", base, "--data", "bible", "--policy", policy,
-                                       "--tokens", self.size["stream_tokens"], "--chunk", 64, "--csv", csv_path)
-            curves[policy] = stream_points(self.path(csv_path), 64)
-
-        def draw_stream(ax):
-            for policy, pts in curves.items():
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=policy)
-            ax.axvline(128, color="gray", linestyle=":", label="training context")
-            ax.set_xlabel("tokens streamed")
-            ax.set_ylabel("perplexity (per 64-token chunk)")
-            ax.legend(fontsize=8)
-        fig = self.figure("stream_perplexity.png", draw_stream)
-        past = {p: j["ppl_past_context"] for p, j in finals.items()}
-        self.section("Perplexity vs tokens streamed", "Perplexity of each 64-token chunk of the KJV Bible's validation text "
-                     "streamed through the dense cache, a sliding window, and the sink cache (4 sink tokens + "
-                     "recent window); the model was trained on 128-token windows (dotted line).",
-                     [train_base] + self.since(mark),
-                     fig, [["policy", "perplexity", "perplexity past the context"]] +
-                     [[p, f"{j['ppl']:.3f}", f"{j['ppl_past_context']:.3f}"] for p, j in finals.items()],
-                     rc.eviction(past["window"], past["sink"], past["dense"]))
-        # Gate activations.
-        mark = self.mark()
-        gp = self.json("sink-profile", "--model", base + "_gated", "--data", "bible", "--query-pos", 127,
-                       "--windows", self.size["eval_windows"], "--gates")
-        heads = [h for layer in gp["layers"] for h in layer["heads"]]
-        hist = [sum(h["gate_hist"][i] for h in heads) / len(heads) for i in range(len(heads[0]["gate_hist"]))]
-        mean = gp["gate_mean"]
-
-        def draw_gates(ax):
-            if hist:
-                ax.bar([f"{i / len(hist):.1f}" for i in range(len(hist))], hist)
-            ax.set_xlabel("gate value sigmoid(g) (bin start)")
-            ax.set_ylabel("fraction")
-            ax.set_title(f"head-wise gate, mean {mean:.3f}")
-        fig = self.figure("gates.png", draw_gates)
-        self.section("Gate activations", "Histogram of the head-wise output gate's values over the profiled tokens.",
-                     [train_gated] + self.since(mark),
-                     fig, [["statistic", "value"], ["mean gate", f"{mean:.4f}"]], [rc.gate_mean(mean)])
-        # MHA -> GQA conversion (the tiny preset has 4 query heads and 2 KV heads).
-        mark = self.mark()
-        loss = {"base": float(self.run("eval", "--model", base, "--data", "bible",
-                                       "--windows", self.size["eval_windows"]).split()[1])}
-        for method in ("mean", "first"):
-            out = os.path.join(self.work, f"gqa_1_{method}")
-            self.run("convert-gqa", "--in", base, "--out", out, "--kv-heads", 1, "--method", method)
-            loss[method] = float(self.run("eval", "--model", out, "--data", "bible",
-                                          "--windows", self.size["eval_windows"]).split()[1])
-        self.section("GQA conversion", "Validation loss after converting the trained model's 2 KV heads to 1 "
-                     "(no uptraining).", [train_base] + self.since(mark), None,
-                     [["KV heads", "method", "validation loss"], [2, "(trained)", f"{loss['base']:.4f}"]] +
-                     [[1, m, f"{loss[m]:.4f}"] for m in ("mean", "first")],
-                     [rc.conversion(loss["mean"], loss["first"], 1)])
+        report_sinks.run_all(self)
 
     def bert_vs_gpt(self):
         script = os.path.join(SOURCE_ROOT, "scripts", "experiments", "bert_vs_gpt.py")
@@ -317,14 +229,16 @@ class Report:
                           "--eval-windows", self.size["eval_windows"]], env=env)
         table = [[c.strip() for c in line.strip("|").split("|")] for line in p.stdout.splitlines()
                  if line.startswith("|") and not line.startswith("|---")]
+        share = [float(m.group(1)) for row in table for m in [re.search(r"([0-9.]+) % of real tokens", " ".join(row))]
+                 if m]
         self.section("BERT vs GPT supervision", "Same width, depth and computed tokens per step: the fraction of "
                      "positions that carry a loss and each model's validation loss on its own objective.",
-                     self.since(mark), None, table or None)
+                     self.since(mark), None, table or None, [rc.bert_positions(share[0])] if share else [])
 
     def vision(self):
         n, epochs = self.size["vision_images"], self.size["vision_epochs"]
         mark = self.mark()
-        rows = []
+        rows, skipped = [], []
         for kind, extra in (("cnn", ["--attention", "none"]), ("cnn", ["--attention", "se"]),
                             ("cnn", ["--attention", "cbam"]), ("vit", []), ("deformable", [])):
             out = os.path.join(self.work, kind + ("_" + extra[1] if extra else ""))
@@ -335,7 +249,8 @@ class Report:
             except RuntimeError as e:
                 if "train" in str(e) and ("unknown" in str(e).lower() or "not found" in str(e).lower() or
                                           "The following argument" in str(e) or "subcommand" in str(e)):
-                    continue  # a model this build does not have
+                    skipped.append(kind)  # a model this build does not have
+                    continue
                 raise
             rows.append((kind + (" " + extra[1] if extra else ""), j["parameters"], j["test_accuracy"],
                          j["images_per_second"]))
@@ -345,13 +260,18 @@ class Report:
             ax.set_xlabel("test accuracy (%)")
             ax.set_xlim(0, 100)
         fig = self.figure("vision_accuracy.png", draw)
+        cnn = {r[0][4:]: r[2] for r in rows if r[0].startswith("cnn ")}
+        findings = [rc.cnn_attention(cnn)]
+        vit = [r[2] for r in rows if r[0] == "vit"]
+        if vit and cnn:
+            findings.append(rc.vit_vs_cnn(vit[0], max(cnn.values()), epochs, n))
         self.section("ViT / CNN (none, SE, CBAM) / deformable on Fashion-MNIST",
                      f"{epochs} epoch(s) on the first {n} training images, scored on test images; short runs "
-                     "for the report (the README has the full-length results).",
+                     "for the report (the README has the full-length results)." +
+                     (f" Not in this build, so not run: {', '.join(skipped)}." if skipped else ""),
                      self.since(mark), fig,
                      [["model", "parameters", "test accuracy", "images/s"]] +
-                     [[a, b, f"{c:.4f}", f"{d:.0f}"] for a, b, c, d in rows],
-                     [rc.cnn_attention({r[0][4:]: r[2] for r in rows if r[0].startswith("cnn ")})])
+                     [[a, b, f"{c:.4f}", f"{d:.0f}"] for a, b, c, d in rows], findings)
 
     def deformable(self):
         mark = self.mark()
@@ -386,14 +306,15 @@ class Report:
             pass
         return f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
 
-    def write(self, failures, seconds, invocation):
-        """Writes OUT/index.html (attnkit.report_page), ending with the claims table."""
+    def write(self, failures, seconds, invocation, not_run=()):
+        """Writes OUT/index.html (attnkit.report_page), ending with the claims table; `not_run`: the
+        steps not run (yet)."""
         try:
             claims = rc.load_claims(self.claims_path)
         except FileNotFoundError:
             claims = None
         when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-        page = report_page.render(self, failures, seconds, self.machine(), when, invocation, claims)
+        page = report_page.render(self, failures, seconds, self.machine(), when, invocation, claims, list(not_run))
         with open(self.path("index.html"), "w") as f:
             f.write(page)
 
@@ -403,26 +324,47 @@ def main(argv=None):
     ap.add_argument("--out", required=True)
     ap.add_argument("--cli", required=True, help="the attnkit binary to run")
     ap.add_argument("--claims", help="claims table to complete (default: docs/claims.md of the source tree)")
+    ap.add_argument("--sink-model", help="an existing GPT run directory for the sink, streaming and conversion "
+                                         "sections (default: train one at the mode's size)")
+    ap.add_argument("--gate-model", help="an existing gated GPT run directory for the gate section "
+                                         "(default: train one at the mode's size)")
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true")
     g.add_argument("--tiny", action="store_true")
     a = ap.parse_args(argv)
     mode = "tiny" if a.tiny else "quick" if a.quick else "full"
     try:
-        r = Report(os.path.abspath(a.cli), a.out, mode, a.claims)
+        for flag, d in (("--sink-model", a.sink_model), ("--gate-model", a.gate_model)):
+            if d and not os.path.exists(os.path.join(d, "config.json")):
+                print(f"attnkit: error: {flag}: {d}: no config.json (not a model directory)", file=sys.stderr)
+                return 2
+        if a.gate_model:
+            try:
+                gate = json.load(open(os.path.join(a.gate_model, "config.json"))).get("attnkit_gate", "none")
+            except ValueError as e:
+                print(f"attnkit: error: --gate-model: {a.gate_model}/config.json: {e}", file=sys.stderr)
+                return 2
+            if gate == "none":
+                print(f"attnkit: error: --gate-model: {a.gate_model}: the model has no output gate (attnkit_gate)",
+                      file=sys.stderr)
+                return 2
+        r = Report(os.path.abspath(a.cli), a.out, mode, a.claims, a.sink_model, a.gate_model)
     except OSError as e:  # one line, as every attnkit command fails
         print(f"attnkit: error: --out: {a.out}: {e.strerror or e}", file=sys.stderr)
         return 2
     t0 = time.time()
     failures = []
-    for step in (r.kv_cache, r.flash, r.decode, r.gpt, r.bert_vs_gpt, r.vision, r.deformable):
+    argv = sys.argv[1:] if argv is None else argv
+    invocation = shlex.join([os.path.basename(sys.executable), "-m", "attnkit.report", *argv])
+    steps = [r.kv_cache, r.flash, r.decode, r.deformable, r.bert_vs_gpt, r.gpt, r.vision]  # cheap first
+    for i, step in enumerate(steps):
+        r.write(failures, time.time() - t0, invocation, [s.__name__ for s in steps[i:]])
         try:
             step()
         except Exception as e:  # one failed experiment must not lose the others
             failures.append(f"{step.__name__}: {e}")
             print(f"report: {step.__name__} failed: {e}", file=sys.stderr)
-    argv = sys.argv[1:] if argv is None else argv
-    r.write(failures, time.time() - t0, shlex.join([os.path.basename(sys.executable), "-m", "attnkit.report", *argv]))
+    r.write(failures, time.time() - t0, invocation)
     print(f"report: wrote {os.path.join(a.out, 'index.html')} ({len(r.sections)} sections, "
           f"{len(failures)} failed) in {(time.time() - t0) / 60:.1f} min")
     return 1 if failures else 0

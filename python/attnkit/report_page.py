@@ -1,7 +1,9 @@
 """HTML page of `attnkit report`: the header (machine, the exact invocation, what `attnkit` in the
-commands is), one block per section (text, figure, table, what it says about the notes' claims, the
-commands it executed) and the claims table at the end (attnkit.report_claims)."""
+commands is, the sections not run), one block per section (text, figure, table, what it says about
+the notes' claims and docs/claims.md, the commands it executed, and commands it did not execute but
+read from a record, marked as such) and the claims table at the end (attnkit.report_claims)."""
 import html
+import os
 
 from attnkit import report_claims as rc
 
@@ -42,6 +44,8 @@ def finding_html(f, claim, evidence):
             parts.append(f" <b class='contradicts'>It differs from docs/claims.md</b>, which records "
                          f"<i>{esc(claim.verdict)}</i> from the README's and earlier runs' measurements: "
                          f"{esc(claim.measured)}")
+        elif claim:
+            parts.append(" Same verdict as docs/claims.md (the README's and earlier runs' measurements).")
     parts.append("</p>")
     return "".join(parts)
 
@@ -68,8 +72,9 @@ def claims_html(claims, findings, evidence, claims_path):
     return "\n".join(out)
 
 
-def render(r, failures, seconds, machine, when, invocation, claims):
-    """The page of Report `r` as one HTML string; `claims`: [Claim] or None."""
+def render(r, failures, seconds, machine, when, invocation, claims, not_run=()):
+    """The page of Report `r` as one HTML string; `claims`: [Claim] or None; `not_run`: names of the
+    report's steps that have not run (a run in progress or stopped early)."""
     evidence = r.mode != "tiny"
     by_id = {c.id: c for c in claims or []}
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>attnkit report</title>"
@@ -78,9 +83,16 @@ def render(r, failures, seconds, machine, when, invocation, claims):
              f"<p>Machine: {esc(machine)}. Generated {esc(when)} in {seconds / 60:.1f} min by "
              f"<code>{esc(invocation)}</code>. Every figure and table below was measured by this run. Each "
              f"command shown is the one executed, in the output directory, with <code>attnkit</code> = "
-             f"<code>{esc(r.cli)}</code>.</p>"]
+             f"<code>{esc(r.cli)}</code>. The machine may be shared: each command gives the 1-minute load "
+             f"average at its start and end, and timings taken under a load above the core count "
+             f"({os.cpu_count()}) are slowed by other processes.</p>"]
     if failures:
         parts.append("<p><b>Failed sections:</b> " + esc("; ".join(failures)) + "</p>")
+    if not_run:
+        parts.append("<p class='notrun'><b>Not run:</b> " + esc(", ".join(not_run)) + ". This page was written "
+                     "before these steps of the report ran (the run was stopped or is still going); their "
+                     "sections and measurements are missing, and the claims table keeps the documented verdicts "
+                     "for the claims they measure.</p>")
     for s in r.sections:
         parts.append(f"<h2>{esc(s['title'])}</h2><p>{esc(s['text'])}</p>")
         if s["figure"]:
@@ -90,7 +102,12 @@ def render(r, failures, seconds, machine, when, invocation, claims):
         for f in s["findings"]:
             parts.append(finding_html(f, by_id.get(f.id), evidence))
         for c in s["commands"]:
-            parts.append(f"<div class='cmd'>Command: <code>{esc(c)}</code> on {esc(machine)}</div>")
+            load = getattr(r, "loads", {}).get(c)
+            at = f", load average {load[0]:.1f} at its start and {load[1]:.1f} at its end" if load else ""
+            parts.append(f"<div class='cmd'>Command: <code>{esc(c)}</code> on {esc(machine)}{esc(at)}</div>")
+        for where, c in s.get("recorded", ()):
+            parts.append(f"<div class='cmd'>Recorded training command (not run by this report; from "
+                         f"{esc(where)}): <code>{esc(c)}</code></div>")
     parts.append(claims_html(claims, r.findings, evidence, r.claims_path))
     # For headless checks: after load, record whether every image decoded.
     parts.append("<p id='status'>images: not checked</p><script>window.addEventListener('load',()=>{"

@@ -145,6 +145,8 @@ def test_every_figure_is_a_png_and_every_table_has_numbers(report):
     text = (report / "index.html").read_text()
     assert "Failed sections" not in text
     assert text.count("Command: <code>attnkit") >= 8  # every figure names its command and machine
+    assert text.count("Command: <code>") == len(re.findall(r"Command: <code>.*?</code> on [^<]*, load average "
+                                                           r"[0-9.]+ at its start and [0-9.]+ at its end", text))
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is installed by scripts/setup")
@@ -165,3 +167,76 @@ def test_headless_chromium_loads_every_image(report, tmp_path):
 def test_report_needs_out():
     r = subprocess.run([CLI, "report"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--out" in r.stderr
+
+
+def test_every_section_says_what_it_means_for_the_notes_claims(report):
+    """Each section's measurement is tied to the claims it bears on (agreeing, contradicting or
+    informational), so a contradiction cannot go unsaid in a section without findings."""
+    body = (report / "index.html").read_text().split("<h2>Claims of the notes")[0]
+    blocks = body.split("<h2>")[1:]
+    assert len(blocks) >= 10
+    for block in blocks:
+        title = block.split("</h2>")[0]
+        assert re.search(r"<p class='finding'>Claim [A-Z][0-9]+ of the notes", block), title
+
+
+def test_the_sink_sections_describe_the_model_and_its_budget(report):
+    text = html.unescape((report / "index.html").read_text())
+    sinks = text.split("<h2>Attention sinks</h2>")[1].split("<h2>")[0]
+    # --tiny trains 2 layers at context 128 for a few steps: the page says it is below the conditions
+    assert re.search(r"2 layers, d_model 64, .*context 128; trained [0-9]+ steps of", sinks)
+    assert "Below the conditions under which sinks are reported" in sinks
+
+
+def test_an_existing_model_is_profiled_with_its_recorded_training(tmp_path):
+    """--sink-model: the sink sections measure an existing run directory; its training command is
+    listed as recorded in its commands.log, never as a command the report ran."""
+    from attnkit import report as rep
+    from attnkit import report_models as rm
+    run = tmp_path / "run"
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(dict(rm.TINY_SHAPE, attnkit_registers=1)))
+    train = [CLI, "train", "gpt", "--config", str(cfg), "--out", str(run), "--data", "bible", "--steps", "2",
+             "--batch", "2", "--seq", "128", "--checkpoint-every", "0", "--eval-every", "0", "--quiet", "--threads", "1"]
+    subprocess.run(train, check=True, capture_output=True, timeout=120)
+    (run / "commands.log").write_text("$ " + shlex.join(train) + "\n")
+    r = rep.Report(os.path.realpath(CLI), tmp_path / "out", "tiny", sink_model=str(run))
+    r.gpt()
+    sinks, streams = r.sections[0], r.sections[1]
+    assert not any(" train gpt " in c for s in r.sections[:2] for c in s["commands"])
+    assert sinks["recorded"] == [(str(run / "commands.log"), shlex.join(train))]
+    assert "1 learned sink token at position 0; trained 2 steps of 2 × 128 tokens" in sinks["text"]
+    assert sinks["table"][0][3] == "largest head, query 64" and len(sinks["table"]) == 3  # 2 layers
+    assert any("sink-profile" in c and "--query-pos 64" in c for c in sinks["commands"])
+    assert [f.id for f in streams["findings"]] == ["S6", "S7", "S9"]  # the sink token's own cache is streamed
+    assert ["sink token", 1, 127] == streams["table"][-1][:3]
+    assert all(f.verdict is None for f in sinks["findings"])  # 2 steps: below the conditions
+    r.write([], 1, "test")
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert "Recorded training command (not run by this report" in page
+
+
+def test_sink_model_must_be_a_model_directory(tmp_path):
+    r = subprocess.run([CLI, "report", "--out", str(tmp_path / "out"), "--tiny", "--sink-model", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith("attnkit: error: --sink-model:") and "config.json" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_claims_md_lists_the_claims_the_report_measures(report):
+    """docs/claims.md names the claims `attnkit report` measures; they are the ones its sections
+    report findings for (S9 needs a model with a learned sink token, which --tiny does not train)."""
+    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "claims.md"), encoding="utf-8").read()
+    m = re.search(r"\*\*Measured by `attnkit report` itself:\*\* ([A-Z0-9, ]+)\.", text)
+    assert m, "docs/claims.md does not say which claims the report measures"
+    listed = set(m.group(1).split(", "))
+    found = set(re.findall(r"<p class='finding'>Claim ([A-Z][0-9]+) of the notes", (report / "index.html").read_text()))
+    assert listed == found | {"S9"}, (sorted(listed - found), sorted(found - listed))
+
+
+def test_gate_model_must_have_a_gate(tmp_path):
+    from attnkit import report_models as rm
+    (tmp_path / "config.json").write_text(json.dumps(rm.TINY_SHAPE))
+    r = subprocess.run([CLI, "report", "--out", str(tmp_path / "out"), "--tiny", "--gate-model", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith("attnkit: error: --gate-model:") and "no output gate" in r.stderr

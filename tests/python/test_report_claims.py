@@ -64,3 +64,32 @@ def test_table_rows_take_this_runs_verdict_only_where_measured():
     tiny = rc.table_rows(claims, findings, evidence=False)
     assert [r[2] for r in tiny] == [c.verdict for c in claims] and not any(r[5] for r in tiny)
     assert rc.summary(rows) == {"reproduced": 1, "partly": 0, "not reproduced": 2, "not tested": 0}
+
+
+def test_sink_rules_apply_their_thresholds_and_defer_below_the_conditions():
+    assert rc.massive_activations(12.0, 3.0).verdict == "reproduced"
+    assert rc.massive_activations(4.0, 1.2).verdict == "partly"
+    assert rc.massive_activations(1.7, 1.6).verdict == "not reproduced"
+    assert rc.sink_token(0.45, 30.0, 5.0).verdict == "reproduced"
+    assert rc.sink_token(0.45, 5.1, 5.0).verdict == "partly"
+    assert rc.sink_token(0.01, 5.1, 5.0).verdict == "not reproduced"
+    assert rc.gate_sink(0.40, 0.70, 0.05).verdict == "reproduced"
+    assert rc.gate_sink(0.40, 0.70, 0.15).verdict == "partly"
+    assert rc.gate_sink(0.40, 0.70, 0.30).verdict == "not reproduced"
+    assert rc.gate_sink(0.002, 0.004, 0.001).verdict is None  # no sink to remove
+    # a model below the sink conditions: the sink findings are informational, S7 is not about sinks
+    short = ["300 training steps < 1000"]
+    assert rc.sink_share(0.2, 0.6, 24, 511, short).verdict is None
+    assert "300 training steps < 1000" in rc.sink_share(0.2, 0.6, 24, 511, short).why
+    assert rc.massive_activations(12.0, 3.0, short).verdict is None
+    assert rc.sink_token(0.45, 30.0, 5.0, short).verdict is None
+    s6, s7 = rc.eviction(400.0, 10.5, 30.0, short)
+    assert (s6.verdict, s7.verdict) == (None, "reproduced")
+
+
+def test_arithmetic_and_supervision_rules():
+    assert rc.kv_read_time(0.025641, 0.003205).verdict == "reproduced"
+    assert rc.kv_read_time(0.0513, 0.00641).verdict == "not reproduced"  # a halved bandwidth
+    assert rc.bert_positions(14.7).verdict == "reproduced"
+    assert rc.bert_positions(30.0).verdict == "not reproduced"
+    assert rc.vit_vs_cnn(0.30, 0.70, 1, 6000).verdict is None
