@@ -123,17 +123,25 @@ class Decoder {
     ValueKernel values;
   };
 
+  struct Partial {
+    float *m, *l, *o;
+  };
+  // Splits an item's partial buffer into running max m [Hkv·rows], sum l [Hkv·rows] and
+  // unnormalised output o [Hkv·rows·D], reset to (-inf, 0, 0).
+  Partial reset_partial(float* partial) const {
+    const Partial p{partial, partial + hkv_ * rows_, partial + 2 * hkv_ * rows_};
+    std::fill(p.m, p.m + hkv_ * rows_, kNegInf);
+    std::fill(p.l, p.l + hkv_ * rows_, 0.0f);
+    std::fill(p.o, p.o + hkv_ * rows_ * d_, 0.0f);
+    return p;
+  }
+
   void run_item(const Item& it, const Kernels& kn, Workspace& ws, float* partial) const {
-    float* m = partial;
-    float* l = partial + hkv_ * rows_;
-    float* o = partial + 2 * hkv_ * rows_;
+    const auto [m, l, o] = reset_partial(partial);
     const float* q = queries_.data() + it.b * hkv_ * rows_ * d_;  // [Hkv][n·G][D], scaled (+ rope)
     float* s = ws.alloc<float>(size_t(hkv_ * rows_ * bt_));  // [Hkv][n·G][bt] scores → P
     float* rotated = rope_ ? ws.alloc<float>(size_t(bt_ * hkv_ * d_)) : nullptr;  // [bt][Hkv][D]
     const int64_t held = p_.held[size_t(it.b)];
-    std::fill(m, m + hkv_ * rows_, kNegInf);
-    std::fill(l, l + hkv_ * rows_, 0.0f);
-    std::fill(o, o + hkv_ * rows_ * d_, 0.0f);
     const KeyRange first = vis(0, held), last = vis(n_ - 1, held);
     const int64_t token_bytes = hkv_ * d_ * elem_;
     for (int64_t ri = it.run_begin; ri < it.run_end; ++ri) {
@@ -202,9 +210,7 @@ class Decoder {
   // masked blocks then score, mask and softmax in three passes.
   void run_item_wide(const Item& it, Workspace& ws, float* partial) const {
     using decode::kWideTokens;
-    float* m = partial;
-    float* l = partial + hkv_ * rows_;
-    float* o = partial + 2 * hkv_ * rows_;
+    const auto [m, l, o] = reset_partial(partial);
     const int64_t per_seq = hkv_ * rows_ * d_;
     const float* qt = queries_.data() + (int64_t(a_.seqs.size()) + it.b) * per_seq;  // [Hkv][D][n·G]
     float* pt = ws.alloc<float>(size_t(kWideTokens * rows_));     // [bt][n·G] scores → P
@@ -216,9 +222,6 @@ class Decoder {
     } kern{decode::wide_scores_softmax(cfg_.dtype), decode::wide_scores_softmax(DType::f32),
            decode::wide_values_stored(cfg_.dtype)};
     const int64_t held = p_.held[size_t(it.b)];
-    std::fill(m, m + hkv_ * rows_, kNegInf);
-    std::fill(l, l + hkv_ * rows_, 0.0f);
-    std::fill(o, o + hkv_ * rows_ * d_, 0.0f);
     const KeyRange first = vis(0, held), last = vis(n_ - 1, held);
     const int64_t token_bytes = hkv_ * d_ * elem_;
     for (int64_t ri = it.run_begin; ri < it.run_end; ++ri) {
