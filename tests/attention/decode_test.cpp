@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "attention/attention_problem.hpp"
@@ -254,22 +255,30 @@ TEST(Decode, WideGroupsRaiseTheirMaxMidBlock) {
   }
 }
 
+// Decodes q (one token of sequence 0) against cache with 1 thread, then with 2.
+std::pair<Decoded, Decoded> run_on_one_and_two_threads(const KVCache& cache,
+                                                       const std::vector<float>& q, int64_t h,
+                                                       int64_t d) {
+  const std::vector<int64_t> seqs{0};
+  std::pair<Decoded, Decoded> r;
+  {
+    ThreadCountScope t(1);
+    r.first = run(true, {}, cache, seqs, q, h, d);
+  }
+  {
+    ThreadCountScope t(2);
+    r.second = run(true, {}, cache, seqs, q, h, d);
+  }
+  return r;
+}
+
 TEST(Decode, SameBitsForAnyThreadCount) {
   const int64_t h = 8, hkv = 8, d = 32, len = 3000;
   KVCache cache({.kv_heads = hkv, .head_dim = d, .capacity = len, .dtype = DType::bf16});
   cache.add_sequence();
   const auto k = randn(len * hkv * d, 12), q = randn(h * d, 13);
   cache.append(0, 0, ConstView3::contiguous(k.data(), {len, hkv, d}), ConstView3::contiguous(k.data(), {len, hkv, d}));
-  const std::vector<int64_t> seqs{0};
-  Decoded one, two;
-  {
-    ThreadCountScope t(1);
-    one = run(true, {}, cache, seqs, q, h, d);
-  }
-  {
-    ThreadCountScope t(2);
-    two = run(true, {}, cache, seqs, q, h, d);
-  }
+  const auto [one, two] = run_on_one_and_two_threads(cache, q, h, d);
   EXPECT_EQ(one.out, two.out);
 }
 
@@ -280,16 +289,7 @@ TEST(Decode, WideGroupsSameBitsForAnyThreadCount) {
   cache.add_sequence();
   const auto k = randn(len * d, 14), v = randn(len * d, 15), q = randn(h * d, 16);
   cache.append(0, 0, ConstView3::contiguous(k.data(), {len, 1, d}), ConstView3::contiguous(v.data(), {len, 1, d}));
-  const std::vector<int64_t> seqs{0};
-  Decoded one, two;
-  {
-    ThreadCountScope t(1);
-    one = run(true, {}, cache, seqs, q, h, d);
-  }
-  {
-    ThreadCountScope t(2);
-    two = run(true, {}, cache, seqs, q, h, d);
-  }
+  const auto [one, two] = run_on_one_and_two_threads(cache, q, h, d);
   EXPECT_EQ(one.out, two.out);
   EXPECT_EQ(one.lse, two.lse);
 }
