@@ -1,18 +1,21 @@
-// Flash attention backward (FlashAttention-2, Dao 2023, Algorithm 2) on OpenBLAS tiles.
+// Flash attention backward (FlashAttention-2, Dao 2023, Algorithm 2).
 // From the forward: P = exp(t + bias - lse) with t = softcap(scale·q·kᵀ) and the constant ALiBi
 // bias, out = (P∘Z)·v (Z = dropout).
 // Then Δ_i = dO_i·out_i, dV = (P∘Z)ᵀ·dO, dP = Z∘(dO·Vᵀ), dS = P∘(dP - Δ)∘(1 - (t/c)²),
 // dK = dSᵀ·(scale·Q), dQ = scale·dS·K, and for sinks d b_h = -Σ_i exp(b_h - lse_i)·Δ_i.
 // Work items are (sequence, KV head, key tile); each owns its rows of dK/dV, which it sums over
 // the G stacked query heads (no H-sized temporary). dQ needs a sum over key tiles: when there are
-// enough (sequence, KV head) pairs, one item walks all key tiles of its pair in order and adds
-// into dQ directly (5 GEMMs per block); otherwise a second pass over query tiles recomputes dS
-// for dQ (7 GEMMs). The choice depends on the shape only, never on the thread count.
-// S = Q·Kᵀ and dP = dO·Vᵀ run on the forward's packed score kernel (flash_tile_kernels.hpp: the
-// key tile's K and V packed once per key tile, Q and dO once per query tile); the products that
-// contract over query rows or keys (dV, dK, dQ) run on OpenBLAS sgemm.
+// enough (sequence, KV head) pairs, one item takes a whole pair: it loads the pair's Q and dO once,
+// walks all key tiles in order and sums dQ in a buffer of the pair's rows (5 products per block);
+// otherwise a second pass over query tiles recomputes dS for dQ (7 products). The choice depends
+// on the shape only, never on the thread count.
+// The five products run on attnkit's packed micro-kernels (flash_tile_kernels.hpp): Q and dO
+// panel-packed once per load, K and V of a key tile packed once per key tile, P and dS read in
+// place for the transposed products. FlashProductsScope(blas) runs all five on OpenBLAS sgemm.
+// PyTorch: torch.autograd.grad of softmax(q @ k.T * scale + mask) @ v.
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "attnkit/core/parallel.hpp"
@@ -27,127 +30,250 @@ namespace {
 
 using flash::Context;
 using flash::kNegInf;
+constexpr int64_t kLs = flash::kBwdScoreStride;  // row stride of P, dS and t
+constexpr int64_t kFusedMinPairs = 8;            // (sequence, KV head) pairs needed to fuse dQ
+// Floats a fused item may hold for its pair's Q, dO and dQ; longer sequences take the two passes.
+constexpr int64_t kFusedBudget = int64_t(1) << 24;
 
-constexpr int64_t kFusedMinPairs = 8;  // (sequence, KV head) pairs needed to fuse dQ
-// Row stride of P, dS and t: a key tile plus one cache line (no L1 set aliasing across rows).
-constexpr int64_t kLs = FlashTiles::kBwdKeyTile + 16;
-static_assert(kLs % flash::kLanes == 0);
+// Query positions per block: about kBwdRowsPerTile stacked rows, and a whole number of row blocks
+// (so a pair's packed rows split into blocks on row-block boundaries).
+int64_t block_positions(int64_t g) {
+  const int64_t step = flash::kRowBlock / std::gcd(g, flash::kRowBlock);
+  const int64_t p =
+      flash::positions_per_tile(FlashTiles::kBwdRowsPerTile, g, FlashTiles::kMaxQueryTile);
+  return std::max(step, p / step * step);
+}
 
-struct Buffers {   // per-thread scratch for one (query tile × key tile) block
-  float* q;        // [rows, D] scale·Q
-  float* dout;     // [rows, D] dO
-  float* qp;       // scale·Q packed as row blocks (flash::pack_queries)
-  float* doutp;    // dO packed as row blocks
-  float* kp;       // K of the key tile packed as Kᵀ panels (flash::pack_keys)
-  float* vp;       // V of the key tile packed as Kᵀ panels
-  float* lse;      // [rows]
-  float* delta;    // [rows] Δ
-  float* p;        // [rows, kLs] probabilities
-  float* ds;       // [rows, kLs] dP, then dS
-  float* t;        // [rows, kLs] softcapped scores before ALiBi (softcap only)
-  float* dq;       // [rows, D]
-  float* dk;       // [kBwdKeyTile, D]
-  float* dv;       // [kBwdKeyTile, D]
+struct QueryRows {  // rows [0, n) = positions [i0, i0 + n/G) × G of one pair, position-major
+  int64_t i0 = 0, n = 0, stride = 0;  // stride: panel stride of q and dout (packed layout)
+  float* q;      // scale·Q: packed [ceil(D/NV), n_pad, NV] (pad rows zero); blas [n, D]
+  float* dout;   // dO, same layout
+  float* lse;    // [n]
+  float* delta;  // [n] Δ
+  float* dq;     // [n_pad, ldo] Σ dS·K over key tiles (scaled when written out)
+};
+
+struct KeyBlock {  // one key tile of one pair
+  int64_t j0 = 0, j1 = 0;
+  float* kp;  // K as Kᵀ panels (flash::pack_keys), packed path
+  float* vp;  // V as Kᵀ panels
+  float* kc;  // K panel-packed [ceil(D/NV), j1 - j0, NV]
+  float* dk;  // [round_up(kBwdKeyTile, MR), ldo]
+  float* dv;
+};
+
+struct Scratch {  // [rows_pad, kLs] each
+  float* p;       // probabilities (P∘Z after probabilities_and_ds)
+  float* ds;      // dP, then dS
+  float* t;       // softcapped scores before ALiBi (softcap only)
+};
+
+struct Buffers {
+  QueryRows rows;
+  KeyBlock keys;
+  Scratch sc;
 };
 
 class Backward {
  public:
-  Backward(const Context& c, const AttentionGrads& g, const float* delta, int64_t positions)
-      : c_(c), g_(g), delta_(delta), positions_(positions) {}
+  Backward(const Context& c, const AttentionGrads& g, const float* delta, int64_t positions,
+           bool packed)
+      : c_(c), g_(g), delta_(delta), positions_(positions), packed_(packed),
+        ldo_(packed ? flash::padded_dim(c.d) : c.d) {}
 
-  // dK, dV of keys [j0, j1) of KV head hk in sequence b; adds scale·dS·K into dQ if fuse_dq.
-  void key_tile(int64_t b, int64_t hk, int64_t j0, int64_t j1, bool fuse_dq, Buffers& w) const {
+  int64_t ldo() const { return ldo_; }
+
+  // dK, dV, dQ of one (sequence, KV head) pair: w.rows is sized for all its query positions.
+  void pair(int64_t b, int64_t hk, Buffers& w) const {
     const SeqSpan s = sequence_span(c_.args, b);
-    const int64_t lq = s.q_end - s.q_begin, lk = s.k_end - s.k_begin, nk = j1 - j0;
-    std::fill(w.dk, w.dk + nk * c_.d, 0.0f);
-    std::fill(w.dv, w.dv + nk * c_.d, 0.0f);
-    const float* k = c_.args.k.ptr(s.k_begin + j0, hk);
-    pack_key_tile(s, hk, j0, j1, w);
-    for (int64_t i0 = 0; i0 < lq; i0 += positions_) {
+    const int64_t lq = s.q_end - s.q_begin, lk = s.k_end - s.k_begin;
+    load_rows(s, b, hk, 0, lq, w.rows);
+    for (int64_t j0 = 0; j0 < lk; j0 += FlashTiles::kBwdKeyTile) {
+      load_keys(s, hk, j0, std::min(j0 + FlashTiles::kBwdKeyTile, lk), w.keys);
+      sweep(s, b, hk, w.rows, w.keys, true, w.sc);
+      store_keys(s, hk, w.keys);
+    }
+    store_dq(s, hk, w.rows);
+  }
+
+  // dK, dV of keys [j0, j1) of KV head hk in sequence b, loading query rows block by block.
+  void key_tile(int64_t b, int64_t hk, int64_t j0, int64_t j1, Buffers& w) const {
+    const SeqSpan s = sequence_span(c_.args, b);
+    const int64_t lq = s.q_end - s.q_begin, lk = s.k_end - s.k_begin;
+    load_keys(s, hk, j0, j1, w.keys);
+    for (int64_t i0 = first_position(0, lq, j0, lq, lk); i0 < lq; i0 += positions_) {
       const int64_t i1 = std::min(i0 + positions_, lq);
-      if (visible_keys(c_.opts, i1 - 1, lq, lk).hi <= j0) continue;  // tile ends before the keys
-      if (visible_keys(c_.opts, i0, lq, lk).lo >= j1) break;          // and every later one too
-      const int64_t rows = (i1 - i0) * c_.g;
-      load_rows(s, b, hk, i0, i1, w);
-      probabilities_and_ds(s, b, hk, i0, i1, j0, j1, w);
-      // dV += (P∘Z)ᵀ·dO, dK += dSᵀ·(scale·Q); w.p holds P∘Z after probabilities_and_ds.
-      sgemm(true, false, nk, c_.d, rows, 1.0f, w.p, kLs, w.dout, c_.d, 1.0f, w.dv, c_.d);
-      sgemm(true, false, nk, c_.d, rows, 1.0f, w.ds, kLs, w.q, c_.d, 1.0f, w.dk, c_.d);
-      if (fuse_dq) {
-        sgemm(false, false, rows, c_.d, nk, c_.scale, w.ds, kLs, k, c_.ld(c_.args.k), 0.0f, w.dq,
-              c_.d);
-        scatter_add_dq(s, hk, i0, i1, w.dq);
-      }
+      if (visible_keys(c_.opts, i0, lq, lk).lo >= j1) break;  // this block and every later one
+      load_rows(s, b, hk, i0, i1, w.rows);
+      sweep(s, b, hk, w.rows, w.keys, false, w.sc);
     }
-    for (int64_t j = 0; j < nk; ++j) {
-      std::copy_n(w.dk + j * c_.d, c_.d, g_.d_k.ptr(s.k_begin + j0 + j, hk));
-      std::copy_n(w.dv + j * c_.d, c_.d, g_.d_v.ptr(s.k_begin + j0 + j, hk));
-    }
+    store_keys(s, hk, w.keys);
   }
 
   // dQ of query positions [i0, i1) of KV group hk in sequence b (the unfused second pass).
   void query_tile(int64_t b, int64_t hk, int64_t i0, int64_t i1, Buffers& w) const {
     const SeqSpan s = sequence_span(c_.args, b);
     const int64_t lq = s.q_end - s.q_begin, lk = s.k_end - s.k_begin;
-    const int64_t rows = (i1 - i0) * c_.g;
-    const int64_t lo = visible_keys(c_.opts, i0, lq, lk).lo;
+    const int64_t lo = visible_keys(c_.opts, i0, lq, lk).lo / FlashTiles::kBwdKeyTile *
+                       FlashTiles::kBwdKeyTile;
     const int64_t hi = visible_keys(c_.opts, i1 - 1, lq, lk).hi;
-    load_rows(s, b, hk, i0, i1, w);
-    std::fill(w.dq, w.dq + rows * c_.d, 0.0f);
+    load_rows(s, b, hk, i0, i1, w.rows);
     for (int64_t j0 = lo; j0 < hi; j0 += FlashTiles::kBwdKeyTile) {
-      const int64_t j1 = std::min(j0 + FlashTiles::kBwdKeyTile, hi), nk = j1 - j0;
-      pack_key_tile(s, hk, j0, j1, w);
-      probabilities_and_ds(s, b, hk, i0, i1, j0, j1, w);
-      sgemm(false, false, rows, c_.d, nk, c_.scale, w.ds, kLs, c_.args.k.ptr(s.k_begin + j0, hk),
-            c_.ld(c_.args.k), 1.0f, w.dq, c_.d);
+      load_keys(s, hk, j0, std::min(j0 + FlashTiles::kBwdKeyTile, lk), w.keys);
+      block(s, b, hk, w.rows, 0, w.rows.n, w.keys, false, true, w.sc);
     }
-    for (int64_t r = 0; r < rows; ++r)
-      std::copy_n(w.dq + r * c_.d, c_.d, g_.d_q.ptr(s.q_begin + i0 + r / c_.g, head(hk, r)));
+    store_dq(s, hk, w.rows);
   }
 
  private:
   int64_t head(int64_t hk, int64_t row) const { return hk * c_.g + row % c_.g; }
 
-  // w.kp, w.vp = K and V of keys [j0, j1) of KV head hk packed as Kᵀ panels.
-  void pack_key_tile(const SeqSpan& s, int64_t hk, int64_t j0, int64_t j1, Buffers& w) const {
-    const auto& a = c_.args;
-    flash::pack_keys(a.k.ptr(s.k_begin + j0, hk), c_.ld(a.k), j1 - j0, c_.d, w.kp);
-    flash::pack_keys(a.v.ptr(s.k_begin + j0, hk), c_.ld(a.v), j1 - j0, c_.d, w.vp);
+  // The first position of [i0, i1) at or after which positions see keys at or past j0, rounded
+  // down to a whole number of row blocks from i0 (visible ranges only move right with i).
+  int64_t first_position(int64_t i0, int64_t i1, int64_t j0, int64_t lq, int64_t lk) const {
+    int64_t lo = i0, hi = i1;
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (visible_keys(c_.opts, mid, lq, lk).hi <= j0) lo = mid + 1; else hi = mid;
+    }
+    return i0 + (lo - i0) / row_step() * row_step();
   }
+  int64_t row_step() const { return flash::kRowBlock / std::gcd(c_.g, flash::kRowBlock); }
 
-  void load_rows(const SeqSpan& s, int64_t b, int64_t hk, int64_t i0, int64_t i1,
-                 Buffers& w) const {
-    flash::gather_rows(c_.args.q, c_, s.q_begin, hk, i0, i1, c_.scale, w.q);
-    flash::gather_rows(g_.d_out, c_, s.q_begin, hk, i0, i1, 1.0f, w.dout);
-    flash::pack_queries(w.q, (i1 - i0) * c_.g, c_.d, w.qp);
-    flash::pack_queries(w.dout, (i1 - i0) * c_.g, c_.d, w.doutp);
-    const int64_t tq = c_.args.q.shape[0];
-    for (int64_t r = 0; r < (i1 - i0) * c_.g; ++r) {
-      const int64_t token = s.q_begin + i0 + r / c_.g, h = head(hk, r);
-      w.lse[r] = c_.args.lse(h, token);
-      w.delta[r] = delta_[h * tq + token];
+  // The blocks of q's rows that see keys of kb (q spans whole blocks of positions_ from q.i0).
+  void sweep(const SeqSpan& s, int64_t b, int64_t hk, const QueryRows& q, const KeyBlock& kb,
+             bool with_dq, const Scratch& sc) const {
+    const int64_t lq = s.q_end - s.q_begin, lk = s.k_end - s.k_begin;
+    const int64_t i_end = q.i0 + q.n / c_.g;
+    for (int64_t i0 = first_position(q.i0, i_end, kb.j0, lq, lk); i0 < i_end; i0 += positions_) {
+      const int64_t i1 = std::min(i0 + positions_, i_end);
+      if (visible_keys(c_.opts, i0, lq, lk).lo >= kb.j1) break;
+      block(s, b, hk, q, (i0 - q.i0) * c_.g, (i1 - q.i0) * c_.g, kb, true, with_dq, sc);
     }
   }
 
-  // w.p = P∘Z and w.ds = dS for rows of positions [i0, i1) against keys [j0, j1).
-  void probabilities_and_ds(const SeqSpan& s, int64_t b, int64_t hk, int64_t i0, int64_t i1,
-                            int64_t j0, int64_t j1, Buffers& w) const {
-    const int64_t lq = s.q_end - s.q_begin, lk = s.k_end - s.k_begin;
-    const int64_t rows = (i1 - i0) * c_.g, nk = j1 - j0;
+  // Rows [r0, r1) of q against the keys of kb: S, dP, then dV, dK (with_dkdv) and dQ (with_dq).
+  // Keys past the last one the block's final position sees are left out, a key panel at a time.
+  void block(const SeqSpan& s, int64_t b, int64_t hk, const QueryRows& q, int64_t r0, int64_t r1,
+             const KeyBlock& kb, bool with_dkdv, bool with_dq, const Scratch& sc) const {
+    const int64_t lq = s.q_end - s.q_begin, lk = s.k_end - s.k_begin, d = c_.d;
+    const int64_t last = q.i0 + (r1 - 1) / c_.g;
+    const int64_t seen = visible_keys(c_.opts, last, lq, lk).hi - kb.j0;
+    if (seen <= 0) return;
+    const int64_t nk = kb.j1 - kb.j0, n = std::min(nk, flash::round_up(seen, flash::kKeyPanel));
+    const int64_t rows = r1 - r0;
     const auto& a = c_.args;
-    flash::tile_scores(w.qp, rows, w.kp, nk, c_.d, w.p, kLs);
-    flash::tile_scores(w.doutp, rows, w.vp, nk, c_.d, w.ds, kLs);
+    const float* k = a.k.ptr(s.k_begin + kb.j0, hk);
+    if (packed_) {
+      flash::tile_scores_panels(q.q + r0 * flash::kValuePanel, q.stride, rows, kb.kp, n, d, sc.p,
+                                kLs);
+      flash::tile_scores_panels(q.dout + r0 * flash::kValuePanel, q.stride, rows, kb.vp, n, d,
+                                sc.ds, kLs);
+    } else {
+      sgemm(false, true, rows, n, d, 1.0f, q.q + r0 * d, d, k, c_.ld(a.k), 0.0f, sc.p, kLs);
+      sgemm(false, true, rows, n, d, 1.0f, q.dout + r0 * d, d, a.v.ptr(s.k_begin + kb.j0, hk),
+            c_.ld(a.v), 0.0f, sc.ds, kLs);
+    }
+    probabilities_and_ds(s, b, hk, q, r0, r1, kb.j0, n, sc);
+    if (with_dkdv) {  // dV += (P∘Z)ᵀ·dO, dK += dSᵀ·(scale·Q)
+      if (packed_) {
+        flash::tile_accumulate_transposed(sc.p, n, rows, q.dout + r0 * flash::kValuePanel,
+                                          q.stride, d, kb.dv, ldo_);
+        flash::tile_accumulate_transposed(sc.ds, n, rows, q.q + r0 * flash::kValuePanel,
+                                          q.stride, d, kb.dk, ldo_);
+      } else {
+        sgemm(true, false, n, d, rows, 1.0f, sc.p, kLs, q.dout + r0 * d, d, 1.0f, kb.dv, ldo_);
+        sgemm(true, false, n, d, rows, 1.0f, sc.ds, kLs, q.q + r0 * d, d, 1.0f, kb.dk, ldo_);
+      }
+    }
+    if (with_dq) {  // dQ += dS·K (scale applied in store_dq)
+      if (packed_)
+        flash::tile_accumulate_rows(sc.ds, rows, kb.kc, nk * flash::kValuePanel, n, d,
+                                    q.dq + r0 * ldo_, ldo_);
+      else
+        sgemm(false, false, rows, d, n, 1.0f, sc.ds, kLs, k, c_.ld(a.k), 1.0f, q.dq + r0 * ldo_,
+              ldo_);
+    }
+  }
+
+  // q = positions [i0, i1) of pair (b, hk): scale·Q and dO in the path's layout, lse, Δ, dQ = 0.
+  void load_rows(const SeqSpan& s, int64_t b, int64_t hk, int64_t i0, int64_t i1,
+                 QueryRows& q) const {
+    (void)b;
+    const int64_t n = (i1 - i0) * c_.g, n_pad = flash::round_up(n, flash::kRowBlock);
+    q.i0 = i0;
+    q.n = n;
+    q.stride = n_pad * flash::kValuePanel;
+    const int64_t tq = c_.args.q.shape[0];
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t token = s.q_begin + i0 + r / c_.g, h = head(hk, r);
+      const float* qs = c_.args.q.ptr(token, h);
+      const float* ds = g_.d_out.ptr(token, h);
+      if (packed_) {
+        flash::pack_panel_row(qs, c_.scale, c_.d, q.q + r * flash::kValuePanel, q.stride);
+        flash::pack_panel_row(ds, 1.0f, c_.d, q.dout + r * flash::kValuePanel, q.stride);
+      } else {
+        for (int64_t e = 0; e < c_.d; ++e) q.q[r * c_.d + e] = c_.scale * qs[e];
+        std::copy_n(ds, c_.d, q.dout + r * c_.d);
+      }
+      q.lse[r] = c_.args.lse(h, token);
+      q.delta[r] = delta_[h * tq + token];
+    }
+    if (packed_)  // zero pad rows: the score kernels read whole row blocks
+      for (int64_t c0 = 0; c0 < c_.d; c0 += flash::kValuePanel)
+        for (float* x : {q.q, q.dout})
+          std::fill(x + c0 / flash::kValuePanel * q.stride + n * flash::kValuePanel,
+                    x + c0 / flash::kValuePanel * q.stride + n_pad * flash::kValuePanel, 0.0f);
+    std::fill(q.dq, q.dq + n_pad * ldo_, 0.0f);
+  }
+
+  // kb = keys [j0, j1) of KV head hk: packed K and V (packed path), dK = dV = 0.
+  void load_keys(const SeqSpan& s, int64_t hk, int64_t j0, int64_t j1, KeyBlock& kb) const {
+    const auto& a = c_.args;
+    kb.j0 = j0;
+    kb.j1 = j1;
+    if (packed_) {
+      flash::pack_keys(a.k.ptr(s.k_begin + j0, hk), c_.ld(a.k), j1 - j0, c_.d, kb.kp);
+      flash::pack_keys(a.v.ptr(s.k_begin + j0, hk), c_.ld(a.v), j1 - j0, c_.d, kb.vp);
+      flash::pack_values(a.k.ptr(s.k_begin + j0, hk), c_.ld(a.k), j1 - j0, c_.d, kb.kc);
+    }
+    std::fill(kb.dk, kb.dk + (j1 - j0) * ldo_, 0.0f);
+    std::fill(kb.dv, kb.dv + (j1 - j0) * ldo_, 0.0f);
+  }
+
+  void store_keys(const SeqSpan& s, int64_t hk, const KeyBlock& kb) const {
+    for (int64_t j = 0; j < kb.j1 - kb.j0; ++j) {
+      std::copy_n(kb.dk + j * ldo_, c_.d, g_.d_k.ptr(s.k_begin + kb.j0 + j, hk));
+      std::copy_n(kb.dv + j * ldo_, c_.d, g_.d_v.ptr(s.k_begin + kb.j0 + j, hk));
+    }
+  }
+
+  void store_dq(const SeqSpan& s, int64_t hk, const QueryRows& q) const {
+    for (int64_t r = 0; r < q.n; ++r) {
+      float* dst = g_.d_q.ptr(s.q_begin + q.i0 + r / c_.g, head(hk, r));
+      const float* src = q.dq + r * ldo_;
+      for (int64_t e = 0; e < c_.d; ++e) dst[e] = c_.scale * src[e];
+    }
+  }
+
+  // sc.p = P∘Z and sc.ds = dS for rows [r0, r1) of q against keys [j0, j0 + nk); on entry they
+  // hold S and dP.
+  void probabilities_and_ds(const SeqSpan& s, int64_t b, int64_t hk, const QueryRows& q,
+                            int64_t r0, int64_t r1, int64_t j0, int64_t nk,
+                            const Scratch& sc) const {
+    const int64_t lq = s.q_end - s.q_begin, lk = s.k_end - s.k_begin;
+    const auto& a = c_.args;
     const float cap = c_.opts.softcap;
-    for (int64_t r = 0; r < rows; ++r) {
-      float* p = w.p + r * kLs;
-      float* ds = w.ds + r * kLs;
-      const int64_t i = i0 + r / c_.g;
-      if (w.lse[r] == kNegInf) {  // fully masked row: P = 0, no gradient
+    for (int64_t r = r0; r < r1; ++r) {
+      float* p = sc.p + (r - r0) * kLs;
+      float* ds = sc.ds + (r - r0) * kLs;
+      const int64_t i = q.i0 + r / c_.g;
+      if (q.lse[r] == kNegInf) {  // fully masked row: P = 0, no gradient
         std::fill(p, p + nk, 0.0f);
         std::fill(ds, ds + nk, 0.0f);
         continue;
       }
-      float* t = cap > 0 ? w.t + r * kLs : nullptr;
+      float* t = cap > 0 ? sc.t + (r - r0) * kLs : nullptr;
       if (t) {
         softcap_inplace(p, nk, cap);
         std::copy_n(p, nk, t);  // the softcap derivative needs t before the bias
@@ -157,9 +283,9 @@ class Backward {
         if (slope != 0) flash::alibi_row(p, nk, j0, i + lk - lq, slope);
       }
       flash::mask_row(p, nk, j0, visible_keys(c_.opts, i, lq, lk));
-      exp_sub_sum(p, nk, w.lse[r]);
+      exp_sub_sum(p, nk, q.lse[r]);
+      const float delta = q.delta[r];
       if (c_.opts.dropout_p > 0) {  // dP ∘= Z; dS needs the undropped P, dV the dropped one
-        const float delta = w.delta[r];
         float z[flash::kDropoutChunk];  // one mask draw serves dS and P
         for (int64_t c0 = 0; c0 < nk; c0 += flash::kDropoutChunk) {
           const int64_t m = std::min(flash::kDropoutChunk, nk - c0);
@@ -170,7 +296,6 @@ class Backward {
           }
         }
       } else {
-        const float delta = w.delta[r];
         for (int64_t j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - delta);
       }
       if (t)
@@ -181,19 +306,12 @@ class Backward {
     }
   }
 
-  void scatter_add_dq(const SeqSpan& s, int64_t hk, int64_t i0, int64_t i1,
-                      const float* dq) const {
-    for (int64_t r = 0; r < (i1 - i0) * c_.g; ++r) {
-      float* dst = g_.d_q.ptr(s.q_begin + i0 + r / c_.g, head(hk, r));
-      const float* src = dq + r * c_.d;
-      for (int64_t e = 0; e < c_.d; ++e) dst[e] += src[e];
-    }
-  }
-
   const Context& c_;
   const AttentionGrads& g_;
   const float* delta_;  // [H, Tq]
   int64_t positions_;
+  bool packed_;
+  int64_t ldo_;  // row stride of dQ, dK and dV buffers
 };
 
 // Δ[h, t] = dO·out per row, and d_sink[h] = -Σ_t exp(b_h - lse[h, t])·Δ[h, t] (ordered sums).
@@ -223,40 +341,58 @@ void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs&
   for (const auto* v : {&grads.d_q, &grads.d_k, &grads.d_v})
     check(v->inner_contiguous(), "d_q, d_k, d_v: last dimension must be contiguous");
   const Context c(opts, args);
-  const int64_t positions =
-      flash::positions_per_tile(FlashTiles::kBwdRowsPerTile, c.g, FlashTiles::kMaxQueryTile);
-  const int64_t rows = positions * c.g, kt = FlashTiles::kBwdKeyTile, d = c.d;
-  const int64_t rows_pad = flash::round_up(rows, flash::kRowBlock);
-  const int64_t packed_tile = flash::packed_keys_size(kt, d);
+  const bool packed = flash_products() != FlashProducts::blas;
+  const int64_t positions = block_positions(c.g);
+  const int64_t kt = FlashTiles::kBwdKeyTile, d = c.d, mr = flash::kRowBlock;
+  const int64_t ldo = packed ? flash::padded_dim(d) : d;
   const std::vector<float> delta = row_deltas(c, grads);
-  const Backward bwd(c, grads, delta.data(), positions);
+  const Backward bwd(c, grads, delta.data(), positions, packed);
 
   const int64_t nseq = num_sequences(args);
-  const bool fuse_dq = nseq * c.hkv >= kFusedMinPairs;
-  for (int64_t t = 0; t < args.q.shape[0]; ++t)
-    for (int64_t h = 0; h < c.h; ++h) std::fill_n(grads.d_q.ptr(t, h), d, 0.0f);
-
-  const size_t bytes = sizeof(float) * size_t(3 * rows * d + 2 * rows_pad * d + 2 * packed_tile +
-                                              2 * rows + 3 * rows_pad * kLs + 2 * kt * d) +
-                       14 * 64;
-  auto& spaces = thread_workspaces(bytes);
+  int64_t longest = 0;  // query positions of the longest sequence
+  for (int64_t b = 0; b < nseq; ++b) {
+    const SeqSpan s = sequence_span(args, b);
+    longest = std::max(longest, s.q_end - s.q_begin);
+  }
+  const int64_t pair_rows = flash::round_up(longest * c.g, mr);
+  const bool fuse_dq =
+      nseq * c.hkv >= kFusedMinPairs && 3 * pair_rows * flash::padded_dim(d) <= kFusedBudget;
+  // Rows a QueryRows holds: a whole pair when fused, one block of positions otherwise.
+  const int64_t row_cap = fuse_dq ? pair_rows : flash::round_up(positions * c.g, mr);
+  const int64_t block_rows = flash::round_up(positions * c.g, mr);
+  const int64_t packed_tile = flash::packed_keys_size(kt, d);
+  const int64_t floats = 3 * row_cap * flash::padded_dim(d) + 2 * row_cap +
+                         (packed ? 2 * packed_tile + kt * flash::padded_dim(d) : 0) +
+                         2 * flash::round_up(kt, mr) * ldo + 3 * block_rows * kLs;
+  auto& spaces = thread_workspaces(sizeof(float) * size_t(floats) + 13 * 64);
   auto buffers = [&]() {
     Workspace& ws = spaces[size_t(thread_index())];
     ws.reset();
     auto f = [&](int64_t n) { return ws.alloc<float>(size_t(n)); };
-    return Buffers{f(rows * d),     f(rows * d),        f(rows_pad * d),    f(rows_pad * d),
-                   f(packed_tile),  f(packed_tile),     f(rows),            f(rows),
-                   f(rows_pad * kLs), f(rows_pad * kLs), f(rows_pad * kLs), f(rows * d),
-                   f(kt * d),       f(kt * d)};
+    auto zeros = [&](int64_t n) {  // read past their written part (never stored): keep finite
+      float* x = f(n);
+      std::fill(x, x + n, 0.0f);
+      return x;
+    };
+    Buffers w;
+    w.rows.q = f(row_cap * flash::padded_dim(d));
+    w.rows.dout = f(row_cap * flash::padded_dim(d));
+    w.rows.lse = f(row_cap);
+    w.rows.delta = f(row_cap);
+    w.rows.dq = f(row_cap * ldo);
+    w.keys.kp = packed ? f(packed_tile) : nullptr;
+    w.keys.vp = packed ? f(packed_tile) : nullptr;
+    w.keys.kc = packed ? f(kt * flash::padded_dim(d)) : nullptr;
+    w.keys.dk = f(flash::round_up(kt, mr) * ldo);
+    w.keys.dv = f(flash::round_up(kt, mr) * ldo);
+    w.sc = {zeros(block_rows * kLs), zeros(block_rows * kLs), f(block_rows * kLs)};
+    return w;
   };
   BlasThreadsScope blas(1);
   if (fuse_dq) {  // one item per (sequence, KV head): walks its key tiles in order
     parallel_for(nseq * c.hkv, [&](int64_t idx) {
       Buffers w = buffers();
-      const int64_t b = idx / c.hkv, hk = idx % c.hkv;
-      const SeqSpan s = sequence_span(args, b);
-      for (int64_t j0 = 0; j0 < s.k_end - s.k_begin; j0 += kt)
-        bwd.key_tile(b, hk, j0, std::min(j0 + kt, s.k_end - s.k_begin), true, w);
+      bwd.pair(idx / c.hkv, idx % c.hkv, w);
     });
     return;
   }
@@ -276,7 +412,7 @@ void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs&
   parallel_for(int64_t(key_items.size()), [&](int64_t idx) {
     Buffers w = buffers();
     const Item& it = key_items[size_t(idx)];
-    bwd.key_tile(it.b, it.hk, it.lo, it.hi, false, w);
+    bwd.key_tile(it.b, it.hk, it.lo, it.hi, w);
   });
   parallel_for(int64_t(query_items.size()), [&](int64_t idx) {
     Buffers w = buffers();

@@ -1,11 +1,12 @@
-// The flash forward's packed tile products (flash_tile_kernels.hpp) on Highway's static target:
-// packing of Q, Kᵀ and V, and two register-blocked micro-kernels, MR rows × 2 vectors each.
-//   scores:  for each key panel, for each row block: for e < D: load 2 vectors of Kᵀ[e, panel],
-//            broadcast Q[r, e] for the MR rows, 2·MR FMAs.
-//   values:  for each D panel, for each row block: for j < n: load 2 vectors of V[j, panel],
-//            broadcast P[r, j] for the MR rows, 2·MR FMAs.
-// The key panel (D × NK floats, 16 KiB at D = 128 on AVX-512) stays in L1 while the row blocks
-// stream past it; the V panel of a key tile (n × NV floats) is read once per row block.
+// The flash packed tile products (flash_tile_kernels.hpp) on Highway's static target: packing of
+// Q, Kᵀ and V, and one register-blocked micro-kernel (MR rows × 2 vectors) behind every product:
+//   for each B panel, for each row block of C: for k: load 2 vectors of B[k, panel], broadcast
+//   A[r, k] for the MR rows, 2·MR FMAs.
+// A's strides are compile-time per product: Q row blocks (forward scores), P rows (O += P·V,
+// dQ += dS·K), Q panels (backward scores), P and dS columns (dV += Pᵀ·dO, dK += dSᵀ·Q, read in
+// place: the MR broadcasts of a step are MR consecutive floats of one row of P).
+// The B panel (16 KiB at D = 128 or 128 keys on AVX-512) stays in L1 while the row blocks stream
+// past it.
 #include "flash_tile_kernels.hpp"
 
 #include <algorithm>
@@ -26,50 +27,46 @@ using VF = hn::Vec<DF>;
 constexpr int kMR = int(kRowBlock);
 static_assert(hn::MaxLanes(DF()) == size_t(kLanes), "kLanes must match Highway's static target");
 
-// s[r, 0:NK] = Σ_e qp[e, r]·kp[e, 0:NK] for the MR rows of one row block (s row stride ls).
-HWY_INLINE void score_block(const float* HWY_RESTRICT qp, const float* HWY_RESTRICT kp, int64_t d,
-                            float* HWY_RESTRICT s, int64_t ls) {
+// The one micro-kernel behind every product: c[r, 0:2V] (+)= Σ_k A[r, k]·b[k, 0:2V] for the MR
+// rows of one row block, with A[r, k] at a[(k / kChunk)·a_jump + r·kARow + (k % kChunk)·kACol]
+// (compile-time strides: the MR broadcasts of a step use immediate offsets) and b advancing by
+// 2V = kKeyPanel = kValuePanel floats per k. kChunk splits k into panels of a panel-packed A
+// (a_jump floats apart); for an unsplit A it exceeds any k. Rows r >= mr are computed from
+// whatever A holds there and never stored. With accumulate the block's sum, formed from zero,
+// is added to c once (as BLAS does with beta = 1): a sum carried in c across many calls would
+// take every rounding at the size of the running total.
+template <int64_t kARow, int64_t kACol, int64_t kChunk>
+HWY_INLINE void product_block(const float* HWY_RESTRICT a, int64_t a_jump, int64_t k_len,
+                              const float* HWY_RESTRICT b, float* HWY_RESTRICT c, int64_t ldc,
+                              int mr, bool accumulate) {
+  static_assert(kKeyPanel == kValuePanel);
   const DF df;
   VF a0[kMR], a1[kMR];
   HWY_UNROLL_ALL for (int r = 0; r < kMR; ++r) a0[r] = a1[r] = hn::Zero(df);
-  for (int64_t e = 0; e < d; ++e, qp += kMR, kp += kKeyPanel) {
-    const VF k0 = hn::Load(df, kp), k1 = hn::Load(df, kp + kLanes);
-    HWY_UNROLL_ALL for (int r = 0; r < kMR; ++r) {
-      const VF q = hn::Set(df, qp[r]);
-      a0[r] = hn::MulAdd(q, k0, a0[r]);
-      a1[r] = hn::MulAdd(q, k1, a1[r]);
-    }
-  }
-  HWY_UNROLL_ALL for (int r = 0; r < kMR; ++r) {
-    hn::Store(a0[r], df, s + r * ls);
-    hn::Store(a1[r], df, s + r * ls + kLanes);
-  }
-}
-
-// o[r, 0:NV] += Σ_j p[r, j]·vp[j, 0:NV] for the first mr of the MR rows of one row block (p row
-// stride kScoreStride, o row stride ldo).
-HWY_INLINE void value_block(const float* HWY_RESTRICT p, const float* HWY_RESTRICT vp, int64_t n,
-                            float* HWY_RESTRICT o, int64_t ldo, int mr) {
-  const DF df;
-  VF a0[kMR], a1[kMR];
-  HWY_UNROLL_ALL for (int r = 0; r < kMR; ++r) {
-    a0[r] = r < mr ? hn::Load(df, o + r * ldo) : hn::Zero(df);
-    a1[r] = r < mr ? hn::Load(df, o + r * ldo + kLanes) : hn::Zero(df);
-  }
-  for (int64_t j = 0; j < n; ++j, vp += kValuePanel) {
-    const VF v0 = hn::Load(df, vp), v1 = hn::Load(df, vp + kLanes);
-    HWY_UNROLL_ALL for (int r = 0; r < kMR; ++r) {
-      const VF x = hn::Set(df, p[r * kScoreStride + j]);
-      a0[r] = hn::MulAdd(x, v0, a0[r]);
-      a1[r] = hn::MulAdd(x, v1, a1[r]);
+  for (int64_t k0 = 0; k0 < k_len; k0 += kChunk, a += a_jump) {
+    const int64_t kn = std::min(kChunk, k_len - k0);
+    const float* ak = a;
+    for (int64_t k = 0; k < kn; ++k, ak += kACol, b += kValuePanel) {
+      const VF b0 = hn::Load(df, b), b1 = hn::Load(df, b + kLanes);
+      HWY_UNROLL_ALL for (int r = 0; r < kMR; ++r) {
+        const VF x = hn::Set(df, ak[r * kARow]);
+        a0[r] = hn::MulAdd(x, b0, a0[r]);
+        a1[r] = hn::MulAdd(x, b1, a1[r]);
+      }
     }
   }
   HWY_UNROLL_ALL for (int r = 0; r < kMR; ++r) {
     if (r >= mr) break;
-    hn::Store(a0[r], df, o + r * ldo);
-    hn::Store(a1[r], df, o + r * ldo + kLanes);
+    if (accumulate) {
+      a0[r] = hn::Add(hn::Load(df, c + r * ldc), a0[r]);
+      a1[r] = hn::Add(hn::Load(df, c + r * ldc + kLanes), a1[r]);
+    }
+    hn::Store(a0[r], df, c + r * ldc);
+    hn::Store(a1[r], df, c + r * ldc + kLanes);
   }
 }
+
+constexpr int64_t kWhole = int64_t(1) << 40;  // kChunk of an A that is not split into panels
 
 // 2^f for f in [-0.5, 0.5]: 1 + f·P(f) with Cephes exp2f's degree-5 P (relative error 1.7e-7).
 HWY_INLINE VF exp2_reduced(DF df, VF f) {
@@ -166,7 +163,8 @@ void tile_scores(const float* qp, int64_t rows, const float* kp, int64_t n, int6
                  int64_t ls) {
   for (int64_t j0 = 0; j0 < n; j0 += kKeyPanel)
     for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock)
-      score_block(qp + r0 * d, kp + j0 * d, d, s + r0 * ls + j0, ls);
+      product_block<1, kRowBlock, kWhole>(qp + r0 * d, 0, d, kp + j0 * d, s + r0 * ls + j0, ls,
+                                          kMR, false);
 }
 
 void tile_accumulate(const float* p, int64_t rows, const float* vp, int64_t s, int64_t j0,
@@ -174,8 +172,42 @@ void tile_accumulate(const float* p, int64_t rows, const float* vp, int64_t s, i
   const int64_t ldo = padded_dim(d);
   for (int64_t c0 = 0; c0 < ldo; c0 += kValuePanel)
     for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock)
-      value_block(p + r0 * kScoreStride, vp + (c0 * s + j0 * kValuePanel), n, o + r0 * ldo + c0,
-                  ldo, int(std::min(kRowBlock, rows - r0)));
+      product_block<kScoreStride, 1, kWhole>(p + r0 * kScoreStride, 0, n,
+                                             vp + (c0 * s + j0 * kValuePanel), o + r0 * ldo + c0,
+                                             ldo, int(std::min(kRowBlock, rows - r0)), true);
+}
+
+void pack_panel_row(const float* x, float factor, int64_t d, float* dst, int64_t panel_stride) {
+  for (int64_t c0 = 0; c0 < d; c0 += kValuePanel, dst += panel_stride) {
+    const int64_t nc = std::min(kValuePanel, d - c0);
+    for (int64_t e = 0; e < nc; ++e) dst[e] = factor * x[c0 + e];
+    std::fill(dst + nc, dst + kValuePanel, 0.0f);
+  }
+}
+
+void tile_scores_panels(const float* ap, int64_t a_stride, int64_t rows, const float* kp,
+                        int64_t n, int64_t d, float* s, int64_t ls) {
+  for (int64_t j0 = 0; j0 < n; j0 += kKeyPanel)
+    for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock)
+      product_block<kValuePanel, 1, kValuePanel>(ap + r0 * kValuePanel, a_stride, d, kp + j0 * d,
+                                                 s + r0 * ls + j0, ls, kMR, false);
+}
+
+void tile_accumulate_transposed(const float* p, int64_t m, int64_t k, const float* bp,
+                                int64_t b_stride, int64_t d, float* c, int64_t ldc) {
+  for (int64_t c0 = 0; c0 < d; c0 += kValuePanel, bp += b_stride)
+    for (int64_t m0 = 0; m0 < m; m0 += kRowBlock)
+      product_block<1, kBwdScoreStride, kWhole>(p + m0, 0, k, bp, c + m0 * ldc + c0, ldc,
+                                                int(std::min(kRowBlock, m - m0)), true);
+}
+
+void tile_accumulate_rows(const float* p, int64_t rows, const float* bp, int64_t b_stride,
+                          int64_t n, int64_t d, float* c, int64_t ldc) {
+  for (int64_t c0 = 0; c0 < d; c0 += kValuePanel, bp += b_stride)
+    for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock)
+      product_block<kBwdScoreStride, 1, kWhole>(p + r0 * kBwdScoreStride, 0, n, bp,
+                                                c + r0 * ldc + c0, ldc,
+                                                int(std::min(kRowBlock, rows - r0)), true);
 }
 
 }  // namespace attnkit::flash

@@ -1,11 +1,15 @@
 #pragma once
-// Register-blocked tile products of the flash forward on packed operands (no BLAS): the scores
-// S = Q·Kᵀ of a query tile against a key range, and O += P·V. K and V of a (sequence, KV head)
-// are packed once and shared by every query tile; the query tile is packed once per tile.
+// Register-blocked tile products of the flash forward and backward on packed operands (no BLAS).
+// Forward: the scores S = Q·Kᵀ of a query tile against a key range, and O += P·V; K and V of a
+// (sequence, KV head) are packed once and shared by every query tile, the query tile is packed
+// once per tile. Backward: S = Q·Kᵀ and dP = dO·Vᵀ with Q and dO panel-packed, dV += Pᵀ·dO and
+// dK += dSᵀ·Q (transposed A read in place from the P and dS blocks), dQ += dS·K.
 // Layouts (MR = kRowBlock rows, NK = kKeyPanel keys, NV = kValuePanel columns of D):
 //   packed Q  [ceil(rows/MR), D, MR]   Q[r, e] at ((r / MR)·D + e)·MR + r % MR, zero-padded rows
 //   packed Kᵀ [ceil(S/NK), D, NK]      K[j, e] at ((j / NK)·D + e)·NK + j % NK, zero-padded keys
 //   packed V  [ceil(D/NV), S, NV]      V[j, e] at ((e / NV)·S + j)·NV + e % NV, zero-padded columns
+//   panel-packed A [ceil(D/NV), R, NV]  A[r, e] at (e / NV)·stride + r·NV + e % NV (stride >= R·NV:
+//                                        the "packed V" layout of R rows, with a free panel stride)
 //   scores/probabilities [rows, kScoreStride], output O [rows, padded_dim(D)], row-major.
 // The micro-kernels hold MR × 2 vectors of accumulators: AVX-512 12 × 32 floats (24 of its 32
 // registers), AVX2 6 × 16 floats (12 of 16); each loaded vector of K (or V) serves MR rows and
@@ -63,6 +67,32 @@ void tile_scores(const float* qp, int64_t rows, const float* kp, int64_t n, int6
 // dropped); rows of o past `rows` are untouched.
 void tile_accumulate(const float* p, int64_t rows, const float* vp, int64_t s, int64_t j0,
                      int64_t n, int64_t d, float* o);
+
+// Row stride of the backward's P and dS blocks: a backward key tile plus one cache line.
+inline constexpr int64_t kBwdScoreStride = FlashTiles::kBwdKeyTile + 16;
+static_assert(kBwdScoreStride % kLanes == 0);
+
+// Writes factor·x[0:d] as one row of a panel-packed matrix: x[e] to dst[(e / NV)·panel_stride +
+// e % NV], columns zero-padded to padded_dim(d).
+void pack_panel_row(const float* x, float factor, int64_t d, float* dst, int64_t panel_stride);
+
+// s[r, j] = Σ_e A[r, e]·K[j, e] for rows [0, ceil(rows/MR)·MR) of the panel-packed A at ap (panel
+// stride a_stride) and keys [0, ceil(n/NK)·NK) of the Kᵀ panels at kp; s has row stride ls (a
+// multiple of kLanes). Columns past n and rows past `rows` are written and must be ignored.
+void tile_scores_panels(const float* ap, int64_t a_stride, int64_t rows, const float* kp,
+                        int64_t n, int64_t d, float* s, int64_t ls);
+
+// c[j, e] += Σ_{r<k} p[r, j]·B[r, e] for j < m, e < padded_dim(d): p has row stride
+// kBwdScoreStride and is read up to column ceil(m/MR)·MR; B is panel-packed (panel stride
+// b_stride, bp at its row 0); c has row stride ldc >= padded_dim(d), rows past m untouched.
+void tile_accumulate_transposed(const float* p, int64_t m, int64_t k, const float* bp,
+                                int64_t b_stride, int64_t d, float* c, int64_t ldc);
+
+// c[r, e] += Σ_{j<n} p[r, j]·B[j, e] for r < rows, e < padded_dim(d): p has row stride
+// kBwdScoreStride and is read up to row ceil(rows/MR)·MR; B is panel-packed (panel stride
+// b_stride); c has row stride ldc >= padded_dim(d), rows past `rows` untouched.
+void tile_accumulate_rows(const float* p, int64_t rows, const float* bp, int64_t b_stride,
+                          int64_t n, int64_t d, float* c, int64_t ldc);
 
 // x[j] ← exp(x[j] - m) for j < n, exactly 0 where x[j] - m < -64 (as exp_sub_sum; -inf gives
 // 0); returns Σ x[j]. A degree-6 polynomial for 2^f after splitting off the integer power

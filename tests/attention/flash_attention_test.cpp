@@ -1,7 +1,8 @@
 // Flash attention forward and backward against the reference over the test grid: lengths
 // that hit tile tails, Lq != Lk both ways, GQA ratios, head dims, masks, sinks, softcap, dropout,
 // ALiBi ([H] and per-sequence [B, H] slopes), varlen with empty sequences, strided views, 1 and 2
-// threads, both dQ schedules, both forward tile products (packed kernels and OpenBLAS).
+// threads, both dQ schedules, both tile products (packed kernels and OpenBLAS) forward and
+// backward.
 #include "attnkit/attention/flash_attention.hpp"
 
 #include <gtest/gtest.h>

@@ -1,7 +1,8 @@
-// The flash forward's packed tile kernels (src/attention/flash_tile_kernels.hpp) against double
-// loops on the same inputs: packing, S = Q·Kᵀ, O += P·V and the exponentials, on sizes that hit
-// every tail (rows not a multiple of the row block, keys not a multiple of the key panel, D not
-// a multiple of the vector width) and a key range that starts inside the packed sequence.
+// The flash packed tile kernels (src/attention/flash_tile_kernels.hpp) against double loops on
+// the same inputs: packing, the forward's S = Q·Kᵀ and O += P·V, the backward's S = Q·Kᵀ on
+// panel-packed rows, C += Pᵀ·B and C += P·B, and the exponentials, on sizes that hit every tail
+// (rows not a multiple of the row block, keys not a multiple of the key panel, D not a multiple
+// of the vector width) and key ranges that start inside the packed sequence.
 #include "attention/flash_tile_kernels.hpp"
 
 #include <gtest/gtest.h>
@@ -82,6 +83,71 @@ TEST(FlashTileKernels, ScoresAndValuesMatchDoubleLoops) {
                 << "values d=" << d << " rows=" << rows << " n=" << n << " r=" << r << " e=" << e;
           }
         for (const Buffer* b : {&qp, &kp, &vp, &sc, &o}) EXPECT_TRUE(b->intact()) << "d=" << d;
+      }
+}
+
+// Bar: float32 sums of m terms err by about sqrt(m)·2^-24·Σ|term|; allow 8x that.
+double sum_bar(int64_t m, double abs_sum) { return 8 * std::sqrt(double(m)) * 0x1p-24 * abs_sum; }
+
+TEST(FlashTileKernels, BackwardProductsMatchDoubleLoops) {
+  constexpr int64_t ls = kBwdScoreStride;
+  for (int64_t d : {1, 7, 16, 20, 33, 96, 128})
+    for (int64_t rows : {int64_t{1}, kRowBlock - 1, kRowBlock + 1, 2 * kRowBlock + 5, int64_t{250}})
+      for (int64_t n : {int64_t{5}, int64_t{38}, int64_t{63}, FlashTiles::kBwdKeyTile}) {
+        const int64_t ld = d + 3, dp = padded_dim(d), rb = round_up(rows, kRowBlock);
+        const int64_t stride = (rb + 2) * kValuePanel;  // a panel stride wider than the rows
+        const auto a = randn(rows * ld, 5), k = randn(n * ld, 6), p = randn(rb * ls, 7);
+        Buffer ap(stride * (dp / kValuePanel)), kp(packed_keys_size(n, d)), s(rb * ls);
+        Buffer kc(packed_values_size(n, d)), dk(round_up(n, kRowBlock) * dp), dq(rb * dp);
+        std::fill(ap.p, ap.p + ap.n, 0.0f);
+        const float factor = 0.75f;
+        for (int64_t r = 0; r < rows; ++r)
+          pack_panel_row(a.data() + r * ld, factor, d, ap.p + r * kValuePanel, stride);
+        pack_keys(k.data(), ld, n, d, kp.p);
+        pack_values(k.data(), ld, n, d, kc.p);
+        tile_scores_panels(ap.p, stride, rows, kp.p, n, d, s.p, ls);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t j = 0; j < n; ++j) {
+            double ref = 0, mag = 0;
+            for (int64_t e = 0; e < d; ++e) {
+              const double t = double(factor * a[size_t(r * ld + e)]) * k[size_t(j * ld + e)];
+              ref += t;
+              mag += std::abs(t);
+            }
+            ASSERT_NEAR(s.p[r * ls + j], ref, sum_bar(d, mag))
+                << "scores d=" << d << " rows=" << rows << " n=" << n << " r=" << r << " j=" << j;
+          }
+        // dK += Pᵀ·A over the first n columns of p, and dQ += P·K, both onto random contents.
+        const auto dk0 = randn(round_up(n, kRowBlock) * dp, 8), dq0 = randn(rb * dp, 9);
+        std::copy(dk0.begin(), dk0.end(), dk.p);
+        std::copy(dq0.begin(), dq0.end(), dq.p);
+        std::copy(p.begin(), p.end(), s.p);
+        tile_accumulate_transposed(s.p, n, rows, ap.p, stride, d, dk.p, dp);
+        tile_accumulate_rows(s.p, rows, kc.p, n * kValuePanel, n, d, dq.p, dp);
+        for (int64_t j = 0; j < round_up(n, kRowBlock); ++j)
+          for (int64_t e = 0; e < dp; ++e) {
+            double ref = dk0[size_t(j * dp + e)], mag = std::abs(ref);
+            for (int64_t r = 0; r < rows && j < n && e < d; ++r) {
+              const double t = double(p[size_t(r * ls + j)]) * (factor * a[size_t(r * ld + e)]);
+              ref += t;
+              mag += std::abs(t);
+            }
+            ASSERT_NEAR(dk.p[j * dp + e], ref, sum_bar(rows + 1, mag))
+                << "transposed d=" << d << " rows=" << rows << " n=" << n << " j=" << j
+                << " e=" << e;
+          }
+        for (int64_t r = 0; r < rb; ++r)
+          for (int64_t e = 0; e < dp; ++e) {
+            double ref = dq0[size_t(r * dp + e)], mag = std::abs(ref);
+            for (int64_t j = 0; j < n && r < rows && e < d; ++j) {
+              const double t = double(p[size_t(r * ls + j)]) * k[size_t(j * ld + e)];
+              ref += t;
+              mag += std::abs(t);
+            }
+            ASSERT_NEAR(dq.p[r * dp + e], ref, sum_bar(n + 1, mag))
+                << "rows d=" << d << " rows=" << rows << " n=" << n << " r=" << r << " e=" << e;
+          }
+        for (const Buffer* b : {&ap, &kp, &s, &kc, &dk, &dq}) EXPECT_TRUE(b->intact()) << "d=" << d;
       }
 }
 
