@@ -34,6 +34,7 @@ constexpr int64_t kLs = flash::kBwdScoreStride;  // row stride of P, dS and t
 constexpr int64_t kFusedMinPairs = 8;            // (sequence, KV head) pairs needed to fuse dQ
 // Floats a fused item may hold for its pair's Q, dO and dQ; longer sequences take the two passes.
 constexpr int64_t kFusedBudget = int64_t(1) << 24;
+constexpr int64_t kDiagonalRows = 96;  // stacked rows per sub-block where the mask cuts a block
 
 // Query positions per block: about kBwdRowsPerTile stacked rows, and a whole number of row blocks
 // (so a pair's packed rows split into blocks on row-block boundaries).
@@ -148,8 +149,20 @@ class Backward {
     for (int64_t i0 = first_position(q.i0, i_end, kb.j0, lq, lk); i0 < i_end; i0 += positions_) {
       const int64_t i1 = std::min(i0 + positions_, i_end);
       if (visible_keys(c_.opts, i0, lq, lk).lo >= kb.j1) break;
-      block(s, b, hk, q, (i0 - q.i0) * c_.g, (i1 - q.i0) * c_.g, kb, true, with_dq, sc);
+      // A block the mask cuts through goes in sub-blocks, each computing only the key panels
+      // its last position sees.
+      const bool whole = visible_keys(c_.opts, i0, lq, lk).hi >= kb.j1 &&
+                         visible_keys(c_.opts, i1 - 1, lq, lk).lo <= kb.j0;
+      const int64_t step = whole ? positions_ : diagonal_positions();
+      for (int64_t p0 = i0; p0 < i1; p0 += step)
+        block(s, b, hk, q, (p0 - q.i0) * c_.g, (std::min(p0 + step, i1) - q.i0) * c_.g, kb, true,
+              with_dq, sc);
     }
+  }
+
+  // Positions per sub-block where the mask cuts a block: about 96 rows, whole row blocks.
+  int64_t diagonal_positions() const {
+    return std::max(row_step(), kDiagonalRows / c_.g / row_step() * row_step());
   }
 
   // Rows [r0, r1) of q against the keys of kb: S, dP, then dV, dK (with_dkdv) and dQ (with_dq).
@@ -283,7 +296,7 @@ class Backward {
         if (slope != 0) flash::alibi_row(p, nk, j0, i + lk - lq, slope);
       }
       flash::mask_row(p, nk, j0, visible_keys(c_.opts, i, lq, lk));
-      exp_sub_sum(p, nk, q.lse[r]);
+      (packed_ ? flash::tile_exp_sum : exp_sub_sum)(p, nk, q.lse[r]);  // as the forward's P
       const float delta = q.delta[r];
       if (c_.opts.dropout_p > 0) {  // dP ∘= Z; dS needs the undropped P, dV the dropped one
         float z[flash::kDropoutChunk];  // one mask draw serves dS and P
