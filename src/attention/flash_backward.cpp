@@ -75,6 +75,49 @@ struct Buffers {
   Scratch sc;
 };
 
+// Sizes of one thread's Buffers, and carving them from its workspace.
+struct BufferPlan {
+  int64_t row_cap;     // rows a QueryRows holds: a whole pair when fused, one block otherwise
+  int64_t block_rows;  // rows of P, dS and t
+  int64_t d, ldo;
+  bool packed;
+
+  size_t bytes() const { return sizeof(float) * size_t(floats()) + 13 * 64; }
+
+  Buffers take(Workspace& ws) const {
+    ws.reset();
+    auto f = [&](int64_t n) { return ws.alloc<float>(size_t(n)); };
+    auto zeros = [&](int64_t n) {  // read past their written part (never stored): keep finite
+      float* x = f(n);
+      std::fill(x, x + n, 0.0f);
+      return x;
+    };
+    Buffers w;
+    w.rows.q = f(row_cap * flash::padded_dim(d));
+    w.rows.dout = f(row_cap * flash::padded_dim(d));
+    w.rows.lse = f(row_cap);
+    w.rows.delta = f(row_cap);
+    w.rows.dq = f(row_cap * ldo);
+    w.keys.kp = packed ? f(flash::packed_keys_size(kKeyTile, d)) : nullptr;
+    w.keys.vp = packed ? f(flash::packed_keys_size(kKeyTile, d)) : nullptr;
+    w.keys.kc = packed ? f(kKeyTile * flash::padded_dim(d)) : nullptr;
+    w.keys.dk = f(key_rows() * ldo);
+    w.keys.dv = f(key_rows() * ldo);
+    w.sc = {zeros(block_rows * kLs), zeros(block_rows * kLs), f(block_rows * kLs)};
+    return w;
+  }
+
+ private:
+  static constexpr int64_t kKeyTile = FlashTiles::kBwdKeyTile;
+  static int64_t key_rows() { return flash::round_up(kKeyTile, flash::kRowBlock); }
+  int64_t floats() const {
+    return 3 * row_cap * flash::padded_dim(d) + 2 * row_cap +
+           (packed ? 2 * flash::packed_keys_size(kKeyTile, d) + kKeyTile * flash::padded_dim(d)
+                   : 0) +
+           2 * key_rows() * ldo + 3 * block_rows * kLs;
+  }
+};
+
 class Backward {
  public:
   Backward(const Context& c, const AttentionGrads& g, const float* delta, int64_t positions,
@@ -371,36 +414,10 @@ void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs&
   const bool fuse_dq =
       nseq * c.hkv >= kFusedMinPairs && 3 * pair_rows * flash::padded_dim(d) <= kFusedBudget;
   // Rows a QueryRows holds: a whole pair when fused, one block of positions otherwise.
-  const int64_t row_cap = fuse_dq ? pair_rows : flash::round_up(positions * c.g, mr);
-  const int64_t block_rows = flash::round_up(positions * c.g, mr);
-  const int64_t packed_tile = flash::packed_keys_size(kt, d);
-  const int64_t floats = 3 * row_cap * flash::padded_dim(d) + 2 * row_cap +
-                         (packed ? 2 * packed_tile + kt * flash::padded_dim(d) : 0) +
-                         2 * flash::round_up(kt, mr) * ldo + 3 * block_rows * kLs;
-  auto& spaces = thread_workspaces(sizeof(float) * size_t(floats) + 13 * 64);
-  auto buffers = [&]() {
-    Workspace& ws = spaces[size_t(thread_index())];
-    ws.reset();
-    auto f = [&](int64_t n) { return ws.alloc<float>(size_t(n)); };
-    auto zeros = [&](int64_t n) {  // read past their written part (never stored): keep finite
-      float* x = f(n);
-      std::fill(x, x + n, 0.0f);
-      return x;
-    };
-    Buffers w;
-    w.rows.q = f(row_cap * flash::padded_dim(d));
-    w.rows.dout = f(row_cap * flash::padded_dim(d));
-    w.rows.lse = f(row_cap);
-    w.rows.delta = f(row_cap);
-    w.rows.dq = f(row_cap * ldo);
-    w.keys.kp = packed ? f(packed_tile) : nullptr;
-    w.keys.vp = packed ? f(packed_tile) : nullptr;
-    w.keys.kc = packed ? f(kt * flash::padded_dim(d)) : nullptr;
-    w.keys.dk = f(flash::round_up(kt, mr) * ldo);
-    w.keys.dv = f(flash::round_up(kt, mr) * ldo);
-    w.sc = {zeros(block_rows * kLs), zeros(block_rows * kLs), f(block_rows * kLs)};
-    return w;
-  };
+  const BufferPlan plan{fuse_dq ? pair_rows : flash::round_up(positions * c.g, mr),
+                        flash::round_up(positions * c.g, mr), d, ldo, packed};
+  auto& spaces = thread_workspaces(plan.bytes());
+  auto buffers = [&]() { return plan.take(spaces[size_t(thread_index())]); };
   BlasThreadsScope blas(1);
   if (fuse_dq) {  // one item per (sequence, KV head): walks its key tiles in order
     parallel_for(nseq * c.hkv, [&](int64_t idx) {
