@@ -80,7 +80,7 @@ void add_bench_command(CLI::App& app) {
   att->add_flag("--cpu-time", c->cpu_time,
                 "Time flash and sgemm on the process's CPU clock (with --threads 1: preempted time on a shared machine is not counted)");
   att->add_option("--tile-products", c->products,
-                  "Forward tile products: auto (= packed), packed (attnkit's kernels) or blas (OpenBLAS sgemm per tile)")
+                  "Flash tile products, forward and backward: auto (= packed), packed (attnkit's kernels) or blas (OpenBLAS sgemm per tile)")
       ->transform(CLI::CheckedTransformer(std::map<std::string, FlashProducts>{
           {"auto", FlashProducts::automatic}, {"packed", FlashProducts::packed}, {"blas", FlashProducts::blas}}))
       ->default_str("auto");
