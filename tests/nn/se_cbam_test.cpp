@@ -1,12 +1,14 @@
 // SE block and CBAM: forward against the formulas evaluated here in double, every gradient
 // (input and all parameters) against central finite differences, the += / = contract, and
-// argument errors. CBAM's finite differences skip the rare elements whose perturbation moves a
-// max (checked by comparing the saved argmax indices).
+// argument errors, and CBAM's results bitwise the same for any thread count. CBAM's finite
+// differences skip the rare elements whose perturbation moves a max (checked by comparing the
+// saved argmax indices).
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "attnkit/core/error.hpp"
+#include "attnkit/core/parallel.hpp"
 #include "attnkit/nn/cbam.hpp"
 #include "attnkit/nn/se_block.hpp"
 #include "nn/vision_testing.hpp"
@@ -85,7 +87,9 @@ struct CbamProblem {
   int64_t n = 2, c = 4, r = 2, h = 4, w = 5, k = 3;
   Buf x{n * c * h * w}, w1{r * c}, b1{r}, w2{c * r}, b2{c}, ws{2 * k * k}, bs{1};
   Buf dy{n * c * h * w}, y{n * c * h * w};
-  CbamProblem() {
+  CbamProblem() : CbamProblem(2, 4, 2, 4, 5, 3) {}
+  CbamProblem(int64_t n_, int64_t c_, int64_t r_, int64_t h_, int64_t w_, int64_t k_)
+      : n(n_), c(c_), r(r_), h(h_), w(w_), k(k_) {
     x.randn(41), w1.randn(42), b1.randn(43, 0.3f), w2.randn(44), b2.randn(45), ws.randn(46, 0.5f),
         bs.randn(47), dy.randn(48);
   }
@@ -169,6 +173,25 @@ TEST(Cbam, GradientsMatchFiniteDifferences) {
   expect_gradient(loss, p.ws, dws, "d_ws", 1e-2f, same_branch);
   expect_gradient(loss, p.bs, dbs, "d_bs", 1e-2f, same_branch);
   EXPECT_TRUE(dx.intact() && dws.intact());
+}
+
+TEST(Cbam, BitwiseIdenticalForAnyThreadCount) {
+  // Enough images and planes for the pooling, gate and gradient passes to split across threads.
+  CbamProblem p(9, 16, 2, 7, 7, 7);
+  std::vector<float> first;
+  for (int t : {1, 2}) {
+    const ThreadCountScope threads(t);
+    CbamCache cache;
+    Buf y(p.y.n), dx(p.x.n), dw1(p.w1.n), db1(p.b1.n), dw2(p.w2.n), db2(p.b2.n), dws(p.ws.n), dbs(1);
+    cbam_forward(y.v4(p.s()), cache, p.x.c4(p.s()), p.weights());
+    cbam_backward(dx.v4(p.s()),
+                  {dw1.v2(p.r, p.c), db1.span(), dw2.v2(p.c, p.r), db2.span(), dws.v4({1, 2, p.k, p.k}), dbs.span()},
+                  p.dy.c4(p.s()), p.x.c4(p.s()), p.weights(), cache);
+    std::vector<float> all;
+    for (const Buf* b : {&y, &dx, &dw1, &db1, &dw2, &db2, &dws, &dbs}) all.insert(all.end(), b->raw.begin(), b->raw.end());
+    if (t == 1) first = all;
+    else EXPECT_EQ(all, first);
+  }
 }
 
 TEST(Cbam, BadArguments) {
