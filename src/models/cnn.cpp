@@ -88,6 +88,7 @@ struct CnnStage {
   T4 c1, h1, c2, r, att, scc, scn, o, pooled;
   BnStats bn1, bn2, bnsc;
   std::vector<int32_t> argmax;
+  std::vector<float> scale_shift;  // the stem's batch-norm map for the fused pool: scale[C], shift[C]
   SeCache se;
   CbamCache cbam;
   // backward scratch
@@ -230,14 +231,24 @@ ConstView2 CnnModel::forward(ConstView4 x) {
       for (int64_t h = 0; h < s; ++h)
         std::copy_n(x.ptr(i, c, h), s, a.x.view().ptr(i, c, h));
   ensure(st.c1, n, w[0], s, s);
-  ensure(st.h1, n, w[0], s, s);
   conv2d_forward(st.c1.view(), a.x.view(), as4(param(stages_[0].conv1), w[0], st.in_c, 3, 3), {},
                  {.stride = 1, .padding = 1});
-  bn(st.h1, st.bn1, st.c1, stages_[0].bn1, /*relu=*/true);
+  // Batch norm + ReLU + max pool: the statistics, then the pool reads c1 once more and applies the
+  // batch norm's map and the ReLU plane by plane, so the largest activation of the network
+  // (relu(bn(c1))) is never stored. The backward needs only c1 and the pool's argmax.
+  st.bn1.resize(w[0]);
+  batch_norm2d_forward(View4{}, st.bn1.mean, st.bn1.rstd, store_.buffer(stages_[0].bn1.running_mean),
+                       store_.buffer(stages_[0].bn1.running_var), st.c1.view(),
+                       param(stages_[0].bn1.affine.weight), param(stages_[0].bn1.affine.bias), bno);
+  std::vector<float>& scale = st.scale_shift;
+  scale.resize(size_t(2 * w[0]));
+  const std::span<float> sc(scale.data(), size_t(w[0])), sh(scale.data() + w[0], size_t(w[0]));
+  batch_norm2d_scale_shift(sc, sh, st.bn1.mean, st.bn1.rstd, param(stages_[0].bn1.affine.weight),
+                           param(stages_[0].bn1.affine.bias));
   s /= 2;
   ensure(st.pooled, n, w[0], s, s);
   st.argmax.resize(size_t(n * w[0] * s * s));  // every entry is written by the pool
-  max_pool2d_forward(st.pooled.view(), st.argmax, st.h1.view(), pool);
+  max_pool2d_affine_relu_forward(st.pooled.view(), st.argmax, st.c1.view(), sc, sh, pool);
   const T4* in = &st.pooled;
 
   a.stages.resize(w.size() - 1);
@@ -396,7 +407,7 @@ void CnnModel::backward(ConstView2 d_logits) {
   // Stem: d_next is the gradient of stem.pooled.
   CnnStage& st = a.stem;
   relu_backward_inplace(*d_next, st.pooled);  // the ReLU's backward on the pooled side, as above
-  like(st.d_o, st.h1);
+  like(st.d_o, st.c1);
   max_pool2d_backward(st.d_o.view(), d_next->view(), st.argmax);
   bn_back(st.d_o, st.d_o, st.c1, st.bn1, stages_[0].bn1);  // now the gradient of c1
   conv2d_backward(View4{}, as4(grad_vec(stages_[0].conv1), w[0], st.in_c, 3, 3), {}, st.d_o.view(),

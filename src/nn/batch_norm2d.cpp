@@ -100,7 +100,8 @@ void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
   const char* fn = "batch_norm2d_forward";
   const int64_t n = x.shape[0], c = x.shape[1], hw = x.shape[2] * x.shape[3], m = n * hw;
   nn::check_nchw(x, fn, "x", "[N, C, H, W]", n, c, x.shape[2], x.shape[3]);
-  nn::check_nchw(y, fn, "y", "[N, C, H, W]", n, c, x.shape[2], x.shape[3]);
+  const bool write_y = nn::present4(y);
+  if (write_y) nn::check_nchw(y, fn, "y", "[N, C, H, W]", n, c, x.shape[2], x.shape[3]);
   check_params(fn, c, w, b, opts);
   nn::check_span(mean, fn, "mean", "[C]", c);
   nn::check_span(rstd, fn, "rstd", "[C]", c);
@@ -136,6 +137,7 @@ void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
     rstd[size_t(ch)] = r;
     affine[size_t(ch)] = affine_of(mf, r, w, b, ch);
   }
+  if (!write_y) return;
   nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
     const hn::ScalableTag<float> df;
     const int64_t lanes = int64_t(hn::Lanes(df));
@@ -153,6 +155,21 @@ void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
       }
     });
   });
+}
+
+void batch_norm2d_scale_shift(std::span<float> scale, std::span<float> shift, std::span<const float> mean,
+                              std::span<const float> rstd, std::span<const float> w, std::span<const float> b) {
+  const char* fn = "batch_norm2d_scale_shift";
+  const int64_t c = int64_t(mean.size());
+  nn::check_span(std::span<const float>(scale), fn, "scale", "[C]", c);
+  nn::check_span(std::span<const float>(shift), fn, "shift", "[C]", c);
+  nn::check_span(rstd, fn, "rstd", "[C]", c);
+  nn::check_span(w, fn, "w", "[C]", c, true);
+  nn::check_span(b, fn, "b", "[C]", c, true);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const ChannelAffine f = affine_of(mean[size_t(ch)], rstd[size_t(ch)], w, b, ch);
+    scale[size_t(ch)] = f.scale, shift[size_t(ch)] = f.shift;
+  }
 }
 
 void batch_norm2d_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b, ConstView4 d_y,

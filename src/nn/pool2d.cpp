@@ -1,4 +1,5 @@
-// Max and average pooling (see pool2d.hpp), one task per block of (n, c) planes.
+// Max and average pooling (see pool2d.hpp), one task per block of (n, c) planes; the max pool
+// optionally of a per-channel affine map + ReLU of x made plane by plane (a batch norm's output).
 // Backward of y = max(window): d_x[argmax] += d_y. Backward of y = Σ window / d: d_x += d_y / d
 // on every in-image pixel of the window.
 #include "attnkit/nn/pool2d.hpp"
@@ -93,14 +94,18 @@ void max_pool2x2_plane(const float* in, int64_t oh, int64_t w, float* out, int32
 
 }  // namespace
 
-void max_pool2d_forward(View4 y, std::span<int32_t> argmax, ConstView4 x,
-                        const Pool2dOptions& opts) {
-  const char* fn = "max_pool2d_forward";
+namespace {
+
+// The max pool of every plane: plane(pl) gives plane pl's input [H, W] (x itself, or a
+// per-thread buffer it filled).
+template <class Plane>
+void max_pool_planes(const char* fn, View4 y, std::span<int32_t> argmax, ConstView4 x, const Pool2dOptions& opts,
+                     const Plane& plane) {
   const auto g = check_pool(fn, x, "x", y, "y", opts);
   nn::check_span(argmax, fn, "argmax", "[N·C·OH·OW]", g.planes * g.oh * g.ow);
   check(g.h * g.w <= INT32_MAX, fn, ": x: plane of ", g.h * g.w, " pixels exceeds int32 indices");
   nn::parallel_each_row(g.planes, g.h * g.w, [&](int64_t pl) {
-    const float* in = x.data + pl * g.h * g.w;
+    const float* in = plane(pl);
     float* out = y.data + pl * g.oh * g.ow;
     int32_t* am = argmax.data() + pl * g.oh * g.ow;
     if (g.k == 2 && g.s == 2 && g.p == 0 && g.w % 2 == 0) {
@@ -120,6 +125,38 @@ void max_pool2d_forward(View4 y, std::span<int32_t> argmax, ConstView4 x,
         out[i * g.ow + j] = in[best];
         am[i * g.ow + j] = int32_t(best);
       }
+  });
+}
+
+}  // namespace
+
+void max_pool2d_forward(View4 y, std::span<int32_t> argmax, ConstView4 x, const Pool2dOptions& opts) {
+  const int64_t hw = x.shape[2] * x.shape[3];
+  max_pool_planes("max_pool2d_forward", y, argmax, x, opts, [&](int64_t pl) { return x.data + pl * hw; });
+}
+
+void max_pool2d_affine_relu_forward(View4 y, std::span<int32_t> argmax, ConstView4 x,
+                                    std::span<const float> scale, std::span<const float> shift,
+                                    const Pool2dOptions& opts) {
+  const char* fn = "max_pool2d_affine_relu_forward";
+  const int64_t c = x.shape[1], hw = x.shape[2] * x.shape[3];
+  nn::check_span(scale, fn, "scale", "[C]", c);
+  nn::check_span(shift, fn, "shift", "[C]", c);
+  max_pool_planes(fn, y, argmax, x, opts, [&](int64_t pl) {
+    // The plane's max(x·scale + shift, 0) into this thread's buffer (in L1 for the pool), with
+    // batch_norm2d_forward's operations: the same fused multiply-add, then v < 0 → 0 (NaN kept).
+    thread_local std::vector<float> buf;
+    if (int64_t(buf.size()) < hw) buf.resize(size_t(hw));
+    const hn::ScalableTag<float> df;
+    const int64_t lanes = int64_t(hn::Lanes(df));
+    const auto a = hn::Set(df, scale[size_t(pl % c)]), sh = hn::Set(df, shift[size_t(pl % c)]);
+    const float* in = x.data + pl * hw;
+    for (int64_t j = 0; j < hw; j += lanes) {
+      const auto m = hn::FirstN(df, size_t(hw - j));
+      const auto v = hn::MulAdd(hn::MaskedLoad(m, df, in + j), a, sh);
+      hn::BlendedStore(hn::IfThenZeroElse(hn::Lt(v, hn::Zero(df)), v), m, df, buf.data() + j);
+    }
+    return static_cast<const float*>(buf.data());
   });
 }
 

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
@@ -242,6 +244,48 @@ TEST(BatchNorm2d, FusedReluEqualsReluOfTheOutput) {
     EXPECT_EQ(a.rm.raw, b.rm.raw);
     EXPECT_EQ(a.rv.raw, b.rv.raw);
   }
+}
+
+// The stem's fusion: statistics only (y empty), then max_pool2d_affine_relu_forward with
+// batch_norm2d_scale_shift: bitwise the statistics, running statistics, pooled values and argmax of
+// batch_norm2d_forward with relu followed by max_pool2d_forward. A NaN in x takes its window, as
+// in the unfused pool. Then the new arguments' errors.
+TEST(BatchNorm2d, StatisticsThenAffineReluPoolEqualBatchNormReluThenPool) {
+  for (const Pool2dOptions& po : kPoolings)
+    for (bool training : {true, false}) {
+      BnProblem a(3, 4, 6, 8), b(3, 4, 6, 8);
+      a.x[7] = b.x[7] = NAN;
+      if (training) a.x[7] = b.x[7] = 1.0f;  // a NaN would make the batch statistics NaN
+      a.x[30] = b.x[30] = NAN;  // channel 1: in eval, only its windows see it
+      if (training) a.x[30] = b.x[30] = 0.5f;
+      batch_norm2d_forward(a.y.v4(a.s()), a.mean.span(), a.rstd.span(), a.rm.span(), a.rv.span(),
+                           a.x.c4(a.s()), a.wt.cspan(), a.b.cspan(), {.training = training, .relu = true});
+      const int64_t oh = pooled_size(a.h, po), ow = pooled_size(a.w, po), m = a.n * a.c * oh * ow;
+      Buf pa(m), pb(m);
+      std::vector<int32_t> ia(static_cast<size_t>(m)), ib(static_cast<size_t>(m));
+      max_pool2d_forward(pa.v4({a.n, a.c, oh, ow}), ia, a.y.c4(a.s()), po);
+      batch_norm2d_forward(View4{}, b.mean.span(), b.rstd.span(), b.rm.span(), b.rv.span(), b.x.c4(b.s()),
+                           b.wt.cspan(), b.b.cspan(), {.training = training, .relu = true});
+      Buf scale(b.c), shift(b.c);
+      batch_norm2d_scale_shift(scale.span(), shift.span(), b.mean.cspan(), b.rstd.cspan(), b.wt.cspan(), b.b.cspan());
+      max_pool2d_affine_relu_forward(pb.v4({b.n, b.c, oh, ow}), ib, b.x.c4(b.s()), scale.cspan(), shift.cspan(), po);
+      EXPECT_EQ(a.mean.raw, b.mean.raw);
+      EXPECT_EQ(a.rstd.raw, b.rstd.raw);
+      EXPECT_EQ(a.rm.raw, b.rm.raw);
+      EXPECT_EQ(a.rv.raw, b.rv.raw);
+      EXPECT_EQ(ia, ib);
+      for (int64_t i = 0; i < m; ++i)  // bitwise, NaN included
+        ASSERT_EQ(std::memcmp(&pa.raw[size_t(i)], &pb.raw[size_t(i)], sizeof(float)), 0) << i;
+      if (!training) EXPECT_TRUE(std::any_of(pb.raw.begin(), pb.raw.end(), [](float v) { return std::isnan(v); }));
+    }
+  BnProblem p(2, 3, 4, 4);
+  Buf y(2 * 3 * 2 * 2), scale(3), shift(2);
+  std::vector<int32_t> am(12);
+  EXPECT_THROW(max_pool2d_affine_relu_forward(y.v4({2, 3, 2, 2}), am, p.x.c4(p.s()), scale.cspan(), shift.cspan(),
+                                              {.kernel = 2}),
+               Error);
+  Buf sc(3), sh(3), mean(3), rstd(2);
+  EXPECT_THROW(batch_norm2d_scale_shift(sc.span(), sh.span(), mean.cspan(), rstd.cspan(), {}, {}), Error);
 }
 
 // The fused backward masks d_y where the forward's output was not > 0, from x alone: bitwise the

@@ -30,10 +30,16 @@ struct BatchNormOptions {
 
 // y[N, C, H, W] = (x - mean)·rstd·w + b per channel; writes mean[C], rstd[C] and, in training,
 // updates running_mean[C], running_var[C] (which may be empty in training: no running stats).
+// y may be empty (View4{}): only the statistics, for a consumer that applies
+// batch_norm2d_scale_shift itself (max_pool2d_affine_relu_forward).
 void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
                           std::span<float> running_mean, std::span<float> running_var,
                           ConstView4 x, std::span<const float> w, std::span<const float> b,
                           const BatchNormOptions& opts = {});
+// scale[C], shift[C] of the map the forward applies, y = x·scale + shift (one fused multiply-add),
+// from its mean[C], rstd[C] and w, b: bitwise the forward's.
+void batch_norm2d_scale_shift(std::span<float> scale, std::span<float> shift, std::span<const float> mean,
+                              std::span<const float> rstd, std::span<const float> w, std::span<const float> b);
 // Training: d_x = r·(g - mean_c(g) - x̂·mean_c(g·x̂)), g = d_y·w, x̂ = (x - μ)·r, means over
 // (N, H, W); eval: d_x = d_y·w·r. d_w[C] += Σ d_y·x̂; d_b[C] += Σ d_y. mean, rstd: the forward's;
 // w, b: the forward's parameters (b is read only with opts.relu, where d_y is first zeroed

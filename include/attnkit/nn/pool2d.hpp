@@ -29,6 +29,12 @@ struct Pool2dOptions {
 // y[N, C, OH, OW] = max over each window of x[N, C, H, W]; argmax[N·C·OH·OW] = h·W + w.
 void max_pool2d_forward(View4 y, std::span<int32_t> argmax, ConstView4 x,
                         const Pool2dOptions& opts);
+// max_pool2d_forward of max(x·scale[c] + shift[c], 0) (one fused multiply-add per value) without
+// storing that map: a batch norm with ReLU (batch_norm2d_scale_shift) and the pool in one read of
+// x, bitwise the same y and argmax as batch_norm2d_forward with relu followed by max_pool2d_forward.
+void max_pool2d_affine_relu_forward(View4 y, std::span<int32_t> argmax, ConstView4 x,
+                                    std::span<const float> scale, std::span<const float> shift,
+                                    const Pool2dOptions& opts);
 // d_x[N, C, H, W] = scatter of d_y to the saved argmax positions (assigned; zeros elsewhere).
 void max_pool2d_backward(View4 d_x, ConstView4 d_y, std::span<const int32_t> argmax);
 
