@@ -408,8 +408,12 @@ void CnnModel::backward(ConstView2 d_logits) {
   CnnStage& st = a.stem;
   relu_backward_inplace(*d_next, st.pooled);  // the ReLU's backward on the pooled side, as above
   like(st.d_o, st.c1);
-  max_pool2d_backward(st.d_o.view(), d_next->view(), st.argmax);
-  bn_back(st.d_o, st.d_o, st.c1, st.bn1, stages_[0].bn1);  // now the gradient of c1
+  // The pool's backward and the batch norm's in one: the gradient of c1, the pool's scatter made
+  // plane by plane where the batch norm reads it.
+  const BatchNormIds& sbn = stages_[0].bn1;
+  batch_norm2d_max_pool_backward(st.d_o.view(), grad_vec(sbn.affine.weight), grad_vec(sbn.affine.bias),
+                                 d_next->view(), st.argmax, st.c1.view(), param(sbn.affine.weight),
+                                 param(sbn.affine.bias), st.bn1.mean, st.bn1.rstd, bno);
   conv2d_backward(View4{}, as4(grad_vec(stages_[0].conv1), w[0], st.in_c, 3, 3), {}, st.d_o.view(),
                   a.x.view(), as4(param(stages_[0].conv1), w[0], st.in_c, 3, 3), {.stride = 1, .padding = 1});
 }

@@ -288,6 +288,50 @@ TEST(BatchNorm2d, StatisticsThenAffineReluPoolEqualBatchNormReluThenPool) {
   EXPECT_THROW(batch_norm2d_scale_shift(sc.span(), sh.span(), mean.cspan(), rstd.cspan(), {}, {}), Error);
 }
 
+// The stem's backward: batch_norm2d_max_pool_backward is bitwise max_pool2d_backward followed
+// by batch_norm2d_backward (training and eval, with and without the ReLU mask, each pooling);
+// then its argument errors.
+TEST(BatchNorm2d, MaxPoolBackwardEqualsPoolBackwardThenBatchNormBackward) {
+  for (const Pool2dOptions& po : kPoolings)
+    for (bool training : {true, false})
+      for (bool relu : {false, true}) {
+        BnProblem p(3, 4, 6, 8);
+        const BatchNormOptions o{.training = training, .relu = relu};
+        batch_norm2d_forward(p.y.v4(p.s()), p.mean.span(), p.rstd.span(), p.rm.span(), p.rv.span(),
+                             p.x.c4(p.s()), p.wt.cspan(), p.b.cspan(), o);
+        const int64_t oh = pooled_size(p.h, po), ow = pooled_size(p.w, po), m = p.n * p.c * oh * ow;
+        Buf pooled(m), d_pooled(m);
+        d_pooled.randn(77);
+        std::vector<int32_t> am(static_cast<size_t>(m));
+        max_pool2d_forward(pooled.v4({p.n, p.c, oh, ow}), am, p.y.c4(p.s()), po);
+        Buf dy(p.x.n), dx_a(p.x.n), dx_b(p.x.n), dw_a(p.c), db_a(p.c), dw_b(p.c), db_b(p.c);
+        dw_a.randn(78), db_a.randn(79);
+        dw_b.raw = dw_a.raw, db_b.raw = db_a.raw;  // both add into the same starting values
+        max_pool2d_backward(dy.v4(p.s()), d_pooled.c4({p.n, p.c, oh, ow}), am);
+        batch_norm2d_backward(dx_a.v4(p.s()), dw_a.span(), db_a.span(), dy.c4(p.s()), p.x.c4(p.s()), p.wt.cspan(),
+                              p.b.cspan(), p.mean.cspan(), p.rstd.cspan(), o);
+        batch_norm2d_max_pool_backward(dx_b.v4(p.s()), dw_b.span(), db_b.span(), d_pooled.c4({p.n, p.c, oh, ow}),
+                                       am, p.x.c4(p.s()), p.wt.cspan(), p.b.cspan(), p.mean.cspan(),
+                                       p.rstd.cspan(), o);
+        EXPECT_EQ(dx_a.raw, dx_b.raw);
+        EXPECT_EQ(dw_a.raw, dw_b.raw);
+        EXPECT_EQ(db_a.raw, db_b.raw);
+      }
+  BnProblem p(2, 3, 4, 4);
+  Buf dp(2 * 3 * 2 * 2), dx(p.x.n);
+  std::vector<int32_t> am(24, 0);
+  auto call = [&](std::span<const int32_t> a, ConstView4 d) {
+    batch_norm2d_max_pool_backward(dx.v4(p.s()), {}, {}, d, a, p.x.c4(p.s()), {}, {}, p.mean.cspan(),
+                                   p.rstd.cspan(), {});
+  };
+  EXPECT_NO_THROW(call(am, dp.c4({2, 3, 2, 2})));
+  EXPECT_THROW(call(std::span<const int32_t>(am).first(23), dp.c4({2, 3, 2, 2})), Error);  // argmax size
+  am[5] = 16;                                                                              // outside the plane
+  EXPECT_THROW(call(am, dp.c4({2, 3, 2, 2})), Error);
+  am[5] = 0;
+  EXPECT_THROW(call(am, dp.c4({2, 2, 2, 2})), Error);  // d_pooled's channels
+}
+
 // The fused backward masks d_y where the forward's output was not > 0, from x alone: bitwise the
 // unfused backward of d_y masked by the fused forward's y. 7×7 planes: several vectors and a tail.
 TEST(BatchNorm2d, FusedReluBackwardEqualsMaskingByTheOutput) {

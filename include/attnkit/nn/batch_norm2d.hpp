@@ -48,5 +48,13 @@ void batch_norm2d_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b
                            ConstView4 x, std::span<const float> w, std::span<const float> b,
                            std::span<const float> mean, std::span<const float> rstd,
                            const BatchNormOptions& opts = {});
+// batch_norm2d_backward of d_y = max_pool2d_backward(d_pooled, argmax) (the gradient of a max
+// pool over the batch norm's output) without storing d_y: each plane is scattered into a
+// per-thread buffer where the backward reads it. d_pooled [N, C, OH, OW], argmax [N·C·OH·OW] as
+// max_pool2d_forward saved it; bitwise the two calls' d_x, d_w, d_b. d_x must not alias d_pooled.
+void batch_norm2d_max_pool_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b, ConstView4 d_pooled,
+                                    std::span<const int32_t> argmax, ConstView4 x, std::span<const float> w,
+                                    std::span<const float> b, std::span<const float> mean,
+                                    std::span<const float> rstd, const BatchNormOptions& opts = {});
 
 }  // namespace attnkit
