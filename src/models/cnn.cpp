@@ -274,12 +274,12 @@ ConstView2 CnnModel::forward(ConstView4 x) {
       se_block_forward(g.att.view(), g.se, g.r.view(), channel_mlp(store_, ids, c, hidden));
       branch = &g.att;
     } else if (config_.attention == ChannelAttention::kCbam) {
-      ensure(g.att, n, c, s, s);
+      // CBAM's last product x1 ⊙ a_s is made in the residual add below (cbam_residual_relu).
       const int64_t k = config_.spatial_kernel;
-      cbam_forward(g.att.view(), g.cbam, g.r.view(),
+      cbam_forward(View4{}, g.cbam, g.r.view(),
                    CbamWeights{channel_mlp(store_, ids, c, hidden),
                                as4(param(ids.spatial.weight), 1, 2, k, k), param(ids.spatial.bias)});
-      branch = &g.att;
+      branch = nullptr;
     }
     const T4* shortcut = in;
     if (g.project) {
@@ -289,7 +289,8 @@ ConstView2 CnnModel::forward(ConstView4 x) {
       bn(g.scn, g.bnsc, g.scc, ids.shortcut_bn);
       shortcut = &g.scn;
     }
-    add_relu(g.o, *branch, *shortcut);
+    if (branch) add_relu(g.o, *branch, *shortcut);
+    else cbam_residual_relu(g.o.view(), g.cbam, shortcut->view());
     in = &g.o;
     if (g.pool) {
       s /= 2;

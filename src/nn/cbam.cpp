@@ -51,8 +51,11 @@ void cbam_forward(View4 y, CbamCache& cache, ConstView4 x, const CbamWeights& w)
   check_cbam(fn, x, w);
   const int64_t n = x.shape[0], c = x.shape[1], h = x.shape[2], wd = x.shape[3], hw = h * wd;
   const int64_t r = w.w1.shape[0], k = w.ws.shape[2];
-  nn::check_nchw(y, fn, "y", "[N, C, H, W]", n, c, h, wd);
-  check(y.data != x.data || y.numel() == 0, fn, ": y: must not alias x");
+  const bool write_y = nn::present4(y);
+  if (write_y) {
+    nn::check_nchw(y, fn, "y", "[N, C, H, W]", n, c, h, wd);
+    check(y.data != x.data || y.numel() == 0, fn, ": y: must not alias x");
+  }
   cache.pooled.resize({2 * n, c});
   cache.max_index.assign(size_t(n * c), 0);
   cache.hidden.resize({2 * n, r});
@@ -111,10 +114,31 @@ void cbam_forward(View4 y, CbamCache& cache, ConstView4 x, const CbamWeights& w)
   conv2d_forward(cache.spatial_gate.view(), cache.descriptor.view(), w.ws, w.bs,
                  {.stride = 1, .padding = k / 2});
   for (float& v : cache.spatial_gate.storage()) v = sigmoid(v);
+  if (!write_y) return;
   const float* as = cache.spatial_gate.data();
   nn::parallel_each_row(n * c, hw, [&](int64_t pl) {
     const float* g = as + (pl / c) * hw;
     for (int64_t j = 0; j < hw; ++j) y.data[pl * hw + j] = x1[pl * hw + j] * g[j];
+  });
+}
+
+void cbam_residual_relu(View4 o, const CbamCache& cache, ConstView4 shortcut) {
+  const char* fn = "cbam_residual_relu";
+  const auto& shape = cache.x1.shape();
+  const int64_t n = shape[0], c = shape[1], hw = shape[2] * shape[3];
+  check(cache.spatial_gate.shape() == std::array<int64_t, 4>{n, 1, shape[2], shape[3]}, fn,
+        ": cache: not filled by cbam_forward");
+  nn::check_nchw(o, fn, "o", "[N, C, H, W]", n, c, shape[2], shape[3]);
+  nn::check_nchw(shortcut, fn, "shortcut", "[N, C, H, W]", n, c, shape[2], shape[3]);
+  const float *x1 = cache.x1.data(), *as = cache.spatial_gate.data();
+  nn::parallel_each_row(n * c, hw, [&](int64_t pl) {
+    const float* g = as + (pl / c) * hw;
+    const float* sc = shortcut.data + pl * hw;
+    float* out = o.data + pl * hw;
+    for (int64_t j = 0; j < hw; ++j) {
+      const float y = x1[pl * hw + j] * g[j];
+      out[j] = std::max(y + sc[j], 0.0f);
+    }
   });
 }
 

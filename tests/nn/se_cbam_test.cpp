@@ -5,6 +5,7 @@
 // saved argmax indices).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "attnkit/core/error.hpp"
@@ -192,6 +193,33 @@ TEST(Cbam, BitwiseIdenticalForAnyThreadCount) {
     if (t == 1) first = all;
     else EXPECT_EQ(all, first);
   }
+}
+
+// cbam_forward without y, then cbam_residual_relu: max(x1 ⊙ a_s + shortcut, 0) to the rounding
+// of one product and one sum (the compiler may fuse them), the full forward's y where it is the
+// same; and in place over the shortcut.
+TEST(Cbam, ResidualReluEqualsOutputPlusShortcutThenRelu) {
+  CbamProblem p(3, 8, 2, 5, 6, 3);
+  Buf sc(p.x.n), o(p.x.n);
+  sc.randn(50);
+  CbamCache full, part;
+  cbam_forward(p.y.v4(p.s()), full, p.x.c4(p.s()), p.weights());
+  cbam_forward(View4{}, part, p.x.c4(p.s()), p.weights());
+  cbam_residual_relu(o.v4(p.s()), part, sc.c4(p.s()));
+  int64_t clipped = 0;
+  const int64_t hw = p.h * p.w;
+  for (int64_t i = 0; i < o.n; ++i) {
+    const double prod = double(part.x1.data()[i]) * double(part.spatial_gate.data()[(i / (p.c * hw)) * hw + i % hw]);
+    const double ref = std::max(prod + double(sc[i]), 0.0);
+    ASSERT_NEAR(o[i], ref, 0x1p-23 * (std::abs(prod) + std::abs(double(sc[i])))) << i;
+    ASSERT_EQ(p.y[i], full.x1.data()[i] * full.spatial_gate.data()[(i / (p.c * hw)) * hw + i % hw]) << i;
+    clipped += ref == 0.0;
+  }
+  EXPECT_GT(clipped, 0);
+  cbam_residual_relu(sc.v4(p.s()), part, sc.c4(p.s()));
+  EXPECT_EQ(sc.raw, o.raw);
+  EXPECT_THROW(cbam_residual_relu(o.v4({3, 8, 6, 5}), part, sc.c4(p.s())), Error);
+  EXPECT_THROW(cbam_residual_relu(o.v4(p.s()), CbamCache{}, sc.c4(p.s())), Error);
 }
 
 TEST(Cbam, BadArguments) {
