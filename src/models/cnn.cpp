@@ -260,7 +260,7 @@ ConstView2 CnnModel::forward(ConstView4 x) {
     g.pool = i + 1 < w.size();
     const int64_t c = w[i];
     ensure(g.c1, n, c, s, s), ensure(g.h1, n, c, s, s), ensure(g.c2, n, c, s, s);
-    ensure(g.r, n, c, s, s), ensure(g.o, n, c, s, s);
+    ensure(g.r, n, c, s, s);
     conv2d_forward(g.c1.view(), in->view(), as4(param(ids.conv1), c, g.in_c, 3, 3), {},
                    {.stride = 1, .padding = 1});
     bn(g.h1, g.bn1, g.c1, ids.bn1, /*relu=*/true);
@@ -289,15 +289,32 @@ ConstView2 CnnModel::forward(ConstView4 x) {
       bn(g.scn, g.bnsc, g.scc, ids.shortcut_bn);
       shortcut = &g.scn;
     }
-    if (branch) add_relu(g.o, *branch, *shortcut);
-    else cbam_residual_relu(g.o.view(), g.cbam, shortcut->view());
-    in = &g.o;
     if (g.pool) {
+      // o = max(branch + shortcut, 0) feeds only the pool (the backward masks by the pooled
+      // values), so it is made plane by plane where the pool reads it and never stored.
+      const int64_t side = s, hw = s * s;
+      const float* sc = shortcut->data();
+      auto make_o = [&](int64_t pl, float* out) {
+        const float* q = sc + pl * hw;
+        if (branch) {
+          const float* p = branch->data() + pl * hw;
+          for (int64_t j = 0; j < hw; ++j) out[j] = std::max(p[j] + q[j], 0.0f);
+        } else {  // CBAM's output x1 ⊙ a_s, as cbam_residual_relu
+          const float* x1 = g.cbam.x1.data() + pl * hw;
+          const float* as = g.cbam.spatial_gate.data() + (pl / c) * hw;
+          for (int64_t j = 0; j < hw; ++j) out[j] = std::max(x1[j] * as[j] + q[j], 0.0f);
+        }
+      };
       s /= 2;
       ensure(g.pooled, n, c, s, s);
       g.argmax.resize(size_t(n * c * s * s));  // every entry is written by the pool
-      max_pool2d_forward(g.pooled.view(), g.argmax, g.o.view(), pool);
+      max_pool2d_forward_of(g.pooled.view(), g.argmax, {n, c, side, side}, pool, make_o);
       in = &g.pooled;
+    } else {
+      ensure(g.o, n, c, s, s);
+      if (branch) add_relu(g.o, *branch, *shortcut);
+      else cbam_residual_relu(g.o.view(), g.cbam, shortcut->view());
+      in = &g.o;
     }
   }
   // Head.
@@ -357,7 +374,7 @@ void CnnModel::backward(ConstView2 d_logits) {
       // receives a gradient, and there o equals the pooled value, so masking by pooled > 0
       // before the pool's backward is the ReLU's backward.
       relu_backward_inplace(*d_next, g.pooled);
-      like(g.d_o, g.o);
+      like(g.d_o, g.r);  // o's shape (o itself is not stored before a pool)
       max_pool2d_backward(g.d_o.view(), d_next->view(), g.argmax);
       d_next = &g.d_o;
     } else {

@@ -125,6 +125,33 @@ TEST(Pool2d, GradientsMatchFiniteDifferences) {
   }
 }
 
+// max_pool2d_forward_of: bitwise max_pool2d_forward of the stored input (each pooling, odd and
+// even sides), each plane made once; then its argument errors.
+TEST(Pool2d, ForwardOfMadePlanesEqualsForwardOfStoredInput) {
+  for (const Pool2dOptions& o : kPoolings)
+    for (int64_t side : {6, 7}) {
+      const int64_t n = 2, c = 3, oh = pooled_size(side, o), m = n * c * oh * oh;
+      Buf x(n * c * side * side), ya(m), yb(m);
+      x.randn(61);
+      std::vector<int32_t> ia(static_cast<size_t>(m)), ib(static_cast<size_t>(m));
+      max_pool2d_forward(ya.v4({n, c, oh, oh}), ia, x.c4({n, c, side, side}), o);
+      std::vector<int> made(static_cast<size_t>(n * c), 0);
+      max_pool2d_forward_of(yb.v4({n, c, oh, oh}), ib, {n, c, side, side}, o, [&](int64_t p, float* out) {
+        ++made[size_t(p)];
+        std::copy_n(x.data() + p * side * side, side * side, out);
+      });
+      EXPECT_EQ(ya.raw, yb.raw);
+      EXPECT_EQ(ia, ib);
+      EXPECT_EQ(made, std::vector<int>(static_cast<size_t>(n * c), 1));
+    }
+  Buf y(2 * 3 * 3 * 3);
+  std::vector<int32_t> am(18);
+  const auto none = [](int64_t, float*) {};
+  EXPECT_THROW(max_pool2d_forward_of(y.v4({2, 3, 3, 3}), am, {2, 3, 7, 7}, {.kernel = 2}, none), Error);  // y: 3×3
+  EXPECT_THROW(max_pool2d_forward_of(y.v4({2, 3, 3, 3}), am, {2, 3, 6, -6}, {.kernel = 2}, none), Error);
+  EXPECT_THROW(max_pool2d_forward_of(y.v4({2, 3, 3, 3}), am, {2, 3, 6, 6}, {.kernel = 0}, none), Error);
+}
+
 TEST(Pool2d, BadArguments) {
   Buf x(16), y(4);
   std::vector<int32_t> am(4);
