@@ -23,8 +23,12 @@ whole rounds stall, the ratio of the best rounds is the steadier figure, and it 
 With --engines builtin,auto (--in-process), attnkit is timed once per conv2d engine in the same
 rotation (attnkit.set_conv2d_engine), so the engines' ratios to PyTorch come from one run.
 
+With --profile-torch, PyTorch's training step is broken down by op class instead (see
+TORCH_PROFILE_CHILD).
+
 Usage: scripts/experiments/cnn_speed.py [--attention cbam] [--threads 2] [--batch 128]
-       [--images 6400] [--rounds 2] [--in-process [--steps 5] [--engines builtin,auto]]"""
+       [--images 6400] [--rounds 2] [--in-process [--steps 5] [--engines builtin,auto]]
+       [--profile-torch]"""
 import argparse
 import json
 import os
@@ -129,6 +133,35 @@ for r in range(rounds):
 '''
 
 
+# --profile-torch: PyTorch's step by op class (torch.autograd.profiler self CPU time over 6 steps),
+# with the step's process CPU time measured outside the profiler (whose wall-clock times a loaded
+# machine inflates): the classes' shares of that CPU time are the breakdown.
+TORCH_PROFILE_CHILD = CHILD_SETUP + r'''
+import collections
+for i in range(3):
+    step(i)
+t = time.process_time()
+for i in range(6):
+    step(i)
+cpu = (time.process_time() - t) / 6
+with torch.autograd.profiler.profile() as prof:
+    for i in range(6):
+        step(i)
+def op_class(name):
+    if "convolution" in name: return "convolutions (forward and backward)"
+    if "batch_norm" in name: return "batch norm"
+    if "max_pool2d" in name: return "max pool"
+    if name in ("aten::clamp_min", "aten::threshold_backward", "aten::relu"): return "ReLU"
+    if name in ("aten::addcdiv_", "aten::sqrt") or "Optimizer" in name: return "AdamW (addcdiv, sqrt)"
+    return "CBAM, residual adds, global pool, head, the rest"
+share = collections.Counter()
+for e in prof.key_averages():
+    share[op_class(e.key)] += e.self_cpu_time_total
+total = sum(share.values())
+print(json.dumps({"step_cpu_ms": cpu * 1e3, "classes": {k: v / total for k, v in share.most_common()}}))
+'''
+
+
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # Debian torch
 
 
@@ -169,6 +202,18 @@ def in_process(a, cfg):
               f"{max(rates['torch']):.0f} images/s, {max(rates[n]) / max(rates['torch']):.2f}x")
 
 
+def profile_torch(a, cfg):
+    """Prints PyTorch's step CPU time and its shares by op class (TORCH_PROFILE_CHILD)."""
+    out = subprocess.run([PYTHON, "-c", TORCH_PROFILE_CHILD, str(ROOT / "tests" / "python"), json.dumps(cfg),
+                          str(a.threads), str(a.batch), str(9 * a.batch)], env=child_env(a.threads), check=True,
+                         capture_output=True, text=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    print(f"PyTorch 1.13 CNN ({a.attention}) training step, batch {a.batch}, {a.threads} threads: "
+          f"{r['step_cpu_ms']:.1f} ms of process CPU time")
+    for name, frac in r["classes"].items():
+        print(f"  {name}: {100 * frac:.1f} % ({frac * r['step_cpu_ms']:.1f} ms)")
+
+
 def torch_rate(cfg, threads, batch, images):
     out = subprocess.run([PYTHON, "-c", TORCH_CHILD, str(ROOT / "tests" / "python"), json.dumps(cfg),
                           str(threads), str(batch), str(images)], env=child_env(threads), check=True,
@@ -199,9 +244,13 @@ def main():
     ap.add_argument("--engines", default="",
                     help="with --in-process: comma-separated conv2d engines (auto, builtin, onednn) timed as "
                          "separate attnkit entries in the same rotation (default: the process default)")
+    ap.add_argument("--profile-torch", action="store_true",
+                    help="print PyTorch's step CPU time by op class (torch.autograd.profiler) and exit")
     a = ap.parse_args()
     cfg = {"model_type": "cnn", "attention": a.attention, "widths": [int(w) for w in a.widths.split(",")],
            "reduction": 8, "spatial_kernel": 7}
+    if a.profile_torch:
+        return profile_torch(a, cfg)
     if a.in_process:
         return in_process(a, cfg)
     rows = []

@@ -88,6 +88,7 @@ struct CnnStage {
   T4 c1, h1, c2, r, att, scc, scn, o, pooled;
   BnStats bn1, bn2, bnsc;
   std::vector<int32_t> argmax;
+  std::vector<float> scale_shift;  // the stem's batch-norm map for the fused pool: scale[C], shift[C]
   SeCache se;
   CbamCache cbam;
   // backward scratch
@@ -230,14 +231,24 @@ ConstView2 CnnModel::forward(ConstView4 x) {
       for (int64_t h = 0; h < s; ++h)
         std::copy_n(x.ptr(i, c, h), s, a.x.view().ptr(i, c, h));
   ensure(st.c1, n, w[0], s, s);
-  ensure(st.h1, n, w[0], s, s);
   conv2d_forward(st.c1.view(), a.x.view(), as4(param(stages_[0].conv1), w[0], st.in_c, 3, 3), {},
                  {.stride = 1, .padding = 1});
-  bn(st.h1, st.bn1, st.c1, stages_[0].bn1, /*relu=*/true);
+  // Batch norm + ReLU + max pool: the statistics, then the pool reads c1 once more and applies the
+  // batch norm's map and the ReLU plane by plane, so the largest activation of the network
+  // (relu(bn(c1))) is never stored. The backward needs only c1 and the pool's argmax.
+  st.bn1.resize(w[0]);
+  batch_norm2d_forward(View4{}, st.bn1.mean, st.bn1.rstd, store_.buffer(stages_[0].bn1.running_mean),
+                       store_.buffer(stages_[0].bn1.running_var), st.c1.view(),
+                       param(stages_[0].bn1.affine.weight), param(stages_[0].bn1.affine.bias), bno);
+  std::vector<float>& scale = st.scale_shift;
+  scale.resize(size_t(2 * w[0]));
+  const std::span<float> sc(scale.data(), size_t(w[0])), sh(scale.data() + w[0], size_t(w[0]));
+  batch_norm2d_scale_shift(sc, sh, st.bn1.mean, st.bn1.rstd, param(stages_[0].bn1.affine.weight),
+                           param(stages_[0].bn1.affine.bias));
   s /= 2;
   ensure(st.pooled, n, w[0], s, s);
   st.argmax.resize(size_t(n * w[0] * s * s));  // every entry is written by the pool
-  max_pool2d_forward(st.pooled.view(), st.argmax, st.h1.view(), pool);
+  max_pool2d_affine_relu_forward(st.pooled.view(), st.argmax, st.c1.view(), sc, sh, pool);
   const T4* in = &st.pooled;
 
   a.stages.resize(w.size() - 1);
@@ -249,7 +260,7 @@ ConstView2 CnnModel::forward(ConstView4 x) {
     g.pool = i + 1 < w.size();
     const int64_t c = w[i];
     ensure(g.c1, n, c, s, s), ensure(g.h1, n, c, s, s), ensure(g.c2, n, c, s, s);
-    ensure(g.r, n, c, s, s), ensure(g.o, n, c, s, s);
+    ensure(g.r, n, c, s, s);
     conv2d_forward(g.c1.view(), in->view(), as4(param(ids.conv1), c, g.in_c, 3, 3), {},
                    {.stride = 1, .padding = 1});
     bn(g.h1, g.bn1, g.c1, ids.bn1, /*relu=*/true);
@@ -263,12 +274,12 @@ ConstView2 CnnModel::forward(ConstView4 x) {
       se_block_forward(g.att.view(), g.se, g.r.view(), channel_mlp(store_, ids, c, hidden));
       branch = &g.att;
     } else if (config_.attention == ChannelAttention::kCbam) {
-      ensure(g.att, n, c, s, s);
+      // CBAM's last product x1 ⊙ a_s is made in the residual add below (cbam_residual_relu).
       const int64_t k = config_.spatial_kernel;
-      cbam_forward(g.att.view(), g.cbam, g.r.view(),
+      cbam_forward(View4{}, g.cbam, g.r.view(),
                    CbamWeights{channel_mlp(store_, ids, c, hidden),
                                as4(param(ids.spatial.weight), 1, 2, k, k), param(ids.spatial.bias)});
-      branch = &g.att;
+      branch = nullptr;
     }
     const T4* shortcut = in;
     if (g.project) {
@@ -278,14 +289,32 @@ ConstView2 CnnModel::forward(ConstView4 x) {
       bn(g.scn, g.bnsc, g.scc, ids.shortcut_bn);
       shortcut = &g.scn;
     }
-    add_relu(g.o, *branch, *shortcut);
-    in = &g.o;
     if (g.pool) {
+      // o = max(branch + shortcut, 0) feeds only the pool (the backward masks by the pooled
+      // values), so it is made plane by plane where the pool reads it and never stored.
+      const int64_t side = s, hw = s * s;
+      const float* sc = shortcut->data();
+      auto make_o = [&](int64_t pl, float* out) {
+        const float* q = sc + pl * hw;
+        if (branch) {
+          const float* p = branch->data() + pl * hw;
+          for (int64_t j = 0; j < hw; ++j) out[j] = std::max(p[j] + q[j], 0.0f);
+        } else {  // CBAM's output x1 ⊙ a_s, as cbam_residual_relu
+          const float* x1 = g.cbam.x1.data() + pl * hw;
+          const float* as = g.cbam.spatial_gate.data() + (pl / c) * hw;
+          for (int64_t j = 0; j < hw; ++j) out[j] = std::max(x1[j] * as[j] + q[j], 0.0f);
+        }
+      };
       s /= 2;
       ensure(g.pooled, n, c, s, s);
       g.argmax.resize(size_t(n * c * s * s));  // every entry is written by the pool
-      max_pool2d_forward(g.pooled.view(), g.argmax, g.o.view(), pool);
+      max_pool2d_forward_of(g.pooled.view(), g.argmax, {n, c, side, side}, pool, make_o);
       in = &g.pooled;
+    } else {
+      ensure(g.o, n, c, s, s);
+      if (branch) add_relu(g.o, *branch, *shortcut);
+      else cbam_residual_relu(g.o.view(), g.cbam, shortcut->view());
+      in = &g.o;
     }
   }
   // Head.
@@ -345,7 +374,7 @@ void CnnModel::backward(ConstView2 d_logits) {
       // receives a gradient, and there o equals the pooled value, so masking by pooled > 0
       // before the pool's backward is the ReLU's backward.
       relu_backward_inplace(*d_next, g.pooled);
-      like(g.d_o, g.o);
+      like(g.d_o, g.r);  // o's shape (o itself is not stored before a pool)
       max_pool2d_backward(g.d_o.view(), d_next->view(), g.argmax);
       d_next = &g.d_o;
     } else {
@@ -396,9 +425,13 @@ void CnnModel::backward(ConstView2 d_logits) {
   // Stem: d_next is the gradient of stem.pooled.
   CnnStage& st = a.stem;
   relu_backward_inplace(*d_next, st.pooled);  // the ReLU's backward on the pooled side, as above
-  like(st.d_o, st.h1);
-  max_pool2d_backward(st.d_o.view(), d_next->view(), st.argmax);
-  bn_back(st.d_o, st.d_o, st.c1, st.bn1, stages_[0].bn1);  // now the gradient of c1
+  like(st.d_o, st.c1);
+  // The pool's backward and the batch norm's in one: the gradient of c1, the pool's scatter made
+  // plane by plane where the batch norm reads it.
+  const BatchNormIds& sbn = stages_[0].bn1;
+  batch_norm2d_max_pool_backward(st.d_o.view(), grad_vec(sbn.affine.weight), grad_vec(sbn.affine.bias),
+                                 d_next->view(), st.argmax, st.c1.view(), param(sbn.affine.weight),
+                                 param(sbn.affine.bias), st.bn1.mean, st.bn1.rstd, bno);
   conv2d_backward(View4{}, as4(grad_vec(stages_[0].conv1), w[0], st.in_c, 3, 3), {}, st.d_o.view(),
                   a.x.view(), as4(param(stages_[0].conv1), w[0], st.in_c, 3, 3), {.stride = 1, .padding = 1});
 }

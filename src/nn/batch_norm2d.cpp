@@ -100,7 +100,8 @@ void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
   const char* fn = "batch_norm2d_forward";
   const int64_t n = x.shape[0], c = x.shape[1], hw = x.shape[2] * x.shape[3], m = n * hw;
   nn::check_nchw(x, fn, "x", "[N, C, H, W]", n, c, x.shape[2], x.shape[3]);
-  nn::check_nchw(y, fn, "y", "[N, C, H, W]", n, c, x.shape[2], x.shape[3]);
+  const bool write_y = nn::present4(y);
+  if (write_y) nn::check_nchw(y, fn, "y", "[N, C, H, W]", n, c, x.shape[2], x.shape[3]);
   check_params(fn, c, w, b, opts);
   nn::check_span(mean, fn, "mean", "[C]", c);
   nn::check_span(rstd, fn, "rstd", "[C]", c);
@@ -136,6 +137,7 @@ void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
     rstd[size_t(ch)] = r;
     affine[size_t(ch)] = affine_of(mf, r, w, b, ch);
   }
+  if (!write_y) return;
   nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
     const hn::ScalableTag<float> df;
     const int64_t lanes = int64_t(hn::Lanes(df));
@@ -155,20 +157,30 @@ void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
   });
 }
 
-void batch_norm2d_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b, ConstView4 d_y,
-                           ConstView4 x, std::span<const float> w, std::span<const float> b,
-                           std::span<const float> mean, std::span<const float> rstd,
-                           const BatchNormOptions& opts) {
-  const char* fn = "batch_norm2d_backward";
-  const int64_t n = x.shape[0], c = x.shape[1], hw = x.shape[2] * x.shape[3], m = n * hw;
-  nn::check_nchw(x, fn, "x", "[N, C, H, W]", n, c, x.shape[2], x.shape[3]);
-  nn::check_nchw(d_y, fn, "d_y", "[N, C, H, W]", n, c, x.shape[2], x.shape[3]);
-  nn::check_nchw(d_x, fn, "d_x", "[N, C, H, W]", n, c, x.shape[2], x.shape[3]);
-  check_params(fn, c, w, b, opts);
-  nn::check_span(mean, fn, "mean", "[C]", c);
+void batch_norm2d_scale_shift(std::span<float> scale, std::span<float> shift, std::span<const float> mean,
+                              std::span<const float> rstd, std::span<const float> w, std::span<const float> b) {
+  const char* fn = "batch_norm2d_scale_shift";
+  const int64_t c = int64_t(mean.size());
+  nn::check_span(std::span<const float>(scale), fn, "scale", "[C]", c);
+  nn::check_span(std::span<const float>(shift), fn, "shift", "[C]", c);
   nn::check_span(rstd, fn, "rstd", "[C]", c);
-  nn::check_span(std::span<const float>(d_b), fn, "d_b", "[C]", c, true);
-  nn::check_norm_grads(fn, w, d_w, {}, {});
+  nn::check_span(w, fn, "w", "[C]", c, true);
+  nn::check_span(b, fn, "b", "[C]", c, true);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const ChannelAffine f = affine_of(mean[size_t(ch)], rstd[size_t(ch)], w, b, ch);
+    scale[size_t(ch)] = f.scale, shift[size_t(ch)] = f.shift;
+  }
+}
+
+namespace {
+
+// batch_norm2d_backward with d_y's planes from dy_plane(i, ch) (a pointer valid until the next
+// call on the same thread); the arguments are checked by the callers.
+template <class DyPlane>
+void backward_planes(View4 d_x, std::span<float> d_w, std::span<float> d_b, const DyPlane& dy_plane,
+                     ConstView4 x, std::span<const float> w, std::span<const float> b,
+                     std::span<const float> mean, std::span<const float> rstd, const BatchNormOptions& opts) {
+  const int64_t n = x.shape[0], c = x.shape[1], hw = x.shape[2] * x.shape[3], m = n * hw;
   // The ReLU's mask: x·scale + shift > 0 with the forward's scale and shift.
   std::vector<ChannelAffine> pre(static_cast<size_t>(c));
   for (int64_t ch = 0; ch < c; ++ch)
@@ -176,7 +188,7 @@ void batch_norm2d_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b
   // Σ g and Σ g·x per channel (g: d_y, masked); Σ g·x̂ = r·(Σ g·x - μ·Σ g).
   const std::vector<double> sums = channel_sums(n, c, [&](int64_t i, int64_t ch, double* acc) {
     const ChannelAffine& f = pre[size_t(ch)];
-    masked_sum_and_dot(d_y.ptr(i, ch), x.ptr(i, ch), hw, opts.relu, f.scale, f.shift, acc[0], acc[1]);
+    masked_sum_and_dot(dy_plane(i, ch), x.ptr(i, ch), hw, opts.relu, f.scale, f.shift, acc[0], acc[1]);
   });
   std::vector<float> ca(size_t(c), 0.0f), cb(size_t(c), 0.0f), cc(size_t(c), 0.0f);  // d_x = ca·d_y + cb·x + cc
   for (int64_t ch = 0; ch < c; ++ch) {
@@ -197,7 +209,7 @@ void batch_norm2d_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b
     const int64_t lanes = int64_t(hn::Lanes(df));
     const auto zero = hn::Zero(df);
     for_planes(p0, p1, c, [&](int64_t i, int64_t ch) {
-      const float *p = x.ptr(i, ch), *g = d_y.ptr(i, ch);
+      const float *p = x.ptr(i, ch), *g = dy_plane(i, ch);
       float* dx = d_x.ptr(i, ch);
       const ChannelAffine& f = pre[size_t(ch)];
       const auto a = hn::Set(df, ca[size_t(ch)]), bx = hn::Set(df, cb[size_t(ch)]),
@@ -211,6 +223,55 @@ void batch_norm2d_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b
       }
     });
   });
+}
+
+void check_backward(const char* fn, View4 d_x, std::span<float> d_w, std::span<float> d_b, ConstView4 x,
+                    std::span<const float> w, std::span<const float> b, std::span<const float> mean,
+                    std::span<const float> rstd, const BatchNormOptions& opts) {
+  const int64_t n = x.shape[0], c = x.shape[1];
+  nn::check_nchw(x, fn, "x", "[N, C, H, W]", n, c, x.shape[2], x.shape[3]);
+  nn::check_nchw(d_x, fn, "d_x", "[N, C, H, W]", n, c, x.shape[2], x.shape[3]);
+  check_params(fn, c, w, b, opts);
+  nn::check_span(mean, fn, "mean", "[C]", c);
+  nn::check_span(rstd, fn, "rstd", "[C]", c);
+  nn::check_span(std::span<const float>(d_b), fn, "d_b", "[C]", c, true);
+  nn::check_norm_grads(fn, w, d_w, {}, {});
+}
+
+}  // namespace
+
+void batch_norm2d_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b, ConstView4 d_y,
+                           ConstView4 x, std::span<const float> w, std::span<const float> b,
+                           std::span<const float> mean, std::span<const float> rstd,
+                           const BatchNormOptions& opts) {
+  const char* fn = "batch_norm2d_backward";
+  check_backward(fn, d_x, d_w, d_b, x, w, b, mean, rstd, opts);
+  nn::check_nchw(d_y, fn, "d_y", "[N, C, H, W]", x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+  backward_planes(d_x, d_w, d_b, [&](int64_t i, int64_t ch) { return d_y.ptr(i, ch); }, x, w, b, mean, rstd, opts);
+}
+
+void batch_norm2d_max_pool_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b, ConstView4 d_pooled,
+                                    std::span<const int32_t> argmax, ConstView4 x, std::span<const float> w,
+                                    std::span<const float> b, std::span<const float> mean,
+                                    std::span<const float> rstd, const BatchNormOptions& opts) {
+  const char* fn = "batch_norm2d_max_pool_backward";
+  check_backward(fn, d_x, d_w, d_b, x, w, b, mean, rstd, opts);
+  const int64_t n = x.shape[0], c = x.shape[1], hw = x.shape[2] * x.shape[3];
+  const int64_t oh = d_pooled.shape[2], ow = d_pooled.shape[3], ohw = oh * ow;
+  nn::check_nchw(d_pooled, fn, "d_pooled", "[N, C, OH, OW]", n, c, oh, ow);
+  nn::check_span(argmax, fn, "argmax", "[N·C·OH·OW]", n * c * ohw);
+  nn::check_argmax(fn, argmax, hw);
+  check(d_x.data != d_pooled.data || d_x.numel() == 0, fn, ": d_x: must not alias d_pooled");
+  backward_planes(d_x, d_w, d_b, [&](int64_t i, int64_t ch) {
+    // max_pool2d_backward's plane: zeros, then each window's gradient added at its argmax.
+    thread_local std::vector<float> plane;
+    if (int64_t(plane.size()) < hw) plane.resize(size_t(hw));
+    std::fill_n(plane.data(), hw, 0.0f);
+    const float* g = d_pooled.ptr(i, ch);
+    const int32_t* am = argmax.data() + (i * c + ch) * ohw;
+    for (int64_t o = 0; o < ohw; ++o) plane[size_t(am[o])] += g[o];
+    return static_cast<const float*>(plane.data());
+  }, x, w, b, mean, rstd, opts);
 }
 
 }  // namespace attnkit

@@ -41,12 +41,10 @@ void global_avg_pool_backward(View4 d_x, ConstView2 d_y) {
 }
 
 namespace hn = hwy::HWY_NAMESPACE;
-namespace {
 
-// Index of the first maximum of in[0, n) (n >= 1), where the first NaN beats every number, as
-// PyTorch's max does. Each vector lane keeps its own first maximum (nn::later_wins); the lanes'
-// winners are then compared by the same rule in index order.
-int64_t plane_argmax(const float* in, int64_t n) {
+// Each vector lane keeps its own first maximum (nn::later_wins); the lanes' winners are then
+// compared by the same rule in index order.
+int64_t nn::plane_argmax(const float* in, int64_t n) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
   const int64_t lanes = int64_t(hn::Lanes(df));
@@ -74,8 +72,6 @@ int64_t plane_argmax(const float* in, int64_t n) {
   return hn::GetLane(first);
 }
 
-}  // namespace
-
 void global_max_pool_forward(View2 y, std::span<int32_t> argmax, ConstView4 x) {
   const char* fn = "global_max_pool_forward";
   check_global(fn, x, "x", y, "y");
@@ -83,7 +79,7 @@ void global_max_pool_forward(View2 y, std::span<int32_t> argmax, ConstView4 x) {
   nn::check_span(argmax, fn, "argmax", "[N·C]", x.shape[0] * c);
   check(hw >= 1 && hw <= INT32_MAX, fn, ": x: expected 1..2^31-1 pixels per plane, got ", hw);
   nn::parallel_each_row(x.shape[0] * c, hw, [&](int64_t p) {
-    const int64_t best = plane_argmax(x.data + p * hw, hw);
+    const int64_t best = nn::plane_argmax(x.data + p * hw, hw);
     y(p / c, p % c) = x.data[p * hw + best];
     argmax[size_t(p)] = int32_t(best);
   });

@@ -1,9 +1,12 @@
-// Max and average pooling (see pool2d.hpp), one task per block of (n, c) planes.
+// Max and average pooling (see pool2d.hpp), one task per block of (n, c) planes; the max pool
+// optionally of a per-channel affine map + ReLU of x made plane by plane (a batch norm's output).
 // Backward of y = max(window): d_x[argmax] += d_y. Backward of y = Σ window / d: d_x += d_y / d
 // on every in-image pixel of the window.
 #include "attnkit/nn/pool2d.hpp"
 
 #include <algorithm>
+#include <array>
+#include <functional>
 #include <climits>
 #include <cmath>
 #include <vector>
@@ -19,21 +22,28 @@ struct PoolGeometry {
   int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0, k = 0, s = 0, p = 0;
 };
 
-PoolGeometry check_pool(const char* fn, ConstView4 x_like, const char* x_name, ConstView4 y_like,
-                        const char* y_name, const Pool2dOptions& opts) {
+// The geometry for an input of shape [N, C, H, W] (checked by the caller), y_like checked.
+PoolGeometry check_pool_shape(const char* fn, const std::array<int64_t, 4>& x_shape, ConstView4 y_like,
+                              const char* y_name, const Pool2dOptions& opts) {
   nn::check_positive(fn, "kernel", opts.kernel);
   check(opts.stride >= 0, fn, ": stride: expected >= 1 (or 0 for kernel), got ", opts.stride);
   check(opts.padding >= 0 && 2 * opts.padding <= opts.kernel, fn, ": padding: expected 0 <= 2·padding <= kernel = ",
         opts.kernel, ", got ", opts.padding);
   PoolGeometry g;
-  const int64_t n = x_like.shape[0], c = x_like.shape[1];
-  g.planes = n * c, g.h = x_like.shape[2], g.w = x_like.shape[3];
+  const int64_t n = x_shape[0], c = x_shape[1];
+  g.planes = n * c, g.h = x_shape[2], g.w = x_shape[3];
   g.k = opts.kernel, g.s = opts.stride ? opts.stride : opts.kernel, g.p = opts.padding;
   const auto out = [&](int64_t in) { const int64_t sp = in + 2 * g.p - g.k; return sp < 0 ? 0 : sp / g.s + 1; };
   g.oh = out(g.h), g.ow = out(g.w);
-  nn::check_nchw(x_like, fn, x_name, "[N, C, H, W]", n, c, g.h, g.w);
   nn::check_nchw(y_like, fn, y_name, "[N, C, OH, OW]", n, c, g.oh, g.ow);
   return g;
+}
+
+PoolGeometry check_pool(const char* fn, ConstView4 x_like, const char* x_name, ConstView4 y_like,
+                        const char* y_name, const Pool2dOptions& opts) {
+  nn::check_nchw(x_like, fn, x_name, "[N, C, H, W]", x_like.shape[0], x_like.shape[1], x_like.shape[2],
+                 x_like.shape[3]);
+  return check_pool_shape(fn, x_like.shape, y_like, y_name, opts);
 }
 
 // Number of in-image pixels of the window at output (i, j), or k² with count_include_pad.
@@ -93,14 +103,17 @@ void max_pool2x2_plane(const float* in, int64_t oh, int64_t w, float* out, int32
 
 }  // namespace
 
-void max_pool2d_forward(View4 y, std::span<int32_t> argmax, ConstView4 x,
-                        const Pool2dOptions& opts) {
-  const char* fn = "max_pool2d_forward";
-  const auto g = check_pool(fn, x, "x", y, "y", opts);
+namespace {
+
+// The max pool of every plane: plane(pl) gives plane pl's input [H, W] (x itself, or a
+// per-thread buffer it filled).
+template <class Plane>
+void max_pool_planes(const char* fn, View4 y, std::span<int32_t> argmax, const PoolGeometry& g,
+                     const Plane& plane) {
   nn::check_span(argmax, fn, "argmax", "[N·C·OH·OW]", g.planes * g.oh * g.ow);
   check(g.h * g.w <= INT32_MAX, fn, ": x: plane of ", g.h * g.w, " pixels exceeds int32 indices");
   nn::parallel_each_row(g.planes, g.h * g.w, [&](int64_t pl) {
-    const float* in = x.data + pl * g.h * g.w;
+    const float* in = plane(pl);
     float* out = y.data + pl * g.oh * g.ow;
     int32_t* am = argmax.data() + pl * g.oh * g.ow;
     if (g.k == 2 && g.s == 2 && g.p == 0 && g.w % 2 == 0) {
@@ -120,6 +133,52 @@ void max_pool2d_forward(View4 y, std::span<int32_t> argmax, ConstView4 x,
         out[i * g.ow + j] = in[best];
         am[i * g.ow + j] = int32_t(best);
       }
+  });
+}
+
+}  // namespace
+
+void max_pool2d_forward(View4 y, std::span<int32_t> argmax, ConstView4 x, const Pool2dOptions& opts) {
+  const int64_t hw = x.shape[2] * x.shape[3];
+  const char* fn = "max_pool2d_forward";
+  max_pool_planes(fn, y, argmax, check_pool(fn, x, "x", y, "y", opts), [&](int64_t pl) { return x.data + pl * hw; });
+}
+
+void max_pool2d_forward_of(View4 y, std::span<int32_t> argmax, const std::array<int64_t, 4>& x_shape,
+                           const Pool2dOptions& opts, const std::function<void(int64_t, float*)>& make_plane) {
+  const char* fn = "max_pool2d_forward_of";
+  for (int d = 0; d < 4; ++d) check(x_shape[size_t(d)] >= 0, fn, ": x_shape: expected sizes >= 0");
+  const int64_t hw = x_shape[2] * x_shape[3];
+  max_pool_planes(fn, y, argmax, check_pool_shape(fn, x_shape, y, "y", opts), [&](int64_t pl) {
+    thread_local std::vector<float> buf;
+    if (int64_t(buf.size()) < hw) buf.resize(size_t(hw));
+    make_plane(pl, buf.data());
+    return static_cast<const float*>(buf.data());
+  });
+}
+
+void max_pool2d_affine_relu_forward(View4 y, std::span<int32_t> argmax, ConstView4 x,
+                                    std::span<const float> scale, std::span<const float> shift,
+                                    const Pool2dOptions& opts) {
+  const char* fn = "max_pool2d_affine_relu_forward";
+  const int64_t c = x.shape[1], hw = x.shape[2] * x.shape[3];
+  nn::check_span(scale, fn, "scale", "[C]", c);
+  nn::check_span(shift, fn, "shift", "[C]", c);
+  max_pool_planes(fn, y, argmax, check_pool(fn, x, "x", y, "y", opts), [&](int64_t pl) {
+    // The plane's max(x·scale + shift, 0) into this thread's buffer (in L1 for the pool), with
+    // batch_norm2d_forward's operations: the same fused multiply-add, then v < 0 → 0 (NaN kept).
+    thread_local std::vector<float> buf;
+    if (int64_t(buf.size()) < hw) buf.resize(size_t(hw));
+    const hn::ScalableTag<float> df;
+    const int64_t lanes = int64_t(hn::Lanes(df));
+    const auto a = hn::Set(df, scale[size_t(pl % c)]), sh = hn::Set(df, shift[size_t(pl % c)]);
+    const float* in = x.data + pl * hw;
+    for (int64_t j = 0; j < hw; j += lanes) {
+      const auto m = hn::FirstN(df, size_t(hw - j));
+      const auto v = hn::MulAdd(hn::MaskedLoad(m, df, in + j), a, sh);
+      hn::BlendedStore(hn::IfThenZeroElse(hn::Lt(v, hn::Zero(df)), v), m, df, buf.data() + j);
+    }
+    return static_cast<const float*>(buf.data());
   });
 }
 

@@ -57,6 +57,9 @@ HWY_INLINE auto later_wins(D, V best, V v) {
   return hn::Or(hn::Gt(v, best), hn::AndNot(hn::IsNaN(best), hn::IsNaN(v)));
 }
 
+// Index of the first maximum of in[0, n) (n >= 1), where the first NaN beats every number, as
+// PyTorch's max does (global_pool.cpp).
+int64_t plane_argmax(const float* in, int64_t n);
 // y = x ⊙ gate[n, c] per (n, c) plane (se_block.cpp; shared with CBAM's channel gate).
 void scale_planes(View4 y, ConstView4 x, ConstView2 gate);
 // d_u[n, c] = (Σ_hw d_y⊙x)·a·(1 - a) with a = gate[n, c]: the gradient through y = x⊙σ(u).

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
@@ -121,6 +123,33 @@ TEST(Pool2d, GradientsMatchFiniteDifferences) {
     expect_gradient(avg_loss, x, dx, "avg_pool2d d_x");
     EXPECT_TRUE(dx.intact());
   }
+}
+
+// max_pool2d_forward_of: bitwise max_pool2d_forward of the stored input (each pooling, odd and
+// even sides), each plane made once; then its argument errors.
+TEST(Pool2d, ForwardOfMadePlanesEqualsForwardOfStoredInput) {
+  for (const Pool2dOptions& o : kPoolings)
+    for (int64_t side : {6, 7}) {
+      const int64_t n = 2, c = 3, oh = pooled_size(side, o), m = n * c * oh * oh;
+      Buf x(n * c * side * side), ya(m), yb(m);
+      x.randn(61);
+      std::vector<int32_t> ia(static_cast<size_t>(m)), ib(static_cast<size_t>(m));
+      max_pool2d_forward(ya.v4({n, c, oh, oh}), ia, x.c4({n, c, side, side}), o);
+      std::vector<int> made(static_cast<size_t>(n * c), 0);
+      max_pool2d_forward_of(yb.v4({n, c, oh, oh}), ib, {n, c, side, side}, o, [&](int64_t p, float* out) {
+        ++made[size_t(p)];
+        std::copy_n(x.data() + p * side * side, side * side, out);
+      });
+      EXPECT_EQ(ya.raw, yb.raw);
+      EXPECT_EQ(ia, ib);
+      EXPECT_EQ(made, std::vector<int>(static_cast<size_t>(n * c), 1));
+    }
+  Buf y(2 * 3 * 3 * 3);
+  std::vector<int32_t> am(18);
+  const auto none = [](int64_t, float*) {};
+  EXPECT_THROW(max_pool2d_forward_of(y.v4({2, 3, 3, 3}), am, {2, 3, 7, 7}, {.kernel = 2}, none), Error);  // y: 3×3
+  EXPECT_THROW(max_pool2d_forward_of(y.v4({2, 3, 3, 3}), am, {2, 3, 6, -6}, {.kernel = 2}, none), Error);
+  EXPECT_THROW(max_pool2d_forward_of(y.v4({2, 3, 3, 3}), am, {2, 3, 6, 6}, {.kernel = 0}, none), Error);
 }
 
 TEST(Pool2d, BadArguments) {
@@ -242,6 +271,92 @@ TEST(BatchNorm2d, FusedReluEqualsReluOfTheOutput) {
     EXPECT_EQ(a.rm.raw, b.rm.raw);
     EXPECT_EQ(a.rv.raw, b.rv.raw);
   }
+}
+
+// The stem's fusion: statistics only (y empty), then max_pool2d_affine_relu_forward with
+// batch_norm2d_scale_shift: bitwise the statistics, running statistics, pooled values and argmax of
+// batch_norm2d_forward with relu followed by max_pool2d_forward. A NaN in x takes its window, as
+// in the unfused pool. Then the new arguments' errors.
+TEST(BatchNorm2d, StatisticsThenAffineReluPoolEqualBatchNormReluThenPool) {
+  for (const Pool2dOptions& po : kPoolings)
+    for (bool training : {true, false}) {
+      BnProblem a(3, 4, 6, 8), b(3, 4, 6, 8);
+      a.x[7] = b.x[7] = NAN;
+      if (training) a.x[7] = b.x[7] = 1.0f;  // a NaN would make the batch statistics NaN
+      a.x[30] = b.x[30] = NAN;  // channel 1: in eval, only its windows see it
+      if (training) a.x[30] = b.x[30] = 0.5f;
+      batch_norm2d_forward(a.y.v4(a.s()), a.mean.span(), a.rstd.span(), a.rm.span(), a.rv.span(),
+                           a.x.c4(a.s()), a.wt.cspan(), a.b.cspan(), {.training = training, .relu = true});
+      const int64_t oh = pooled_size(a.h, po), ow = pooled_size(a.w, po), m = a.n * a.c * oh * ow;
+      Buf pa(m), pb(m);
+      std::vector<int32_t> ia(static_cast<size_t>(m)), ib(static_cast<size_t>(m));
+      max_pool2d_forward(pa.v4({a.n, a.c, oh, ow}), ia, a.y.c4(a.s()), po);
+      batch_norm2d_forward(View4{}, b.mean.span(), b.rstd.span(), b.rm.span(), b.rv.span(), b.x.c4(b.s()),
+                           b.wt.cspan(), b.b.cspan(), {.training = training, .relu = true});
+      Buf scale(b.c), shift(b.c);
+      batch_norm2d_scale_shift(scale.span(), shift.span(), b.mean.cspan(), b.rstd.cspan(), b.wt.cspan(), b.b.cspan());
+      max_pool2d_affine_relu_forward(pb.v4({b.n, b.c, oh, ow}), ib, b.x.c4(b.s()), scale.cspan(), shift.cspan(), po);
+      EXPECT_EQ(a.mean.raw, b.mean.raw);
+      EXPECT_EQ(a.rstd.raw, b.rstd.raw);
+      EXPECT_EQ(a.rm.raw, b.rm.raw);
+      EXPECT_EQ(a.rv.raw, b.rv.raw);
+      EXPECT_EQ(ia, ib);
+      for (int64_t i = 0; i < m; ++i)  // bitwise, NaN included
+        ASSERT_EQ(std::memcmp(&pa.raw[size_t(i)], &pb.raw[size_t(i)], sizeof(float)), 0) << i;
+      if (!training) EXPECT_TRUE(std::any_of(pb.raw.begin(), pb.raw.end(), [](float v) { return std::isnan(v); }));
+    }
+  BnProblem p(2, 3, 4, 4);
+  Buf y(2 * 3 * 2 * 2), scale(3), shift(2);
+  std::vector<int32_t> am(12);
+  EXPECT_THROW(max_pool2d_affine_relu_forward(y.v4({2, 3, 2, 2}), am, p.x.c4(p.s()), scale.cspan(), shift.cspan(),
+                                              {.kernel = 2}),
+               Error);
+  Buf sc(3), sh(3), mean(3), rstd(2);
+  EXPECT_THROW(batch_norm2d_scale_shift(sc.span(), sh.span(), mean.cspan(), rstd.cspan(), {}, {}), Error);
+}
+
+// The stem's backward: batch_norm2d_max_pool_backward is bitwise max_pool2d_backward followed
+// by batch_norm2d_backward (training and eval, with and without the ReLU mask, each pooling);
+// then its argument errors.
+TEST(BatchNorm2d, MaxPoolBackwardEqualsPoolBackwardThenBatchNormBackward) {
+  for (const Pool2dOptions& po : kPoolings)
+    for (bool training : {true, false})
+      for (bool relu : {false, true}) {
+        BnProblem p(3, 4, 6, 8);
+        const BatchNormOptions o{.training = training, .relu = relu};
+        batch_norm2d_forward(p.y.v4(p.s()), p.mean.span(), p.rstd.span(), p.rm.span(), p.rv.span(),
+                             p.x.c4(p.s()), p.wt.cspan(), p.b.cspan(), o);
+        const int64_t oh = pooled_size(p.h, po), ow = pooled_size(p.w, po), m = p.n * p.c * oh * ow;
+        Buf pooled(m), d_pooled(m);
+        d_pooled.randn(77);
+        std::vector<int32_t> am(static_cast<size_t>(m));
+        max_pool2d_forward(pooled.v4({p.n, p.c, oh, ow}), am, p.y.c4(p.s()), po);
+        Buf dy(p.x.n), dx_a(p.x.n), dx_b(p.x.n), dw_a(p.c), db_a(p.c), dw_b(p.c), db_b(p.c);
+        dw_a.randn(78), db_a.randn(79);
+        dw_b.raw = dw_a.raw, db_b.raw = db_a.raw;  // both add into the same starting values
+        max_pool2d_backward(dy.v4(p.s()), d_pooled.c4({p.n, p.c, oh, ow}), am);
+        batch_norm2d_backward(dx_a.v4(p.s()), dw_a.span(), db_a.span(), dy.c4(p.s()), p.x.c4(p.s()), p.wt.cspan(),
+                              p.b.cspan(), p.mean.cspan(), p.rstd.cspan(), o);
+        batch_norm2d_max_pool_backward(dx_b.v4(p.s()), dw_b.span(), db_b.span(), d_pooled.c4({p.n, p.c, oh, ow}),
+                                       am, p.x.c4(p.s()), p.wt.cspan(), p.b.cspan(), p.mean.cspan(),
+                                       p.rstd.cspan(), o);
+        EXPECT_EQ(dx_a.raw, dx_b.raw);
+        EXPECT_EQ(dw_a.raw, dw_b.raw);
+        EXPECT_EQ(db_a.raw, db_b.raw);
+      }
+  BnProblem p(2, 3, 4, 4);
+  Buf dp(2 * 3 * 2 * 2), dx(p.x.n);
+  std::vector<int32_t> am(24, 0);
+  auto call = [&](std::span<const int32_t> a, ConstView4 d) {
+    batch_norm2d_max_pool_backward(dx.v4(p.s()), {}, {}, d, a, p.x.c4(p.s()), {}, {}, p.mean.cspan(),
+                                   p.rstd.cspan(), {});
+  };
+  EXPECT_NO_THROW(call(am, dp.c4({2, 3, 2, 2})));
+  EXPECT_THROW(call(std::span<const int32_t>(am).first(23), dp.c4({2, 3, 2, 2})), Error);  // argmax size
+  am[5] = 16;                                                                              // outside the plane
+  EXPECT_THROW(call(am, dp.c4({2, 3, 2, 2})), Error);
+  am[5] = 0;
+  EXPECT_THROW(call(am, dp.c4({2, 2, 2, 2})), Error);  // d_pooled's channels
 }
 
 // The fused backward masks d_y where the forward's output was not > 0, from x alone: bitwise the

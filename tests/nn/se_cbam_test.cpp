@@ -1,12 +1,15 @@
 // SE block and CBAM: forward against the formulas evaluated here in double, every gradient
 // (input and all parameters) against central finite differences, the += / = contract, and
-// argument errors. CBAM's finite differences skip the rare elements whose perturbation moves a
-// max (checked by comparing the saved argmax indices).
+// argument errors, and CBAM's results bitwise the same for any thread count. CBAM's finite
+// differences skip the rare elements whose perturbation moves a max (checked by comparing the
+// saved argmax indices).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "attnkit/core/error.hpp"
+#include "attnkit/core/parallel.hpp"
 #include "attnkit/nn/cbam.hpp"
 #include "attnkit/nn/se_block.hpp"
 #include "nn/vision_testing.hpp"
@@ -85,7 +88,9 @@ struct CbamProblem {
   int64_t n = 2, c = 4, r = 2, h = 4, w = 5, k = 3;
   Buf x{n * c * h * w}, w1{r * c}, b1{r}, w2{c * r}, b2{c}, ws{2 * k * k}, bs{1};
   Buf dy{n * c * h * w}, y{n * c * h * w};
-  CbamProblem() {
+  CbamProblem() : CbamProblem(2, 4, 2, 4, 5, 3) {}
+  CbamProblem(int64_t n_, int64_t c_, int64_t r_, int64_t h_, int64_t w_, int64_t k_)
+      : n(n_), c(c_), r(r_), h(h_), w(w_), k(k_) {
     x.randn(41), w1.randn(42), b1.randn(43, 0.3f), w2.randn(44), b2.randn(45), ws.randn(46, 0.5f),
         bs.randn(47), dy.randn(48);
   }
@@ -169,6 +174,52 @@ TEST(Cbam, GradientsMatchFiniteDifferences) {
   expect_gradient(loss, p.ws, dws, "d_ws", 1e-2f, same_branch);
   expect_gradient(loss, p.bs, dbs, "d_bs", 1e-2f, same_branch);
   EXPECT_TRUE(dx.intact() && dws.intact());
+}
+
+TEST(Cbam, BitwiseIdenticalForAnyThreadCount) {
+  // Enough images and planes for the pooling, gate and gradient passes to split across threads.
+  CbamProblem p(9, 16, 2, 7, 7, 7);
+  std::vector<float> first;
+  for (int t : {1, 2}) {
+    const ThreadCountScope threads(t);
+    CbamCache cache;
+    Buf y(p.y.n), dx(p.x.n), dw1(p.w1.n), db1(p.b1.n), dw2(p.w2.n), db2(p.b2.n), dws(p.ws.n), dbs(1);
+    cbam_forward(y.v4(p.s()), cache, p.x.c4(p.s()), p.weights());
+    cbam_backward(dx.v4(p.s()),
+                  {dw1.v2(p.r, p.c), db1.span(), dw2.v2(p.c, p.r), db2.span(), dws.v4({1, 2, p.k, p.k}), dbs.span()},
+                  p.dy.c4(p.s()), p.x.c4(p.s()), p.weights(), cache);
+    std::vector<float> all;
+    for (const Buf* b : {&y, &dx, &dw1, &db1, &dw2, &db2, &dws, &dbs}) all.insert(all.end(), b->raw.begin(), b->raw.end());
+    if (t == 1) first = all;
+    else EXPECT_EQ(all, first);
+  }
+}
+
+// cbam_forward without y, then cbam_residual_relu: max(x1 ⊙ a_s + shortcut, 0) to the rounding
+// of one product and one sum (the compiler may fuse them), the full forward's y where it is the
+// same; and in place over the shortcut.
+TEST(Cbam, ResidualReluEqualsOutputPlusShortcutThenRelu) {
+  CbamProblem p(3, 8, 2, 5, 6, 3);
+  Buf sc(p.x.n), o(p.x.n);
+  sc.randn(50);
+  CbamCache full, part;
+  cbam_forward(p.y.v4(p.s()), full, p.x.c4(p.s()), p.weights());
+  cbam_forward(View4{}, part, p.x.c4(p.s()), p.weights());
+  cbam_residual_relu(o.v4(p.s()), part, sc.c4(p.s()));
+  int64_t clipped = 0;
+  const int64_t hw = p.h * p.w;
+  for (int64_t i = 0; i < o.n; ++i) {
+    const double prod = double(part.x1.data()[i]) * double(part.spatial_gate.data()[(i / (p.c * hw)) * hw + i % hw]);
+    const double ref = std::max(prod + double(sc[i]), 0.0);
+    ASSERT_NEAR(o[i], ref, 0x1p-23 * (std::abs(prod) + std::abs(double(sc[i])))) << i;
+    ASSERT_EQ(p.y[i], full.x1.data()[i] * full.spatial_gate.data()[(i / (p.c * hw)) * hw + i % hw]) << i;
+    clipped += ref == 0.0;
+  }
+  EXPECT_GT(clipped, 0);
+  cbam_residual_relu(sc.v4(p.s()), part, sc.c4(p.s()));
+  EXPECT_EQ(sc.raw, o.raw);
+  EXPECT_THROW(cbam_residual_relu(o.v4({3, 8, 6, 5}), part, sc.c4(p.s())), Error);
+  EXPECT_THROW(cbam_residual_relu(o.v4(p.s()), CbamCache{}, sc.c4(p.s())), Error);
 }
 
 TEST(Cbam, BadArguments) {

@@ -30,10 +30,16 @@ struct BatchNormOptions {
 
 // y[N, C, H, W] = (x - mean)·rstd·w + b per channel; writes mean[C], rstd[C] and, in training,
 // updates running_mean[C], running_var[C] (which may be empty in training: no running stats).
+// y may be empty (View4{}): only the statistics, for a consumer that applies
+// batch_norm2d_scale_shift itself (max_pool2d_affine_relu_forward).
 void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
                           std::span<float> running_mean, std::span<float> running_var,
                           ConstView4 x, std::span<const float> w, std::span<const float> b,
                           const BatchNormOptions& opts = {});
+// scale[C], shift[C] of the map the forward applies, y = x·scale + shift (one fused multiply-add),
+// from its mean[C], rstd[C] and w, b: bitwise the forward's.
+void batch_norm2d_scale_shift(std::span<float> scale, std::span<float> shift, std::span<const float> mean,
+                              std::span<const float> rstd, std::span<const float> w, std::span<const float> b);
 // Training: d_x = r·(g - mean_c(g) - x̂·mean_c(g·x̂)), g = d_y·w, x̂ = (x - μ)·r, means over
 // (N, H, W); eval: d_x = d_y·w·r. d_w[C] += Σ d_y·x̂; d_b[C] += Σ d_y. mean, rstd: the forward's;
 // w, b: the forward's parameters (b is read only with opts.relu, where d_y is first zeroed
@@ -42,5 +48,13 @@ void batch_norm2d_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b
                            ConstView4 x, std::span<const float> w, std::span<const float> b,
                            std::span<const float> mean, std::span<const float> rstd,
                            const BatchNormOptions& opts = {});
+// batch_norm2d_backward of d_y = max_pool2d_backward(d_pooled, argmax) (the gradient of a max
+// pool over the batch norm's output) without storing d_y: each plane is scattered into a
+// per-thread buffer where the backward reads it. d_pooled [N, C, OH, OW], argmax [N·C·OH·OW] as
+// max_pool2d_forward saved it; bitwise the two calls' d_x, d_w, d_b. d_x must not alias d_pooled.
+void batch_norm2d_max_pool_backward(View4 d_x, std::span<float> d_w, std::span<float> d_b, ConstView4 d_pooled,
+                                    std::span<const int32_t> argmax, ConstView4 x, std::span<const float> w,
+                                    std::span<const float> b, std::span<const float> mean,
+                                    std::span<const float> rstd, const BatchNormOptions& opts = {});
 
 }  // namespace attnkit

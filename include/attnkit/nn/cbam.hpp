@@ -46,7 +46,13 @@ struct CbamCache {
 };
 
 // y[N, C, H, W] = CBAM(x) (channel gate then spatial gate); fills cache. y may not alias x.
+// y may be empty (View4{}): the last product y = x1 ⊙ a_s is left to the caller, who finds x1 and
+// a_s in the cache (the CNN folds it into its residual add: cbam_residual_relu).
 void cbam_forward(View4 y, CbamCache& cache, ConstView4 x, const CbamWeights& w);
+// o[N, C, H, W] = max(x1 ⊙ a_s + shortcut, 0) from a filled cache: CBAM's output added to a
+// residual shortcut and passed through a ReLU in one pass (the product and the sum may be one
+// fused multiply-add). o may alias shortcut.
+void cbam_residual_relu(View4 o, const CbamCache& cache, ConstView4 shortcut);
 // Gradients of cbam_forward from d_y: d_x assigned, parameter gradients added into g.
 void cbam_backward(View4 d_x, const CbamGrads& g, ConstView4 d_y, ConstView4 x,
                    const CbamWeights& w, const CbamCache& cache);

@@ -12,7 +12,9 @@
 // Requires 2p <= k (PyTorch's rule, so every window holds at least one pixel).
 // Backward ASSIGNS (=) d_x (pooling has no parameters). Planes run in parallel and each output
 // gradient is scattered by the thread that owns its plane: deterministic for any thread count.
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "attnkit/core/tensor.hpp"
@@ -29,6 +31,17 @@ struct Pool2dOptions {
 // y[N, C, OH, OW] = max over each window of x[N, C, H, W]; argmax[N·C·OH·OW] = h·W + w.
 void max_pool2d_forward(View4 y, std::span<int32_t> argmax, ConstView4 x,
                         const Pool2dOptions& opts);
+// max_pool2d_forward of max(x·scale[c] + shift[c], 0) (one fused multiply-add per value) without
+// storing that map: a batch norm with ReLU (batch_norm2d_scale_shift) and the pool in one read of
+// x, bitwise the same y and argmax as batch_norm2d_forward with relu followed by max_pool2d_forward.
+void max_pool2d_affine_relu_forward(View4 y, std::span<int32_t> argmax, ConstView4 x,
+                                    std::span<const float> scale, std::span<const float> shift,
+                                    const Pool2dOptions& opts);
+// max_pool2d_forward of an input [N, C, H, W] (x_shape) that is never stored: make_plane(p, out)
+// writes its plane p (= n·C + c; H·W values, row-major) into out, a per-thread buffer the pool
+// then reads from cache. Called once per plane, from attnkit's threads.
+void max_pool2d_forward_of(View4 y, std::span<int32_t> argmax, const std::array<int64_t, 4>& x_shape,
+                           const Pool2dOptions& opts, const std::function<void(int64_t, float*)>& make_plane);
 // d_x[N, C, H, W] = scatter of d_y to the saved argmax positions (assigned; zeros elsewhere).
 void max_pool2d_backward(View4 d_x, ConstView4 d_y, std::span<const int32_t> argmax);
 
