@@ -182,6 +182,7 @@ void add_bench_decode_command(CLI::App& bench) {
                               {"fma_gflops", measure_fma_gflops(n)},
                               {"read_gbps_1thread", measure_read_gbps(1)},
                               {"read_gbps", measure_read_gbps(n)},
+                              {"read_gbps_1stream", measure_read_gbps(n, 0, 1)},
                               {"sgemm_gflops", measure_sgemm_gflops(n)},
                               {"blas_kernels", blas_kernels()}};
     const BuildInfo info = build_info();
@@ -196,8 +197,9 @@ void add_bench_decode_command(CLI::App& bench) {
     std::printf("roofline of this machine (measured now; shared machines are noisy)\n");
     std::printf("  FMA peak       %7.1f GFLOP/s (1 thread)  %7.1f GFLOP/s (%d threads)\n",
                 double(j["fma_gflops_1thread"]), double(j["fma_gflops"]), n);
-    std::printf("  memory read    %7.1f GB/s    (1 thread)  %7.1f GB/s    (%d threads)\n",
+    std::printf("  memory read    %7.1f GB/s    (1 thread)  %7.1f GB/s    (%d threads; 4 streams per thread)\n",
                 double(j["read_gbps_1thread"]), double(j["read_gbps"]), n);
+    std::printf("  one stream per thread: %.1f GB/s (%d threads)\n", double(j["read_gbps_1stream"]), n);
     std::printf("  OpenBLAS sgemm %7.1f GFLOP/s (n = 2048, %d threads)\n", double(j["sgemm_gflops"]), n);
     std::printf("  machine balance %.1f flop/byte\n", double(j["fma_gflops"]) / double(j["read_gbps"]));
     std::printf("  OpenBLAS kernels: %s\n", blas_kernels().c_str());
