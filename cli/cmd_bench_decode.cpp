@@ -114,7 +114,7 @@ void run_decode(const DecodeCli& cli) {
                         {"fraction_of_bandwidth", of_bw}, {"measured_read_gbps", bw},
                         {"gflops", gflops}, {"fraction_of_fma_peak", of_fma},
                         {"measured_fma_gflops", fma}, {"layers", r0.layers},
-                        {"cold", c.cold}};
+                        {"cold", c.cold}, {"cpu_time", c.cpu_time}};
     if (i > 0)  // median over rounds of the previous shape's time over this one's, same round
       j["time_ratio_to_previous"] = over_rounds(i, [&](const DecodeBenchResult& r, size_t k) {
         return res[i - 1][k].ms_per_token / r.ms_per_token;
@@ -137,6 +137,8 @@ void run_decode(const DecodeCli& cli) {
     std::printf("  rounds: %d; each measured bandwidth and FMA peak, then timed every Hkv once (best of %d "
                 "calls); ms are medians over rounds, %% of bw/FMA and time ratios medians of per-round values\n",
                 cli.rounds, c.repeats);
+  if (c.cpu_time)
+    std::printf("  times: the process's CPU clock (all threads); the bandwidth and FMA probes use the wall clock\n");
   if (c.cold)
     std::printf("  cold: each call read a layer last touched %lld calls earlier (layers filled: %lld, "
                 "together > 2x the last-level cache)\n",
@@ -166,6 +168,9 @@ void add_bench_decode_command(CLI::App& bench) {
   dec->add_flag("--warm", cli->warm,
                 "Time one layer over and over (warm in the last-level cache if it fits) instead of "
                 "cycling through enough layers to exceed twice that cache");
+  dec->add_flag("--cpu-time", c.cpu_time,
+                "Time each call by the process's CPU clock (all threads) instead of the wall clock: "
+                "robust against other processes on a shared machine; meant for --threads 1");
   add_json_flag(*dec, cli->json, "JSON (keys: ms_per_token, gbps, fraction_of_bandwidth, ...)");
   dec->callback([cli] { run_decode(*cli); });
 
@@ -182,6 +187,7 @@ void add_bench_decode_command(CLI::App& bench) {
                               {"fma_gflops", measure_fma_gflops(n)},
                               {"read_gbps_1thread", measure_read_gbps(1)},
                               {"read_gbps", measure_read_gbps(n)},
+                              {"read_gbps_1stream", measure_read_gbps(n, 0, 1)},
                               {"sgemm_gflops", measure_sgemm_gflops(n)},
                               {"blas_kernels", blas_kernels()}};
     const BuildInfo info = build_info();
@@ -196,8 +202,9 @@ void add_bench_decode_command(CLI::App& bench) {
     std::printf("roofline of this machine (measured now; shared machines are noisy)\n");
     std::printf("  FMA peak       %7.1f GFLOP/s (1 thread)  %7.1f GFLOP/s (%d threads)\n",
                 double(j["fma_gflops_1thread"]), double(j["fma_gflops"]), n);
-    std::printf("  memory read    %7.1f GB/s    (1 thread)  %7.1f GB/s    (%d threads)\n",
+    std::printf("  memory read    %7.1f GB/s    (1 thread)  %7.1f GB/s    (%d threads; 4 streams per thread)\n",
                 double(j["read_gbps_1thread"]), double(j["read_gbps"]), n);
+    std::printf("  one stream per thread: %.1f GB/s (%d threads)\n", double(j["read_gbps_1stream"]), n);
     std::printf("  OpenBLAS sgemm %7.1f GFLOP/s (n = 2048, %d threads)\n", double(j["sgemm_gflops"]), n);
     std::printf("  machine balance %.1f flop/byte\n", double(j["fma_gflops"]) / double(j["read_gbps"]));
     std::printf("  OpenBLAS kernels: %s\n", blas_kernels().c_str());

@@ -221,38 +221,60 @@ TEST(Decode, WideGroupsEqualTheReference) {
                   std::to_string(o.attention.window_left) + " rope=" + std::to_string(o.rope_theta));
 }
 
-// The wide kernels' fused softmax keeps a reference max per row and raises it only when a score
-// exceeds it by more than e^8. All query heads are close to one direction u, and keys along u at
-// positions inside register blocks and blocks make every row's score jump by more than that, so
-// earlier probabilities of the same block, the sums and the outputs are rescaled mid-block (MQA,
-// every wide dtype, two work items).
-TEST(Decode, WideGroupsRaiseTheirMaxMidBlock) {
+// Groups of 4 query rows per KV head (G = 4, 16 and G = 4 with two queries), served by the
+// fused score + softmax kernel on AVX-512 in blocks every row sees: every dtype, a window (masked
+// and unmasked blocks of one work item), rope, and cache lengths that leave partial register
+// blocks and sub-blocks.
+TEST(Decode, GroupsOfFourRowsEqualTheReference) {
+  const int64_t h = 32;
+  const AttentionOptions window{.window_left = 300, .window_right = 0};
+  for (const int64_t d : {64})
+    for (const auto [hkv, n] : {std::pair<int64_t, int64_t>{8, 1}, {2, 1}, {8, 2}})
+      for (const DType dt : {DType::f32, DType::f16, DType::bf16, DType::i8})
+        for (const DecodeOptions& o : {DecodeOptions{}, DecodeOptions{.attention = window},
+                                       DecodeOptions{.rope_theta = 10000}})
+          expect_decode_equals_reference(
+              {h, hkv, d, n, 601, dt, 61}, o,
+              "d=" + std::to_string(d) + " hkv=" + std::to_string(hkv) + " n=" + std::to_string(n) +
+                  " " + std::string(dtype_name(dt)) + " window=" +
+                  std::to_string(o.attention.window_left) + " rope=" + std::to_string(o.rope_theta));
+}
+
+// The fused softmax passes (wide groups and groups of 4 rows) keep a reference max per row and
+// raise it only when a score exceeds it by more than e^8. All query heads are close to one
+// direction u, and keys along u at positions inside register blocks and blocks make every row's
+// score jump by more than that, so earlier probabilities of the same block, the sums and the
+// outputs are rescaled mid-block (MQA and G = 4, 8, every dtype, two work items).
+TEST(Decode, FusedSoftmaxRaisesItsMaxMidBlock) {
   const int64_t h = 32, d = 64, len = 700;
   const auto u = randn(d, 50);
   double uu = 0;
   for (const float x : u) uu += double(x) * x;
   auto q = randn(h * d, 53, 0.05f);
   for (int64_t i = 0; i < h * d; ++i) q[size_t(i)] += u[size_t(i % d)];
-  for (const DType dt : {DType::f32, DType::f16, DType::bf16, DType::i8}) {
-    KVCache c({.kv_heads = 1, .head_dim = d, .capacity = len, .dtype = dt});
-    c.add_sequence();
-    auto k = randn(len * d, 51);
-    const auto v = randn(len * d, 52);
-    // (position, q·k / sqrt(d) for q = u): the largest scores of both work items ([0, 512) and
-    // [512, 700)) sit after other tokens of their blocks, 20+ above everything before them.
-    for (const auto [t, score] : {std::pair<int64_t, double>{37, 5}, {205, 30}, {340, 25}, {600, 6}, {690, 30.5}})
-      for (int64_t e = 0; e < d; ++e) k[size_t(t * d + e)] = float(score * std::sqrt(double(d)) / uu) * u[size_t(e)];
-    c.append(0, 0, ConstView3::contiguous(k.data(), {len, 1, d}), ConstView3::contiguous(v.data(), {len, 1, d}));
-    const std::vector<int64_t> seqs{0};
-    const auto fast = run(true, {}, c, seqs, q, h, d), ref = run(false, {}, c, seqs, q, h, d);
-    // The reference accumulates in double; a float32 score s carries ~2^-24·|s|·sqrt(d) of
-    // rounding, which becomes the relative error of its probability, so the outputs may differ by
-    // that times max|v| (the three-pass path of masked blocks differs by the same).
-    const double score_err = 0x1p-24 * 30.5 * std::sqrt(double(d));
-    EXPECT_LT(max_diff(fast.out, ref.out), score_err * testing::max_abs(v.data(), int64_t(v.size())))
-        << dtype_name(dt);
-    EXPECT_LT(max_diff(fast.lse, ref.lse), std::max(2e-5, score_err)) << dtype_name(dt);
-  }
+  for (const int64_t hkv : {1, 8, 4})
+    for (const DType dt : {DType::f32, DType::f16, DType::bf16, DType::i8}) {
+      KVCache c({.kv_heads = hkv, .head_dim = d, .capacity = len, .dtype = dt});
+      c.add_sequence();
+      auto k = randn(len * hkv * d, 51);
+      const auto v = randn(len * hkv * d, 52);
+      // (position, q·k / sqrt(d) for q = u): the largest scores of both work items ([0, 512) and
+      // [512, 700)) sit after other tokens of their blocks, 20+ above everything before them.
+      for (const auto [t, score] : {std::pair<int64_t, double>{37, 5}, {205, 30}, {340, 25}, {600, 6}, {690, 30.5}})
+        for (int64_t hh = 0; hh < hkv; ++hh)
+          for (int64_t e = 0; e < d; ++e)
+            k[size_t((t * hkv + hh) * d + e)] = float(score * std::sqrt(double(d)) / uu) * u[size_t(e)];
+      c.append(0, 0, ConstView3::contiguous(k.data(), {len, hkv, d}), ConstView3::contiguous(v.data(), {len, hkv, d}));
+      const std::vector<int64_t> seqs{0};
+      const auto fast = run(true, {}, c, seqs, q, h, d), ref = run(false, {}, c, seqs, q, h, d);
+      // The reference accumulates in double; a float32 score s carries ~2^-24·|s|·sqrt(d) of
+      // rounding, which becomes the relative error of its probability, so the outputs may differ
+      // by that times max|v| (the three-pass path of masked blocks differs by the same).
+      const double score_err = 0x1p-24 * 30.5 * std::sqrt(double(d));
+      const std::string what = "hkv=" + std::to_string(hkv) + " " + std::string(dtype_name(dt));
+      EXPECT_LT(max_diff(fast.out, ref.out), score_err * testing::max_abs(v.data(), int64_t(v.size()))) << what;
+      EXPECT_LT(max_diff(fast.lse, ref.lse), std::max(2e-5, score_err)) << what;
+    }
 }
 
 // Decodes q (one token of sequence 0) against cache with 1 thread, then with 2.
@@ -282,16 +304,20 @@ TEST(Decode, SameBitsForAnyThreadCount) {
   EXPECT_EQ(one.out, two.out);
 }
 
-// The same for MQA, served by the wide-group kernels (several work items per sequence).
-TEST(Decode, WideGroupsSameBitsForAnyThreadCount) {
+// The same for MQA (the wide-group kernels) and GQA with G = 4 (the fused score + softmax kernel),
+// several work items per sequence.
+TEST(Decode, FusedKernelsSameBitsForAnyThreadCount) {
   const int64_t h = 32, d = 128, len = 3000;
-  KVCache cache({.kv_heads = 1, .head_dim = d, .capacity = len, .dtype = DType::f16});
-  cache.add_sequence();
-  const auto k = randn(len * d, 14), v = randn(len * d, 15), q = randn(h * d, 16);
-  cache.append(0, 0, ConstView3::contiguous(k.data(), {len, 1, d}), ConstView3::contiguous(v.data(), {len, 1, d}));
-  const auto [one, two] = run_on_one_and_two_threads(cache, q, h, d);
-  EXPECT_EQ(one.out, two.out);
-  EXPECT_EQ(one.lse, two.lse);
+  for (const int64_t hkv : {1, 8}) {
+    KVCache cache({.kv_heads = hkv, .head_dim = d, .capacity = len, .dtype = DType::f16});
+    cache.add_sequence();
+    const auto k = randn(len * hkv * d, 14), v = randn(len * hkv * d, 15), q = randn(h * d, 16);
+    cache.append(0, 0, ConstView3::contiguous(k.data(), {len, hkv, d}),
+                 ConstView3::contiguous(v.data(), {len, hkv, d}));
+    const auto [one, two] = run_on_one_and_two_threads(cache, q, h, d);
+    EXPECT_EQ(one.out, two.out) << "hkv=" << hkv;
+    EXPECT_EQ(one.lse, two.lse) << "hkv=" << hkv;
+  }
 }
 
 TEST(Decode, RejectsBadArguments) {

@@ -18,6 +18,9 @@ struct DecodeBenchConfig {
   // Cold caches: fill enough layers to exceed twice the last-level cache and decode them in turn,
   // so every call reads its layer from memory (false: one layer, warm in the cache if it fits).
   bool cold = true;
+  // Time each call by the process's CPU clock (all threads) instead of the wall clock: robust
+  // against other processes taking the cores of a shared machine; meant for threads = 1.
+  bool cpu_time = false;
 };
 
 // At most this many layers are filled for cold-cache timing.

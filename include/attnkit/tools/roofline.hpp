@@ -25,8 +25,9 @@ double best_of(int repeats, F&& f) {
 // from independent register-resident FMA chains; best of a few repeats.
 double measure_fma_gflops(int threads);
 // Sustained memory read bandwidth in GB/s (1e9 bytes/s) with `threads` threads over `bytes`
-// (default 512 MiB, far beyond the caches); best of a few repeats.
-double measure_read_gbps(int threads, int64_t bytes = int64_t(512) << 20);
+// (0: 512 MiB or twice the last-level cache, whichever is larger), each thread reading `streams`
+// forward streams in lockstep; best of a few repeats.
+double measure_read_gbps(int threads, int64_t bytes = 0, int streams = 4);
 // OpenBLAS sgemm rate in GFLOP/s (2·n³ flops) for square n×n matrices with `threads` threads;
 // best of a few repeats.
 double measure_sgemm_gflops(int threads, int64_t n = 2048);
