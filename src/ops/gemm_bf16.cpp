@@ -1,12 +1,14 @@
 // gemm_bf16: oneDNN's matmul with bfloat16 source and weights and a float32 destination
-// (float32 accumulation). The float32 operands are converted by oneDNN reorders straight into the
-// layouts the matmul chose (format_tag::any: A as rows of K, B packed for AMX tiles or
-// AVX512-BF16), which also absorbs op(A) and op(B). beta ≠ 0 is a sum post-op.
+// (float32 accumulation). A and B are rounded to bf16 by attnkit (round_to_bf16, vectorised by the
+// compiler) into compact copies in their stored orientation; the matmul reads op(A) and op(B)
+// through strides and packs them for AMX tiles or AVX512-BF16 itself. (oneDNN's own reorders
+// into its blocked weight layout measured 2-5x slower than this conversion on 2048 × 688
+// operands.) beta ≠ 0 is a sum post-op.
 //
-// Primitives (matmul and its two reorders) are cached per (transposes, m, n, k, strides, beta):
-// none is created per call once a shape has been seen. They run on blas_threads() OpenMP threads
-// (OpenMpThreadsScope), whatever OpenMP's global default is. oneDNN may split K over threads for
-// small m·n (weight gradients), so results are not promised bitwise equal across thread counts.
+// Primitives are cached per (transposes, m, n, k, ldc, beta): none is created per call once a
+// shape has been seen. They run on blas_threads() OpenMP threads (OpenMpThreadsScope), whatever
+// OpenMP's global default is. oneDNN may split K over threads for small m·n (weight gradients),
+// so results are not promised bitwise equal across thread counts.
 #include "attnkit/ops/gemm_bf16.hpp"
 
 #include <algorithm>
@@ -45,6 +47,28 @@ void scale_only(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
     for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.0f : beta * c[i * ldc + j];
 }
 
+// dst[r·cols + c] = bf16 bits of round_to_bf16(src[r·ld + c]) for r < rows, c < cols, rows split
+// over blas_threads() threads.
+void to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, uint16_t* dst) {
+  auto convert_rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* in = src + r * ld;
+      uint16_t* out = dst + r * cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint32_t u = std::bit_cast<uint32_t>(in[c]);
+        const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        out[c] = in[c] != in[c] ? uint16_t((u >> 16) | 0x40u) : uint16_t(rounded);  // NaN stays quiet NaN
+      }
+    }
+  };
+  constexpr int64_t kRowsPerTask = 64;
+  const int64_t tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
+  if (blas_threads() <= 1 || tasks <= 1) return convert_rows(0, rows);
+  parallel_for(tasks, [&](int64_t i) {
+    convert_rows(i * kRowsPerTask, std::min(rows, (i + 1) * kRowsPerTask));
+  });
+}
+
 }  // namespace
 
 #if !ATTNKIT_HAVE_DNNL
@@ -77,38 +101,31 @@ dnnl::stream& thread_stream() {
   return s;
 }
 
-// op(X) [rows, cols] of a row-major X with row stride ld (X is [cols, rows] when trans).
-memory::desc stored(int64_t rows, int64_t cols, bool trans, int64_t ld) {
-  return memory::desc({rows, cols}, DataType::f32, trans ? memory::dims{1, ld} : memory::dims{ld, 1});
+// op(X) [rows, cols] of a compact row-major bf16 X (X is [cols, rows] when trans).
+memory::desc compact_bf16(int64_t rows, int64_t cols, bool trans) {
+  return memory::desc({rows, cols}, DataType::bf16, trans ? memory::dims{1, rows} : memory::dims{cols, 1});
 }
 
-using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float>;
+using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, float>;
 
 struct Plan {
   dnnl::matmul matmul;
-  dnnl::reorder to_a, to_b;  // float32 as stored → bf16 in the matmul's layouts
-  memory::desc a32, b32, c32, a16, b16;
+  memory::desc a16, b16, c32;
   std::string impl;
 };
 
-std::unique_ptr<Plan> make_plan(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda,
-                                int64_t ldb, int64_t ldc, float beta) {
-  auto& eng = cpu_engine();
+std::unique_ptr<Plan> make_plan(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t ldc, float beta) {
   auto p = std::make_unique<Plan>();
-  p->a32 = stored(m, k, ta, lda), p->b32 = stored(k, n, tb, ldb), p->c32 = stored(m, n, false, ldc);
-  const memory::desc a_any({m, k}, DataType::bf16, memory::format_tag::any);
-  const memory::desc b_any({k, n}, DataType::bf16, memory::format_tag::any);
+  p->a16 = compact_bf16(m, k, ta), p->b16 = compact_bf16(k, n, tb);
+  p->c32 = memory::desc({m, n}, DataType::f32, memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
   if (beta != 0) {
     dnnl::post_ops po;
     po.append_sum(beta);
     attr.set_post_ops(po);
   }
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_any, b_any, p->c32), attr, eng);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p->a16, p->b16, p->c32), attr, cpu_engine());
   p->matmul = dnnl::matmul(pd);
-  p->a16 = pd.src_desc(), p->b16 = pd.weights_desc();
-  p->to_a = dnnl::reorder(dnnl::reorder::primitive_desc(eng, p->a32, eng, p->a16));
-  p->to_b = dnnl::reorder(dnnl::reorder::primitive_desc(eng, p->b32, eng, p->b16));
   p->impl = pd.impl_info_str();
   return p;
 }
@@ -119,8 +136,8 @@ Plan& plan_for(const Key& key) {
   const std::lock_guard<std::mutex> lock(mutex);
   auto& slot = plans[key];
   if (!slot) {
-    const auto [ta, tb, m, n, k, lda, ldb, ldc, beta] = key;
-    slot = make_plan(ta, tb, m, n, k, lda, ldb, ldc, beta);
+    const auto [ta, tb, m, n, k, ldc, beta] = key;
+    slot = make_plan(ta, tb, m, n, k, ldc, beta);
   }
   return *slot;
 }
@@ -164,7 +181,7 @@ std::string gemm_bf16_unavailable_reason() {
 
 std::string gemm_bf16_implementation() {
   if (!gemm_bf16_available()) return "";
-  return plan_for(Key{false, true, 2048, 688, 256, 256, 256, 688, 0.0f}).impl;
+  return plan_for(Key{false, true, 2048, 688, 256, 688, 0.0f}).impl;
 }
 
 void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
@@ -176,17 +193,17 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a
   check(lda >= std::max<int64_t>(1, ta ? m : k) && ldb >= std::max<int64_t>(1, tb ? k : n) &&
             ldc >= std::max<int64_t>(1, n),
         "gemm_bf16: row strides lda ", lda, ", ldb ", ldb, ", ldc ", ldc, " are too small");
-  Plan& p = plan_for(Key{ta, tb, m, n, k, lda, ldb, ldc, beta});
+  Plan& p = plan_for(Key{ta, tb, m, n, k, ldc, beta});
   thread_local AlignedSlot a_buf, b_buf;
+  auto* a16 = static_cast<uint16_t*>(a_buf.get(size_t(m * k) * sizeof(uint16_t)));
+  auto* b16 = static_cast<uint16_t*>(b_buf.get(size_t(k * n) * sizeof(uint16_t)));
+  to_bf16(a, ta ? k : m, ta ? m : k, lda, a16);  // as stored: [k, m] when ta
+  to_bf16(b, tb ? n : k, tb ? k : n, ldb, b16);
   auto& eng = cpu_engine();
   auto& strm = thread_stream();
   const OpenMpThreadsScope threads(blas_threads());
-  memory a32(p.a32, eng, const_cast<float*>(a)), b32(p.b32, eng, const_cast<float*>(b));
-  memory a16(p.a16, eng, a_buf.get(p.a16.get_size())), b16(p.b16, eng, b_buf.get(p.b16.get_size()));
-  memory c32(p.c32, eng, c);
-  p.to_a.execute(strm, a32, a16);
-  p.to_b.execute(strm, b32, b16);
-  p.matmul.execute(strm, {{DNNL_ARG_SRC, a16}, {DNNL_ARG_WEIGHTS, b16}, {DNNL_ARG_DST, c32}});
+  memory a_mem(p.a16, eng, a16), b_mem(p.b16, eng, b16), c_mem(p.c32, eng, c);
+  p.matmul.execute(strm, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
   strm.wait();
 }
 
