@@ -2,7 +2,8 @@
 // accumulation left: Higham's γ_k bar), against the float64 product of the unrounded inputs
 // (the bar bf16's 8-bit significand implies), every transpose, beta 0 / 1 / 0.5, tail sizes,
 // strided operands with guard bands around C, 1 and 2 threads; round_to_bf16; the precision
-// switch (off by default, parsing, refusal where bf16 is unavailable).
+// switch (off by default, parsing, refusal where bf16 is unavailable: run with
+// ONEDNN_MAX_CPU_ISA=AVX512_CORE to take that branch on a bf16 CPU).
 #include "attnkit/ops/gemm_bf16.hpp"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -115,6 +117,7 @@ void expect_matches_references(const Case& cs) {
 TEST(GemmBf16, MatchesTheRoundedAndUnroundedFloat64ReferencesOnTailsTransposesBeta) {
   if (!gemm_bf16_available()) GTEST_SKIP() << gemm_bf16_unavailable_reason();
   const int64_t sizes[] = {1, 7, 65, 113};
+  std::optional<ThreadCountScope> one(1);  // small products: 1 thread (2 below)
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (int64_t m : sizes)
@@ -124,6 +127,7 @@ TEST(GemmBf16, MatchesTheRoundedAndUnroundedFloat64ReferencesOnTailsTransposesBe
             expect_matches_references({ta, tb, m, n, k, 0.0f});
             if (m == n) expect_matches_references({ta, tb, m, n, k, m == 7 ? 0.5f : 1.0f});
           }
+  one.reset();
   for (int threads : {1, 2}) {
     ThreadCountScope scope(threads);
     // GPT-like linear products: forward, d_x and the accumulated d_W (k = T)
@@ -185,6 +189,9 @@ TEST(MatmulPrecision, ScopeSetsAndRestoresOrRefusesWithoutBf16) {
   if (!gemm_bf16_available()) {
     EXPECT_THROW(set_matmul_precision(MatmulPrecision::kBf16), Error);
     EXPECT_EQ(matmul_precision(), MatmulPrecision::kF32);
+    std::vector<float> a(4, 1.0f), b(4, 1.0f), c(4, 0.0f);
+    EXPECT_THROW(gemm_bf16(false, false, 2, 2, 2, a.data(), 2, b.data(), 2, 0.0f, c.data(), 2), Error);
+    EXPECT_TRUE(gemm_bf16_implementation().empty());
     return;
   }
   EXPECT_FALSE(gemm_bf16_implementation().empty());

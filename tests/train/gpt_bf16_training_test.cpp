@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "attnkit/core/parallel.hpp"
 #include "attnkit/io/text_corpus.hpp"
 #include "attnkit/ops/gemm_bf16.hpp"
 #include "attnkit/ops/matmul_precision.hpp"
@@ -43,6 +44,7 @@ std::vector<float> losses(MatmulPrecision precision, const TextCorpus& corpus, c
 
 TEST(GptBf16Training, LossFallsAndFollowsFloat32) {
   if (!gemm_bf16_available()) GTEST_SKIP() << gemm_bf16_unavailable_reason();
+  const ThreadCountScope one(1);  // tiny products: thread hand-offs would dominate the time
   const ScratchDir dir("gpt_bf16");
   const TextCorpus corpus(documents());
   const std::vector<float> f32 = losses(MatmulPrecision::kF32, corpus, dir.path("f32"));
