@@ -5,9 +5,11 @@
 // into its blocked weight layout measured 2-5x slower than this conversion on 2048 × 688
 // operands.) beta ≠ 0 is a sum post-op.
 //
-// Primitives are cached per (transposes, m, n, k, ldc, beta): none is created per call once a
-// shape has been seen. They run on blas_threads() OpenMP threads (OpenMpThreadsScope), whatever
-// OpenMP's global default is. oneDNN may split K over threads for small m·n (weight gradients),
+// Primitives are cached per (transposes, m, n, k, ldc, beta, threads): none is created per call
+// once a shape has been seen. They are created and run with blas_threads() OpenMP threads
+// (OpenMpThreadsScope), whatever OpenMP's global default is: oneDNN sizes its blocking for the
+// threads it sees at creation, and a primitive made for 2 threads left a spinning OpenMP worker
+// behind on 1-thread runs. oneDNN may split K over threads for small m·n (weight gradients),
 // so results are not promised bitwise equal across thread counts.
 #include "attnkit/ops/gemm_bf16.hpp"
 
@@ -106,7 +108,8 @@ memory::desc compact_bf16(int64_t rows, int64_t cols, bool trans) {
   return memory::desc({rows, cols}, DataType::bf16, trans ? memory::dims{1, rows} : memory::dims{cols, 1});
 }
 
-using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, float>;
+// (ta, tb, m, n, k, ldc, beta, threads): oneDNN sizes its blocking for the OpenMP threads at creation.
+using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, float, int>;
 
 struct Plan {
   dnnl::matmul matmul;
@@ -136,7 +139,8 @@ Plan& plan_for(const Key& key) {
   const std::lock_guard<std::mutex> lock(mutex);
   auto& slot = plans[key];
   if (!slot) {
-    const auto [ta, tb, m, n, k, ldc, beta] = key;
+    const auto [ta, tb, m, n, k, ldc, beta, threads] = key;
+    const OpenMpThreadsScope scope(threads);
     slot = make_plan(ta, tb, m, n, k, ldc, beta);
   }
   return *slot;
@@ -181,7 +185,7 @@ std::string gemm_bf16_unavailable_reason() {
 
 std::string gemm_bf16_implementation() {
   if (!gemm_bf16_available()) return "";
-  return plan_for(Key{false, true, 2048, 688, 256, 688, 0.0f}).impl;
+  return plan_for(Key{false, true, 2048, 688, 256, 688, 0.0f, blas_threads()}).impl;
 }
 
 void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
@@ -193,7 +197,8 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a
   check(lda >= std::max<int64_t>(1, ta ? m : k) && ldb >= std::max<int64_t>(1, tb ? k : n) &&
             ldc >= std::max<int64_t>(1, n),
         "gemm_bf16: row strides lda ", lda, ", ldb ", ldb, ", ldc ", ldc, " are too small");
-  Plan& p = plan_for(Key{ta, tb, m, n, k, ldc, beta});
+  const int threads = blas_threads();
+  Plan& p = plan_for(Key{ta, tb, m, n, k, ldc, beta, threads});
   thread_local AlignedSlot a_buf, b_buf;
   auto* a16 = static_cast<uint16_t*>(a_buf.get(size_t(m * k) * sizeof(uint16_t)));
   auto* b16 = static_cast<uint16_t*>(b_buf.get(size_t(k * n) * sizeof(uint16_t)));
@@ -201,7 +206,7 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a
   to_bf16(b, tb ? n : k, tb ? k : n, ldb, b16);
   auto& eng = cpu_engine();
   auto& strm = thread_stream();
-  const OpenMpThreadsScope threads(blas_threads());
+  const OpenMpThreadsScope omp(threads);
   memory a_mem(p.a16, eng, a16), b_mem(p.b16, eng, b16), c_mem(p.c32, eng, c);
   p.matmul.execute(strm, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
   strm.wait();
