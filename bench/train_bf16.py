@@ -4,6 +4,7 @@ PyTorch's torch.autocast("cpu", dtype=torch.bfloat16), speed and accuracy cost, 
 
 Usage: PYTHONPATH=build/python /usr/bin/python3 bench/train_bf16.py [--preset small]
        [--steps 20] [--rounds 3] [--threads 2] [--accuracy-steps 200] [--accuracy-threads 1]
+       [--accuracy-of attnkit,torch] [--skip-speed]
 
 Speed: tokens/s of the four, measured in --rounds alternating rounds (the order rotates each
 round), each the median of steps 4..--steps (bench/train_throughput.py's models, random tokens);
@@ -87,6 +88,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--accuracy-steps", type=int, default=200, help="0 = skip the accuracy runs")
     ap.add_argument("--accuracy-threads", type=int, default=1)
+    ap.add_argument("--accuracy-of", default="attnkit,torch", help="which frameworks' accuracy runs")
     ap.add_argument("--skip-speed", action="store_true")
     args = ap.parse_args()
     if args.steps < 4 or args.rounds < 1:
@@ -98,7 +100,8 @@ def main():
     args.blas_attnkit = os.environ.get("OPENBLAS_CORETYPE", "")
     import torch
     print(f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min)")
-    cfg = tt.attnkit_tokens_per_s(args)[1]
+    import attnkit.train
+    cfg = attnkit.train.gpt_preset(args.preset)
     names = ["attnkit f32", "attnkit bf16", "PyTorch f32", "PyTorch bf16 autocast"]
     if not args.skip_speed:
         torch_f32, torch_bf16 = tt.torch_trainer(args, cfg), tt.torch_trainer(args, cfg, autocast=True)
@@ -123,11 +126,11 @@ def main():
         print(f"  attnkit f32 / PyTorch f32   {ratio(0, 2):.2f}x   attnkit bf16 / PyTorch bf16 {ratio(1, 3):.2f}x")
     if args.accuracy_steps > 0:
         print(f"accuracy: {args.accuracy_steps} steps, seed 1, {args.accuracy_threads} thread(s) per run")
-        for precision in ["f32", "bf16"]:
+        for precision in ["f32", "bf16"] if "attnkit" in args.accuracy_of else []:
             losses, val, val_f32 = attnkit_accuracy(args, precision)
             print(f"  attnkit {precision:5s} train loss (mean of last 20 steps) {statistics.mean(losses[-20:]):.4f}, "
                   f"validation {val:.4f} (evaluated in f32: {val_f32:.4f})", flush=True)
-        for autocast in [False, True]:
+        for autocast in [False, True] if "torch" in args.accuracy_of else []:
             losses, held = torch_accuracy(args, cfg, autocast)
             print(f"  PyTorch {'bf16' if autocast else 'f32 ':5s} train loss (mean of last 20 steps) "
                   f"{statistics.mean(losses[-20:]):.4f}, held-out {held:.4f}", flush=True)
