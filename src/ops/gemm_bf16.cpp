@@ -41,6 +41,20 @@ float round_to_bf16(float x) {
   return std::bit_cast<float>(u & 0xffff0000u);
 }
 
+#if !ATTNKIT_HAVE_DNNL
+
+bool gemm_bf16_available() { return false; }
+std::string gemm_bf16_unavailable_reason() {
+  return "attnkit was built without oneDNN (CMake ATTNKIT_WITH_DNNL, libdnnl-dev)";
+}
+std::string gemm_bf16_implementation() { return ""; }
+void gemm_bf16(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t,
+               float, float*, int64_t) {
+  fail("gemm_bf16: ", gemm_bf16_unavailable_reason());
+}
+
+#else
+
 namespace {
 
 // C = beta·C for a k = 0 product (nothing to sum).
@@ -70,24 +84,6 @@ void to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, uint16_t*
     convert_rows(i * kRowsPerTask, std::min(rows, (i + 1) * kRowsPerTask));
   });
 }
-
-}  // namespace
-
-#if !ATTNKIT_HAVE_DNNL
-
-bool gemm_bf16_available() { return false; }
-std::string gemm_bf16_unavailable_reason() {
-  return "attnkit was built without oneDNN (CMake ATTNKIT_WITH_DNNL, libdnnl-dev)";
-}
-std::string gemm_bf16_implementation() { return ""; }
-void gemm_bf16(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t,
-               float, float*, int64_t) {
-  fail("gemm_bf16: ", gemm_bf16_unavailable_reason());
-}
-
-#else
-
-namespace {
 
 using dnnl::memory;
 using DataType = memory::data_type;
