@@ -36,13 +36,14 @@ def blas_env(core):
     return env
 
 
-def attnkit_tokens_per_s(args):
+def attnkit_tokens_per_s(args, precision="f32"):
+    """Median tokens/s of `attnkit train gpt` from step 4 on (precision: --precision), and the config."""
     with tempfile.TemporaryDirectory() as out:
         subprocess.run([CLI, "train", "gpt", "--preset", args.preset, "--steps", str(args.steps),
                         "--batch", str(args.batch), "--seq", str(args.seq), "--out", out,
                         "--eval-every", "0", "--checkpoint-every", "0", "--quiet",
-                        "--threads", str(args.threads)], check=True, capture_output=True,
-                       env=blas_env(args.blas_attnkit))
+                        "--threads", str(args.threads), "--precision", precision], check=True,
+                       capture_output=True, env=blas_env(args.blas_attnkit))
         with open(os.path.join(out, "log.csv")) as f:
             rates = [float(r["tokens_per_s"]) for r in csv.DictReader(f)][3:]
         with open(os.path.join(out, "config.json")) as f:
@@ -50,9 +51,11 @@ def attnkit_tokens_per_s(args):
     return statistics.median(rates), cfg
 
 
-def torch_trainer(args, cfg):
+def torch_trainer(args, cfg, autocast=False, batches=None):
     """Builds the torch model and optimizer; returns run(), which trains args.steps steps and
-    returns the median tokens/s of steps 4 onward."""
+    returns the median tokens/s of steps 4 onward. autocast: forward and loss under
+    torch.autocast("cpu", dtype=torch.bfloat16). batches(step), if given, returns the step's
+    [B, L+1] token windows (default: random tokens) and run() also returns the losses."""
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(args.threads)
@@ -78,6 +81,15 @@ def torch_trainer(args, cfg):
         return x * cos + torch.cat([-x[..., d // 2:], x[..., : d // 2]], -1) * sin
 
     def step(tokens):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = forward(tokens)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
+        opt.step()
+        return float(loss)
+
+    def forward(tokens):
         x = params["emb"][tokens[:, :-1]]
         b, l = x.shape[:2]
         for i in range(n_layers):
@@ -91,21 +103,18 @@ def torch_trainer(args, cfg):
             hh = rms(x, params[f"{i}.n2"])
             x = x + (F.silu(hh @ params[f"{i}.g"].T) * (hh @ params[f"{i}.u"].T)) @ params[f"{i}.dn"].T
         logits = rms(x, params["norm"]) @ params["emb"].T
-        loss = F.cross_entropy(logits.reshape(-1, v), tokens[:, 1:].reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
-        opt.step()
+        return F.cross_entropy(logits.reshape(-1, v).float(), tokens[:, 1:].reshape(-1))
 
     def run():
-        rates = []
+        rates, losses = [], []
         for s in range(args.steps):
-            tokens = torch.randint(0, 256, (args.batch, args.seq + 1))
+            tokens = batches(s) if batches else torch.randint(0, 256, (args.batch, args.seq + 1))
             t0 = time.perf_counter()
-            step(tokens)
+            losses.append(step(tokens))
             rates.append(args.batch * args.seq / (time.perf_counter() - t0))
-        return statistics.median(rates[3:])
+        return (statistics.median(rates[3:]), losses) if batches else statistics.median(rates[3:])
 
+    run.forward = forward
     return run
 
 

@@ -31,6 +31,7 @@ struct TrainCli {
   TrainOptions opts;
   ScheduleFlags schedule{.lr = 1e-3, .min_lr = 1e-4, .warmup = 100};
   int64_t tokens = 0;  // > 0: steps = ceil(tokens / (batch · seq))
+  std::string precision = "f32";  // --precision: f32 or bf16 (ops/matmul_precision.hpp)
   bool resume = false, overwrite = false, quiet = false, dp = false;
   int64_t tp = 1;  // > 1: tensor parallel over that many MPI processes
   TrainCli() {  // the default run: about 16 minutes on 2 cores (docs/models.md)
@@ -118,6 +119,7 @@ TrainOptions train_options(const TrainCli& cli, const GptConfig& cfg) {
   TrainOptions o = checked_gpt_train_options(cli.opts, cli.schedule, cli.tokens, cfg);
   o.out_dir = cli.out;
   o.start = run_start(cli);
+  o.precision = parse_matmul_precision(cli.precision);
   return o;
 }
 
@@ -204,6 +206,10 @@ void add_train_command(CLI::App& app) {
                   "Tensor parallel under `mpirun -np P` (P = --tp): each process holds H/P heads and F/P of "
                   "the MLP (Megatron split) and runs the whole batch; rank 0 writes an ordinary one-process "
                   "checkpoint (gathered). 1 = off; not with --dp")
+      ->capture_default_str();
+  gpt->add_option("--precision", cli->precision,
+                  "Linear layers' matmuls: f32, or bf16 mixed precision (bf16 inputs, f32 accumulation; "
+                  "weights, optimizer and attention stay f32; needs AVX512-BF16 or AMX; docs/bf16.md)")
       ->capture_default_str();
   add_threads_flag(*gpt, cli->schedule.threads);
   gpt->add_flag("--quiet", cli->quiet, "No progress output");

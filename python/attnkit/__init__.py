@@ -11,10 +11,11 @@ from . import _checks
 from ._attnkit import (Error, ImageModel, build_info, conv2d_engine, dropout_keep_mask, kv_plan, kv_presets, load_fashion_mnist, load_idx,
                        load_safetensors,
                        load_safetensors_metadata, num_threads, save_safetensors, set_conv2d_engine,
-                       set_num_threads)
+                       set_num_threads, set_matmul_precision, matmul_precision, bf16_available)
 
 __all__ = [
-    "Error", "ImageModel", "build_info", "num_threads", "set_num_threads", "conv2d_engine", "set_conv2d_engine", "dropout_keep_mask", "kv_plan", "kv_presets",
+    "Error", "ImageModel", "build_info", "num_threads", "set_num_threads", "conv2d_engine", "set_conv2d_engine",
+    "matmul_precision", "set_matmul_precision", "bf16_available", "dropout_keep_mask", "kv_plan", "kv_presets",
     "load_safetensors", "load_safetensors_metadata", "save_safetensors", "load_idx",
     "load_fashion_mnist",
     "attention_reference", "attention_reference_backward",

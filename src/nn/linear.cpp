@@ -3,6 +3,7 @@
 //   d_x = d_y·W,  d_W += d_yᵀ·x,  d_b += Σ_t d_y[t, :].
 // d_W and d_b of a small layer over many tokens split the token sum into fixed chunks
 // (chunked_weight_gradient).
+// With matmul_precision() == kBf16 the products run in bf16 instead (linear_bf16.cpp).
 // PyTorch: torch.nn.functional.linear(x, W, b).
 #include "attnkit/nn/linear.hpp"
 
@@ -11,7 +12,9 @@
 
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm.hpp"
+#include "attnkit/ops/matmul_precision.hpp"
 
+#include "linear_bf16.hpp"
 #include "nn_common.hpp"
 
 namespace attnkit {
@@ -105,12 +108,15 @@ bool chunked_weight_gradient(View2 d_w, std::span<float> d_b, ConstView2 d_y, Co
 
 void linear_forward(View2 y, ConstView2 x, ConstView2 w, std::span<const float> b) {
   nn::check_linear_forward("linear_forward", y, x, w, b);
+  if (matmul_precision() == MatmulPrecision::kBf16) return nn::linear_forward_bf16(y, x, w, b);
   nn::matmul_bias(y, x, w, b);
 }
 
 void linear_backward(View2 d_x, View2 d_w, std::span<float> d_b, ConstView2 d_y, ConstView2 x,
                      ConstView2 w) {
   nn::check_linear_backward("linear_backward", d_x, d_w, d_b, d_y, x, w);
+  if (matmul_precision() == MatmulPrecision::kBf16)
+    return nn::linear_backward_bf16(d_x, d_w, d_b, d_y, x, w);
   const int64_t t = x.shape[0], in = x.shape[1], out = w.shape[0];
   if (nn::present(d_x))
     nn::parallel_sgemm(false, false, t, in, out, 1.0f, d_y.data, nn::ld(d_y), w.data, nn::ld(w),

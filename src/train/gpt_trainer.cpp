@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attnkit/core/error.hpp"
+#include "attnkit/ops/gemm_bf16.hpp"
 #include "attnkit/train/grad_clip.hpp"
 
 namespace attnkit {
@@ -69,6 +70,8 @@ GptTrainer::GptTrainer(GptModel& model, const TextCorpus& corpus, const TrainOpt
   check(options.seq_len > model.config().registers, "--seq: must exceed attnkit_registers = ",
         model.config().registers);
   check(!options.out_dir.empty(), "--out: a directory is required");
+  check(options.precision != MatmulPrecision::kBf16 || gemm_bf16_available(), "--precision bf16: ",
+        gemm_bf16_unavailable_reason());
   check(options.dp_size >= 1 && options.dp_rank >= 0 && options.dp_rank < options.dp_size,
         "--dp: rank ", options.dp_rank, " of ", options.dp_size, " is out of range");
   check(options.batch % options.dp_size == 0, "--batch: ", options.batch, " must be a multiple of the ",
@@ -116,6 +119,7 @@ float GptTrainer::forward_backward(int64_t s) {
   const Windows w = split_windows(rows, regs);
   step_tokens_ = int64_t(w.tokens.size());
   model_.zero_grad();
+  const MatmulPrecisionScope precision(options_.precision);
   float loss = 0;
   try {
     loss = model_.forward({w.tokens, w.cu}, w.targets);
@@ -144,6 +148,7 @@ double GptTrainer::clip_gradients(double clip) {
 }
 
 double GptTrainer::evaluate(int64_t windows) {
+  const MatmulPrecisionScope precision(options_.precision);
   return evaluate_loss(model_, corpus_.tokens(Split::validation), options_.seq_len, windows);
 }
 

@@ -276,6 +276,7 @@ PARSE_CASES = [
     pytest.param(["bench", "decode", "--kv-heads", "3,x"], "--kv-heads", id="bad kv-heads list"),
     pytest.param(["bench", "decode", "--dtype", "f64"], "--dtype", id="bad decode dtype"),
     pytest.param(["train", "cnn", "--out", "{tmp}/run", "--attention", "lstm"], "--attention", id="bad attention"),
+    pytest.param(["train", "gpt", "--out", "{tmp}/run", "--precision", "fp8"], "--precision", id="bad precision"),
     pytest.param(["convert-gqa", "--in", GPT, "--out", "{tmp}/o", "--kv-heads", "1", "--method", "max"], "--method",
                  id="bad pooling method"),
     pytest.param(["report", "--tiny", "--quick", "--out", "{tmp}/r"], "--quick", id="report exclusive flags"),

@@ -36,6 +36,22 @@ def test_resume_in_a_fresh_process_reproduces_losses_bitwise(tmp_path):
     assert all((a[k] == b[k]).all() for k in a)
 
 
+@pytest.mark.skipif(not attnkit.bf16_available(), reason="no AVX512-BF16 / AMX, or built without oneDNN")
+def test_bf16_run_resumes_bitwise_and_differs_from_f32(tmp_path):
+    """--precision bf16 is deterministic for a thread count (a resumed run reproduces its losses),
+    changes the products (losses differ from f32's) and stays close to f32 (within 1 %)."""
+    assert train(tmp_path / "f32", "--steps", "8").returncode == 0
+    assert train(tmp_path / "a", "--steps", "8", "--precision", "bf16").returncode == 0
+    assert train(tmp_path / "b", "--steps", "4", "--precision", "bf16").returncode == 0
+    r = train(tmp_path / "b", "--steps", "8", "--resume", "--precision", "bf16")
+    assert r.returncode == 0, r.stderr
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")
+    f32, bf16 = losses(tmp_path / "f32"), losses(tmp_path / "a")
+    assert f32 != bf16
+    for (_, lf, _), (_, lb, _) in zip(f32, bf16):
+        assert abs(float(lb) - float(lf)) <= 0.01 * float(lf)
+
+
 def test_divergence_stops_with_a_message_and_keeps_the_checkpoint(tmp_path):
     out = tmp_path / "run"
     assert train(out, "--steps", "4").returncode == 0

@@ -12,6 +12,7 @@
 
 #include "attnkit/io/text_corpus.hpp"
 #include "attnkit/models/gpt.hpp"
+#include "attnkit/ops/matmul_precision.hpp"
 #include "attnkit/train/adamw.hpp"
 #include "attnkit/train/run_dir.hpp"
 #include "attnkit/train/schedule.hpp"
@@ -33,6 +34,9 @@ struct TrainOptions {
   std::string out_dir;           // the run directory (run_dir.hpp): checkpoints, model, log.csv
   RunStart start = RunStart::kNew;  // how run() treats out_dir unless resume() was called
   bool progress = true;          // progress bar (or plain lines when stderr is not a TTY)
+  // Linear layers' products during training steps and evaluations (the CLI's --precision): f32,
+  // or the opt-in bf16 mixed precision (ops/matmul_precision.hpp; weights and AdamW stay f32).
+  MatmulPrecision precision = MatmulPrecision::kF32;
   // Data parallelism (the CLI's --dp under mpirun): this process computes windows
   // [dp_rank·B/P, (dp_rank+1)·B/P) of each step's batch (B % P == 0), dp_average averages a
   // buffer over the P processes in place (the gradients, then the loss), and only dp_rank 0

@@ -1,0 +1,213 @@
+// gemm_bf16: oneDNN's matmul with bfloat16 source and weights and a float32 destination
+// (float32 accumulation). A and B are rounded to bf16 by attnkit (round_to_bf16, vectorised by the
+// compiler) into compact copies in their stored orientation; the matmul reads op(A) and op(B)
+// through strides and packs them for AMX tiles or AVX512-BF16 itself. (oneDNN's own reorders
+// into its blocked weight layout measured 2-5x slower than this conversion on 2048 × 688
+// operands.) beta ≠ 0 is a sum post-op.
+//
+// Primitives are cached per (transposes, m, n, k, ldc, beta, threads): none is created per call
+// once a shape has been seen. They are created and run with blas_threads() OpenMP threads
+// (OpenMpThreadsScope), whatever OpenMP's global default is: oneDNN sizes its blocking for the
+// threads it sees at creation, and a primitive made for 2 threads left a spinning OpenMP worker
+// behind on 1-thread runs. oneDNN may split K over threads for small m·n (weight gradients),
+// so results are not promised bitwise equal across thread counts.
+#include "attnkit/ops/gemm_bf16.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/parallel.hpp"
+#include "attnkit/ops/gemm.hpp"
+
+#if ATTNKIT_HAVE_DNNL
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include <dnnl.hpp>
+#endif
+
+namespace attnkit {
+
+float round_to_bf16(float x) {
+  uint32_t u = std::bit_cast<uint32_t>(x);
+  if (std::isnan(x)) return std::bit_cast<float>((u | 0x00400000u) & 0xffff0000u);  // stay quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // ties to even; overflow rounds to ±inf as it should
+  return std::bit_cast<float>(u & 0xffff0000u);
+}
+
+#if !ATTNKIT_HAVE_DNNL
+
+bool gemm_bf16_available() { return false; }
+std::string gemm_bf16_unavailable_reason() {
+  return "attnkit was built without oneDNN (CMake ATTNKIT_WITH_DNNL, libdnnl-dev)";
+}
+std::string gemm_bf16_implementation() { return ""; }
+void gemm_bf16(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t,
+               float, float*, int64_t) {
+  fail("gemm_bf16: ", gemm_bf16_unavailable_reason());
+}
+
+#else
+
+namespace {
+
+// C = beta·C for a k = 0 product (nothing to sum).
+void scale_only(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.0f : beta * c[i * ldc + j];
+}
+
+// dst[r·cols + c] = bf16 bits of round_to_bf16(src[r·ld + c]) for r < rows, c < cols, rows split
+// over blas_threads() threads.
+void to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, uint16_t* dst) {
+  auto convert_rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* in = src + r * ld;
+      uint16_t* out = dst + r * cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint32_t u = std::bit_cast<uint32_t>(in[c]);
+        const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        out[c] = in[c] != in[c] ? uint16_t((u >> 16) | 0x40u) : uint16_t(rounded);  // NaN stays quiet NaN
+      }
+    }
+  };
+  constexpr int64_t kRowsPerTask = 64;
+  const int64_t tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
+  if (blas_threads() <= 1 || tasks <= 1) return convert_rows(0, rows);
+  parallel_for(tasks, [&](int64_t i) {
+    convert_rows(i * kRowsPerTask, std::min(rows, (i + 1) * kRowsPerTask));
+  });
+}
+
+using dnnl::memory;
+using DataType = memory::data_type;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// One stream per thread (a stream is not to be shared by concurrently executing threads).
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream s(cpu_engine());
+  return s;
+}
+
+// op(X) [rows, cols] of a compact row-major bf16 X (X is [cols, rows] when trans).
+memory::desc compact_bf16(int64_t rows, int64_t cols, bool trans) {
+  return memory::desc({rows, cols}, DataType::bf16, trans ? memory::dims{1, rows} : memory::dims{cols, 1});
+}
+
+// (ta, tb, m, n, k, ldc, beta, threads): oneDNN sizes its blocking for the OpenMP threads at creation.
+using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, float, int>;
+
+struct Plan {
+  dnnl::matmul matmul;
+  memory::desc a16, b16, c32;
+  std::string impl;
+};
+
+std::unique_ptr<Plan> make_plan(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t ldc, float beta) {
+  auto p = std::make_unique<Plan>();
+  p->a16 = compact_bf16(m, k, ta), p->b16 = compact_bf16(k, n, tb);
+  p->c32 = memory::desc({m, n}, DataType::f32, memory::dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  if (beta != 0) {
+    dnnl::post_ops po;
+    po.append_sum(beta);
+    attr.set_post_ops(po);
+  }
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p->a16, p->b16, p->c32), attr, cpu_engine());
+  p->matmul = dnnl::matmul(pd);
+  p->impl = pd.impl_info_str();
+  return p;
+}
+
+Plan& plan_for(const Key& key) {
+  static std::mutex mutex;
+  static std::map<Key, std::unique_ptr<Plan>> plans;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = plans[key];
+  if (!slot) {
+    const auto [ta, tb, m, n, k, ldc, beta, threads] = key;
+    const OpenMpThreadsScope scope(threads);
+    slot = make_plan(ta, tb, m, n, k, ldc, beta);
+  }
+  return *slot;
+}
+
+// A 64-byte aligned per-thread buffer for the bf16 copies, grown on demand.
+class AlignedSlot {
+ public:
+  void* get(size_t bytes) {
+    if (bytes > size_) {
+      data_.reset(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+      check(data_ != nullptr, "gemm_bf16: out of memory (", bytes, " bytes of bf16 operands)");
+      size_ = bytes;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<void, Free> data_;
+  size_t size_ = 0;
+};
+
+bool cpu_has_bf16() {
+  const auto isa = dnnl::get_effective_cpu_isa();
+  return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+}
+
+}  // namespace
+
+bool gemm_bf16_available() {
+  static const bool available = cpu_has_bf16();
+  return available;
+}
+
+std::string gemm_bf16_unavailable_reason() {
+  if (gemm_bf16_available()) return "";
+  return "this CPU has no bf16 dot products (AVX512-BF16 or AMX-BF16) that oneDNN can use";
+}
+
+std::string gemm_bf16_implementation() {
+  if (!gemm_bf16_available()) return "";
+  return plan_for(Key{false, true, 2048, 688, 256, 688, 0.0f, blas_threads()}).impl;
+}
+
+void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  check(gemm_bf16_available(), "gemm_bf16: ", gemm_bf16_unavailable_reason());
+  check(m >= 0 && n >= 0 && k >= 0, "gemm_bf16: negative size m ", m, ", n ", n, ", k ", k);
+  if (m == 0 || n == 0) return;
+  if (k == 0) return scale_only(m, n, beta, c, ldc);
+  check(lda >= std::max<int64_t>(1, ta ? m : k) && ldb >= std::max<int64_t>(1, tb ? k : n) &&
+            ldc >= std::max<int64_t>(1, n),
+        "gemm_bf16: row strides lda ", lda, ", ldb ", ldb, ", ldc ", ldc, " are too small");
+  const int threads = blas_threads();
+  Plan& p = plan_for(Key{ta, tb, m, n, k, ldc, beta, threads});
+  thread_local AlignedSlot a_buf, b_buf;
+  auto* a16 = static_cast<uint16_t*>(a_buf.get(size_t(m * k) * sizeof(uint16_t)));
+  auto* b16 = static_cast<uint16_t*>(b_buf.get(size_t(k * n) * sizeof(uint16_t)));
+  to_bf16(a, ta ? k : m, ta ? m : k, lda, a16);  // as stored: [k, m] when ta
+  to_bf16(b, tb ? n : k, tb ? k : n, ldb, b16);
+  auto& eng = cpu_engine();
+  auto& strm = thread_stream();
+  const OpenMpThreadsScope omp(threads);
+  memory a_mem(p.a16, eng, a16), b_mem(p.b16, eng, b16), c_mem(p.c32, eng, c);
+  p.matmul.execute(strm, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+  strm.wait();
+}
+
+#endif
+
+}  // namespace attnkit
