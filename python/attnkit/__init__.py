@@ -10,11 +10,11 @@ from . import _attnkit
 from . import _checks
 from ._attnkit import (Error, ImageModel, build_info, conv2d_engine, dropout_keep_mask, kv_plan, kv_presets, load_fashion_mnist, load_idx,
                        load_safetensors,
-                       load_safetensors_metadata, num_threads, save_safetensors, set_conv2d_engine,
-                       set_num_threads)
+                       load_safetensors_metadata, num_threads, packed_gemm, save_safetensors, set_conv2d_engine,
+                       set_num_threads, set_packed_gemm)
 
 __all__ = [
-    "Error", "ImageModel", "build_info", "num_threads", "set_num_threads", "conv2d_engine", "set_conv2d_engine", "dropout_keep_mask", "kv_plan", "kv_presets",
+    "Error", "ImageModel", "build_info", "num_threads", "set_num_threads", "conv2d_engine", "set_conv2d_engine", "packed_gemm", "set_packed_gemm", "dropout_keep_mask", "kv_plan", "kv_presets",
     "load_safetensors", "load_safetensors_metadata", "save_safetensors", "load_idx",
     "load_fashion_mnist",
     "attention_reference", "attention_reference_backward",
