@@ -11,6 +11,9 @@
 //     WeightPackScope that covers exactly that forward and backward, during which no weight is
 //     written;
 //   - emptied when the scope ends, before the optimizer updates the weights.
+// Entries are keyed by address, so within a scope a cached kernel must only be given weights that
+// live at least as long as the step (model parameters), never a temporary buffer that could be
+// freed and another weight made at the same address before the scope ends.
 // Outside any scope current_weight_pack_cache() is null and kernels pack on every call, so weights
 // written by the optimizer, by Python, by a checkpoint load or by a finite-difference test are always
 // read anew. Kernels look the cache up on the thread that called them (before their parallel_for):
