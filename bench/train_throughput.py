@@ -3,14 +3,16 @@
 same data shape, in one run, with the same number of threads.
 
 Usage: PYTHONPATH=build/python /usr/bin/python3 bench/train_throughput.py [--preset small]
-       [--steps 20] [--batch 8] [--seq 256] [--threads 2] [--rounds 1]
+       [--steps 20] [--batch 8] [--seq 256] [--threads 2] [--rounds 1] [--variant VAR=VALUE]
 The torch model: embedding, RMSNorm, q/k/v/o projections, rotate-half RoPE, causal softmax
 attention with K/V repeated to H heads (torch 1.13 has no fused CPU attention), SwiGLU MLP,
 tied LM head, AdamW. Timings exclude the first 3 steps of each measurement (warm-up). On AVX-512
 CPUs both get OPENBLAS_CORETYPE=SkylakeX (unless set), so they use the same OpenBLAS kernels.
 With --rounds R, the two alternate R times (who goes first alternates; the torch model is built
 once and keeps training); the result is the median of the per-round ratios, the robust reading
-on a shared machine whose speed drifts between minutes.
+on a shared machine whose speed drifts between minutes. With --variant VAR=VALUE, every round also
+runs attnkit with VAR=VALUE in its environment (e.g. ATTNKIT_PACKED_GEMM=0: the linear layers on
+OpenBLAS), in alternating order with the default run, and reports it beside the default.
 """
 import argparse
 import csv
@@ -36,14 +38,19 @@ def blas_env(core):
     return env
 
 
-def attnkit_tokens_per_s(args, precision="f32"):
-    """Median tokens/s of `attnkit train gpt` from step 4 on (precision: --precision), and the config."""
+def attnkit_tokens_per_s(args, precision="f32", variant=None):
+    """Median tokens/s of `attnkit train gpt` from step 4 on (precision: --precision; variant: an
+    environment VAR=VALUE for attnkit's run), and the config."""
+    env = blas_env(args.blas_attnkit)
+    if variant:
+        name, _, value = variant.partition("=")
+        env[name] = value
     with tempfile.TemporaryDirectory() as out:
         subprocess.run([CLI, "train", "gpt", "--preset", args.preset, "--steps", str(args.steps),
                         "--batch", str(args.batch), "--seq", str(args.seq), "--out", out,
                         "--eval-every", "0", "--checkpoint-every", "0", "--quiet",
                         "--threads", str(args.threads), "--precision", precision], check=True,
-                       capture_output=True, env=blas_env(args.blas_attnkit))
+                       capture_output=True, env=env)
         with open(os.path.join(out, "log.csv")) as f:
             rates = [float(r["tokens_per_s"]) for r in csv.DictReader(f)][3:]
         with open(os.path.join(out, "config.json")) as f:
@@ -126,11 +133,15 @@ def main():
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1, help="alternating measurements of both")
+    ap.add_argument("--variant", metavar="VAR=VALUE",
+                    help="also time attnkit with VAR=VALUE in its environment in every round")
     ap.add_argument("--blas-attnkit", metavar="CORE",
                     help="OPENBLAS_CORETYPE for attnkit (default: the shared choice below)")
     ap.add_argument("--blas-torch", metavar="CORE",
                     help="OPENBLAS_CORETYPE for PyTorch (default: the shared choice below)")
     args = ap.parse_args()
+    if args.variant and "=" not in args.variant:
+        ap.error("--variant must be VAR=VALUE")
     if args.steps < 4 or args.rounds < 1:
         ap.error("--steps must be at least 4 (3 warm-up steps are excluded) and --rounds at least 1")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
@@ -148,16 +159,24 @@ def main():
     ours, cfg = attnkit_tokens_per_s(args)
     torch_run = torch_trainer(args, cfg)
     rounds = [(ours, torch_run())]
+    variants = []
     for r in range(args.rounds):
+        # order: attnkit, PyTorch[, variant] in even rounds; PyTorch[, variant], attnkit in odd ones
         if r % 2:
             theirs = torch_run()
+            if args.variant:
+                variants.append(attnkit_tokens_per_s(args, variant=args.variant)[0])
             rounds.append((attnkit_tokens_per_s(args)[0], theirs))
-        elif r > 0:
-            ours = attnkit_tokens_per_s(args)[0]
-            rounds.append((ours, torch_run()))
-        if args.rounds > 1:
+        else:
+            if r > 0:
+                ours = attnkit_tokens_per_s(args)[0]
+                rounds.append((ours, torch_run()))
+            if args.variant:
+                variants.append(attnkit_tokens_per_s(args, variant=args.variant)[0])
+        if args.rounds > 1 or args.variant:
+            extra = f", {args.variant} {variants[-1]:.0f} ({variants[-1] / rounds[-1][1]:.2f}x)" if args.variant else ""
             print(f"  round {r + 1}: attnkit {rounds[-1][0]:.0f}, PyTorch {rounds[-1][1]:.0f} tokens/s, "
-                  f"{rounds[-1][0] / rounds[-1][1]:.2f}x", file=sys.stderr)
+                  f"{rounds[-1][0] / rounds[-1][1]:.2f}x{extra}", file=sys.stderr)
     ours = statistics.median(a for a, _ in rounds)
     theirs = statistics.median(t for _, t in rounds)
     ratios = sorted(a / t for a, t in rounds)
@@ -166,6 +185,10 @@ def main():
           f"{cfg['num_attention_heads']} heads / {cfg['num_key_value_heads']} KV heads, context {args.seq}, "
           f"batch {args.batch}, {args.threads} threads")
     print(f"  attnkit   {ours:9.0f} tokens/s")
+    if args.variant:
+        pairs = sorted(v / a for v, (a, _) in zip(variants, rounds))
+        print(f"  attnkit with {args.variant}: {statistics.median(variants):.0f} tokens/s, "
+              f"{statistics.median(pairs):.2f}x the default run (rounds {pairs[0]:.2f}-{pairs[-1]:.2f}x)")
     print(f"  PyTorch   {theirs:9.0f} tokens/s  (torch {__import__('torch').__version__})")
     print(f"  OpenBLAS  kernels: attnkit {args.blas_attnkit or 'its own choice'}, "
           f"PyTorch {args.blas_torch or 'its own choice'} (OPENBLAS_CORETYPE)")

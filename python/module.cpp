@@ -8,6 +8,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/nn/conv2d.hpp"
+#include "attnkit/ops/gemm.hpp"
 #include "attnkit/ops/gemm_bf16.hpp"
 #include "attnkit/ops/matmul_precision.hpp"
 #include "attnkit/tools/build_info.hpp"
@@ -55,6 +56,11 @@ PYBIND11_MODULE(_attnkit, m) {
         return e == attnkit::Conv2dEngine::kBuiltin ? "builtin" : e == attnkit::Conv2dEngine::kOneDnn ? "onednn" : "auto";
       },
       "The convolution engine in effect: 'auto', 'builtin' or 'onednn'.");
+  m.def("set_packed_gemm", &attnkit::set_packed_gemm_enabled, pybind11::arg("on"),
+        "Whether linear layers of at least 128 tokens run y and d_x on oneDNN's matmul with the "
+        "weight reordered once (True, the default in a oneDNN build) or on OpenBLAS (False).");
+  m.def("packed_gemm", &attnkit::packed_gemm_enabled,
+        "Whether the packed-weight GEMM is switched on (set_packed_gemm, ATTNKIT_PACKED_GEMM=0).");
   m.def(
       "set_matmul_precision",
       [](const std::string& name) { attnkit::set_matmul_precision(attnkit::parse_matmul_precision(name)); },

@@ -10,12 +10,14 @@ from . import _attnkit
 from . import _checks
 from ._attnkit import (Error, ImageModel, build_info, conv2d_engine, dropout_keep_mask, kv_plan, kv_presets, load_fashion_mnist, load_idx,
                        load_safetensors,
-                       load_safetensors_metadata, num_threads, save_safetensors, set_conv2d_engine,
-                       set_num_threads, set_matmul_precision, matmul_precision, bf16_available)
+                       load_safetensors_metadata, num_threads, packed_gemm, save_safetensors,
+                       set_conv2d_engine, set_num_threads, set_packed_gemm, set_matmul_precision,
+                       matmul_precision, bf16_available)
 
 __all__ = [
     "Error", "ImageModel", "build_info", "num_threads", "set_num_threads", "conv2d_engine", "set_conv2d_engine",
-    "matmul_precision", "set_matmul_precision", "bf16_available", "dropout_keep_mask", "kv_plan", "kv_presets",
+    "packed_gemm", "set_packed_gemm", "matmul_precision", "set_matmul_precision", "bf16_available",
+    "dropout_keep_mask", "kv_plan", "kv_presets",
     "load_safetensors", "load_safetensors_metadata", "save_safetensors", "load_idx",
     "load_fashion_mnist",
     "attention_reference", "attention_reference_backward",

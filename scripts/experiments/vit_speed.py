@@ -12,7 +12,7 @@ Both use float32 and `--threads` threads (torch.set_num_threads and OPENBLAS_NUM
 this script sets before torch loads; attnkit.set_num_threads).
 
 Usage: scripts/experiments/vit_speed.py [--threads 2] [--batch 128] [--steps 3] [--rounds 5]
-                                         [--warmup 2]
+                                         [--warmup 2] [--compare-packed]
                                          [--patch 4] [--dim 96] [--layers 6] [--heads 4]
                                          [--mlp-dim 192] [--pool cls]
 Run from the repository root after building (build/python on sys.path is added here)."""
@@ -33,6 +33,8 @@ def parse():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--compare-packed", action="store_true",
+                    help="also time attnkit with its linear layers on OpenBLAS (set_packed_gemm(False))")
     ap.add_argument("--image", type=int, default=28)
     ap.add_argument("--channels", type=int, default=1)
     ap.add_argument("--classes", type=int, default=10)
@@ -162,8 +164,14 @@ def main():
         theirs()
     # Alternate rounds so both see the same machine load; report the median round of each.
     rates = {"attnkit": [], "torch": []}
-    for _ in range(a.rounds):
-        for name, step in (("attnkit", ours), ("torch", theirs)):
+    runs = [("attnkit", ours), ("torch", theirs)]
+    if a.compare_packed:
+        rates["attnkit OpenBLAS linear"] = []
+        runs.append(("attnkit OpenBLAS linear", ours))
+    for r in range(a.rounds):
+        for name, step in (runs if r % 2 == 0 else runs[::-1]):
+            if a.compare_packed:
+                attnkit.set_packed_gemm(name != "attnkit OpenBLAS linear")
             t0 = time.perf_counter()
             for _ in range(a.steps):
                 step()
@@ -180,6 +188,11 @@ def main():
               f"{', '.join(f'{v:.0f}' for v in rates[k])})")
     print(f"ratio attnkit / torch: {med['attnkit'] / med['torch']:.2f}x median, "
           f"{best['attnkit'] / best['torch']:.2f}x best")
+    if a.compare_packed:
+        k = "attnkit OpenBLAS linear"
+        print(f"{k}: {med[k]:.1f} images/s median, {best[k]:.1f} best (rounds "
+              f"{', '.join(f'{v:.0f}' for v in rates[k])}); packed / OpenBLAS linear "
+              f"{med['attnkit'] / med[k]:.2f}x median; OpenBLAS linear / torch {med[k] / med['torch']:.2f}x")
 
 
 if __name__ == "__main__":

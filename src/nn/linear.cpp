@@ -1,5 +1,6 @@
-// Linear layer fast path: y = x·Wᵀ + b on parallel sgemm tiles (nn_common.cpp), bias added in the
-// tile epilogue while the tile is in cache. Backward (from y = x·Wᵀ + b):
+// Linear layer fast path: y = x·Wᵀ + b and d_x = d_y·W on weight_product (W packed once per
+// training step where the packed GEMM applies, else parallel sgemm tiles), bias added in the tile
+// epilogue while the tile is in cache. Backward (from y = x·Wᵀ + b):
 //   d_x = d_y·W,  d_W += d_yᵀ·x,  d_b += Σ_t d_y[t, :].
 // d_W and d_b of a small layer over many tokens split the token sum into fixed chunks
 // (chunked_weight_gradient).
@@ -44,7 +45,7 @@ void check_linear_backward(const char* fn, View2 d_x, View2 d_w, std::span<float
 
 void nn::matmul_bias(View2 y, ConstView2 x, ConstView2 w, std::span<const float> b) {
   const int64_t t = x.shape[0], in = x.shape[1], out = w.shape[0];
-  parallel_sgemm(false, true, t, out, in, 1.0f, x.data, ld(x), w.data, ld(w), 0.0f, y.data, ld(y),
+  weight_product(true, t, out, in, x.data, ld(x), w.data, ld(w), y.data, ld(y),
                  [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
                    if (b.empty()) return;
                    for (int64_t i = i0; i < i1; ++i) {
@@ -119,8 +120,8 @@ void linear_backward(View2 d_x, View2 d_w, std::span<float> d_b, ConstView2 d_y,
     return nn::linear_backward_bf16(d_x, d_w, d_b, d_y, x, w);
   const int64_t t = x.shape[0], in = x.shape[1], out = w.shape[0];
   if (nn::present(d_x))
-    nn::parallel_sgemm(false, false, t, in, out, 1.0f, d_y.data, nn::ld(d_y), w.data, nn::ld(w),
-                       0.0f, d_x.data, nn::ld(d_x));
+    nn::weight_product(false, t, in, out, d_y.data, nn::ld(d_y), w.data, nn::ld(w), d_x.data,
+                       nn::ld(d_x));
   if (nn::present(d_w) && chunked_weight_gradient(d_w, d_b, d_y, x)) return;
   if (nn::present(d_w))
     nn::parallel_sgemm(true, false, out, in, t, 1.0f, d_y.data, nn::ld(d_y), x.data, nn::ld(x),

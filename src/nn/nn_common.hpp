@@ -64,6 +64,16 @@ void parallel_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                     int64_t ldc,
                     const std::function<void(int64_t, int64_t, int64_t, int64_t)>& epilogue = {});
 
+// C[m, n] = A[m, k]·op(W) (assigned) where W is a weight: op(W) [k, n], W row-major with row
+// stride ldw, stored [n, k] when trans_w (y = x·Wᵀ: trans_w; d_x = d_y·W: not). Where
+// packed_gemm_applies, W is packed once (per training step through current_weight_pack_cache(),
+// else per call) and fixed row tiles of C (a function of m only) run sgemm_packed in
+// parallel_for; elsewhere parallel_sgemm. Bitwise identical for any thread count. epilogue as
+// parallel_sgemm's (weight_product.cpp).
+void weight_product(bool trans_w, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                    const float* w, int64_t ldw, float* c, int64_t ldc,
+                    const std::function<void(int64_t, int64_t, int64_t, int64_t)>& epilogue = {});
+
 // Σ_j x[j] and Σ_j x[j]·y[j] accumulated in double (eight independent partial sums).
 double sum_double(const float* x, int64_t n);
 double dot_double(const float* x, const float* y, int64_t n);

@@ -70,7 +70,10 @@ StepRecord TrainingLoop::step(int64_t s) {
   const double t0 = now_seconds();
   StepRecord r;
   r.step = s;
-  r.loss = task_.forward_backward(s);
+  {
+    const WeightPackScope packs(packs_);  // ends (and empties the cache) before the update
+    r.loss = task_.forward_backward(s);
+  }
   // The divergence messages end with kKept, options_.out_dir, kKeptEnd (assembled only on failure).
   constexpr const char* kKept = "; the last good checkpoint in ";
   constexpr const char* kKeptEnd = " is kept";

@@ -6,6 +6,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
+#include "attnkit/ops/gemm.hpp"
 #include "nn/nn_testing.hpp"
 #include "test_errors.hpp"
 
@@ -90,6 +91,27 @@ TEST(NnLinear, LongProductsInEvenTilesMatchReferenceAndThreadCounts) {
   EXPECT_TRUE(y[0].raw == y[1].raw);
   EXPECT_TRUE(d_x[0].raw == d_x[1].raw);
   EXPECT_TRUE(d_w[0].raw == d_w[1].raw);
+}
+
+// Shapes where y and d_x run on the packed GEMM (T >= 128, in and out >= 32), with the packed path
+// on and off: the same bars on both, and bitwise the same for 1 and 2 threads on the packed path.
+TEST(NnLinear, PackedAndBlasPathsMatchReference) {
+  for (bool packed : {true, false}) {
+    SCOPED_TRACE(testing::Message() << "packed " << packed);
+    const PackedGemmScope scope(packed);
+    expect_matches_reference(128, 32, 32, false);
+    expect_matches_reference(257, 65, 113, true);
+  }
+  const PackedGemmScope on(true);
+  LinearCase c(1037, 48, 80, true, 23);  // 4 row tiles of 260 rows and a 257-row tail tile
+  Mat y[2] = {Mat(1037, 80), Mat(1037, 80)}, d_x[2] = {Mat(1037, 48), Mat(1037, 48)};
+  for (int threads : {1, 2}) {
+    ThreadCountScope scope(threads);
+    linear_forward(y[threads - 1].view(), c.x.cview(), c.w.cview(), c.b);
+    linear_backward(d_x[threads - 1].view(), {}, {}, c.d_y.cview(), c.x.cview(), c.w.cview());
+  }
+  EXPECT_TRUE(y[0].raw == y[1].raw);
+  EXPECT_TRUE(d_x[0].raw == d_x[1].raw);
 }
 
 TEST(NnLinear, ReferenceGradientsMatchFiniteDifferences) {

@@ -12,6 +12,9 @@
 #include <vector>
 
 #include "attnkit/core/error.hpp"
+#include "attnkit/core/weight_pack_cache.hpp"
+#include "attnkit/nn/linear.hpp"
+#include "attnkit/ops/gemm.hpp"
 #include "test_dirs.hpp"
 #include "attnkit/core/file_io.hpp"
 
@@ -149,6 +152,81 @@ TEST(TrainingLoop, HelpersAndBadOptions) {
   AdamW opt({{"p", task.p, task.g}});
   EXPECT_THROW(TrainingLoop(task, opt, {.steps = 0, .out_dir = "x"}), Error);
   EXPECT_THROW(TrainingLoop(task, opt, {.steps = 1}), Error);
+}
+
+// The toy task with a linear layer: p is W [32, 32], loss ½·Σ_t |x_t·Wᵀ|² over 128 fixed tokens
+// (gradient d_W = yᵀ·x). Each forward_backward runs the layer twice on the live weights (the
+// second call is served by the step's packed W) and records how far y and d_x are from the float64
+// reference on the weights as they are now: a packed W kept from an earlier step would be off by
+// the optimizer's update, orders of magnitude above the float32 bar.
+class LinearLayerTask : public Quadratic {
+ public:
+  static constexpr int64_t kT = 128, kC = 32;
+  std::vector<float> x = std::vector<float>(size_t(kT * kC));
+  double worst = 0;          // max over steps of |fast - reference| / float32 bar, y and d_x
+  int64_t steps_with_cache = 0, cache_hits = 0;
+  LinearLayerTask() {
+    p.assign(size_t(kC * kC), 0), g.assign(size_t(kC * kC), 0);
+    for (size_t i = 0; i < p.size(); ++i) p[i] = float(int(i * 37 % 19) - 9) / 16;
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 11 % 23) - 11) / 8;
+  }
+  float forward_backward(int64_t) override {
+    WeightPackCache* cache = current_weight_pack_cache();
+    steps_with_cache += cache != nullptr;
+    const int64_t hits_before = cache ? cache->hits() : 0;
+    const ConstView2 w = View2::contiguous(p.data(), {kC, kC}), xv = View2::contiguous(x.data(), {kT, kC});
+    std::vector<float> y(size_t(kT * kC)), y_ref(y.size()), d_x(x.size()), d_x_ref(x.size());
+    const View2 yv = View2::contiguous(y.data(), {kT, kC});
+    linear_forward(yv, xv, w, {});
+    linear_forward(yv, xv, w, {});
+    linear_forward_reference(View2::contiguous(y_ref.data(), {kT, kC}), xv, w, {});
+    std::fill(g.begin(), g.end(), 0.0f);
+    linear_backward(View2::contiguous(d_x.data(), {kT, kC}), View2::contiguous(g.data(), {kC, kC}), {},
+                    yv, xv, w);
+    std::vector<float> g_ref(g.size());
+    linear_backward_reference(View2::contiguous(d_x_ref.data(), {kT, kC}),
+                              View2::contiguous(g_ref.data(), {kC, kC}), {}, yv, xv, w);
+    if (cache) cache_hits += cache->hits() - hits_before;
+    // Bars: (k + 2)·u·Σ|terms|, bounded by (k + 2)·u·k·max|a|·max|b| per element.
+    const double u = 0x1p-24;
+    auto max_abs = [](const std::vector<float>& v) {
+      double m = 0;
+      for (float e : v) m = std::max(m, double(std::fabs(e)));
+      return m;
+    };
+    const double bar_y = double(kC + 2) * u * double(kC) * max_abs(x) * max_abs(p);
+    const double bar_dx = double(kC + 2) * u * double(kC) * max_abs(y_ref) * max_abs(p);
+    double loss = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      worst = std::max(worst, std::fabs(double(y[i]) - y_ref[i]) / bar_y);
+      worst = std::max(worst, std::fabs(double(d_x[i]) - d_x_ref[i]) / bar_dx);
+      loss += 0.5 * double(y_ref[i]) * y_ref[i];
+    }
+    return float(loss);
+  }
+};
+
+TEST(TrainingLoop, PackedWeightsAreReusedWithinAStepAndNeverAcrossSteps) {
+  const std::string dir = fresh_dir("training_loop_packed_weights");
+  LinearLayerTask task;
+  AdamW optimizer{{{"w", task.p, task.g}}, {.weight_decay = 0}};
+  TrainingLoop loop(task, optimizer, {.steps = 4, .clip = 0, .seed = 5, .out_dir = dir, .progress = false});
+  const std::vector<float> w0 = task.p;
+  for (int64_t s = 0; s < 4; ++s) {
+    loop.step(s);
+    EXPECT_EQ(current_weight_pack_cache(), nullptr);  // never current outside a step
+  }
+  EXPECT_NE(task.p, w0);  // the optimizer moved W (lr 0.1): a stale packing would be far off
+  EXPECT_EQ(task.steps_with_cache, 4);
+  if (packed_gemm_applies(LinearLayerTask::kT, LinearLayerTask::kC, LinearLayerTask::kC)) {
+    EXPECT_GE(task.cache_hits, 4);  // the second forward of each step reused the packed W
+  }
+  EXPECT_LE(task.worst, 1.0);
+  // Outside a step the layer packs the weights it is given, also after writes in place.
+  task.p[3] += 1.0f;
+  task.worst = 0;
+  task.forward_backward(4);
+  EXPECT_LE(task.worst, 1.0);
 }
 
 }  // namespace

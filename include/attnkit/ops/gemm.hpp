@@ -1,7 +1,10 @@
 #pragma once
-// Single-precision GEMM: the only place attnkit calls BLAS (OpenBLAS, OpenMP build).
+// Single-precision GEMM: the only place attnkit calls a GEMM library. sgemm: OpenBLAS (OpenMP
+// build). sgemm_packed: products with a weight as B, the weight reordered once into oneDNN's
+// matmul layout (gemm_packed.cpp; oneDNN builds, ATTNKIT_WITH_DNNL).
 // PyTorch: C = alpha · op(A) @ op(B) + beta · C, row-major, op(X) = X or X.T.
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "attnkit/core/scoped_setting.hpp"
@@ -38,5 +41,34 @@ void set_blas_threads(int n);
 // Kernels that call sgemm from their own parallel_for hold a scope of 1 so that BLAS never starts
 // threads inside a one-thread region.
 using BlasThreadsScope = ScopedSetting<int, blas_threads_override, set_blas_threads>;
+
+// A weight op(B) [k, n] reordered once into the packed GEMM kernel's layout (oneDNN's blocked
+// weights), for many products C[m, n] = A[m, k]·op(B). Immutable; shared by the products of a
+// training step through a WeightPackCache (core/weight_pack_cache.hpp). Opaque.
+struct PackedGemmB;
+
+// Rows of A per sgemm_packed call that the packing is made for (products of more rows are split
+// into tiles of at most this many rows by the caller).
+constexpr int64_t kPackedGemmRows = 256;
+
+// True when the packed path serves C[m, n] = A[m, k]·op(B): a oneDNN build, the path switched on
+// (packed_gemm_enabled) and m, n, k large enough to repay the reorder. A function of the shape and
+// the switch only, never of the thread count.
+bool packed_gemm_applies(int64_t m, int64_t n, int64_t k);
+// op(B) [k, n] packed (B row-major with row stride ldb, stored [n, k] when trans_b); the reorder
+// runs on the calling thread. Throws attnkit::Error when the path is unavailable.
+std::shared_ptr<const PackedGemmB> pack_gemm_b(bool trans_b, int64_t k, int64_t n, const float* b,
+                                               int64_t ldb);
+// C[m, n] = A[m, k]·op(B) (assigned; A and C row-major with row strides lda, ldc), m <=
+// kPackedGemmRows, on the calling thread only: one single-threaded oneDNN matmul, so a row's
+// result depends only on (m, n, k), never on the thread count.
+void sgemm_packed(int64_t m, const float* a, int64_t lda, const PackedGemmB& b, float* c, int64_t ldc);
+
+// Whether the packed path is on (default on; ATTNKIT_PACKED_GEMM=0 in the environment turns it
+// off for the process, for same-build comparisons). Process-wide.
+bool packed_gemm_enabled();
+void set_packed_gemm_enabled(bool on);
+// Turns the packed path on or off for the scope's lifetime (tests, benchmarks).
+using PackedGemmScope = ScopedSetting<bool, packed_gemm_enabled, set_packed_gemm_enabled>;
 
 }  // namespace attnkit

@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 
+#include "attnkit/core/weight_pack_cache.hpp"
 #include "attnkit/train/adamw.hpp"
 #include "attnkit/train/run_dir.hpp"
 
@@ -117,6 +118,9 @@ class TrainingLoop {
   TrainingTask& task_;
   AdamW& optimizer_;
   TrainingLoopOptions options_;
+  // Weights packed once per step: current only during forward_backward, emptied before the
+  // optimizer writes the weights (weight_pack_cache.hpp).
+  WeightPackCache packs_;
   std::optional<RunDir> run_;
   int64_t next_step_ = 0;
   double trained_seconds_ = 0;

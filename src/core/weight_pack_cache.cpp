@@ -1,0 +1,56 @@
+// WeightPackCache and WeightPackScope: packed weights of one training step, keyed by weight address,
+// kind and geometry, current on one thread for the step's forward and backward, emptied at its end.
+#include "attnkit/core/weight_pack_cache.hpp"
+
+namespace attnkit {
+namespace {
+thread_local WeightPackCache* t_current = nullptr;  // the innermost WeightPackScope's cache
+}  // namespace
+
+WeightPackCache::Entry WeightPackCache::get(const WeightPackKey& key,
+                                            const std::function<Entry()>& make) {
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = entries_.find(key); it != entries_.end()) {
+      ++hits_;
+      return it->second;
+    }
+  }
+  Entry made = make();  // outside the lock: packing may run parallel work
+  const std::lock_guard<std::mutex> lock(mu_);
+  ++misses_;
+  return entries_.try_emplace(key, std::move(made)).first->second;
+}
+
+void WeightPackCache::clear() {
+  const std::lock_guard<std::mutex> lock(mu_);
+  entries_.clear();
+}
+
+int64_t WeightPackCache::size() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  return int64_t(entries_.size());
+}
+
+int64_t WeightPackCache::hits() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  return hits_;
+}
+
+int64_t WeightPackCache::misses() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  return misses_;
+}
+
+WeightPackScope::WeightPackScope(WeightPackCache& cache) : cache_(cache), saved_(t_current) {
+  t_current = &cache;
+}
+
+WeightPackScope::~WeightPackScope() {
+  cache_.clear();
+  t_current = saved_;
+}
+
+WeightPackCache* current_weight_pack_cache() { return t_current; }
+
+}  // namespace attnkit
