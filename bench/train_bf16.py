@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""bf16 mixed-precision GPT training: attnkit f32 vs `--precision bf16` vs PyTorch 1.13 f32 vs
-PyTorch's torch.autocast("cpu", dtype=torch.bfloat16), speed and accuracy cost, in one run.
+"""bf16 mixed-precision GPT training, speed and accuracy cost, in one run.
+
+attnkit f32 vs `--precision bf16` vs PyTorch 1.13 f32 vs PyTorch's
+torch.autocast("cpu", dtype=torch.bfloat16).
 
 Usage: PYTHONPATH=build/python /usr/bin/python3 bench/train_bf16.py [--preset small]
        [--steps 20] [--rounds 3] [--threads 2] [--accuracy-steps 200] [--accuracy-threads 1]
