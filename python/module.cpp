@@ -60,7 +60,7 @@ PYBIND11_MODULE(_attnkit, m) {
         "Whether linear layers of at least 128 tokens run y and d_x on oneDNN's matmul with the "
         "weight reordered once (True, the default in a oneDNN build) or on OpenBLAS (False).");
   m.def("packed_gemm", &attnkit::packed_gemm_enabled,
-        "Whether the packed-weight GEMM is switched on (set_packed_gemm, ATTNKIT_PACKED_GEMM=0).");
+        "Whether the packed-weight GEMM is switched on (set_packed_gemm, ATTNKIT_PACKED_GEMM=0); it applies only in oneDNN builds (build_info()).");
   m.def(
       "set_matmul_precision",
       [](const std::string& name) { attnkit::set_matmul_precision(attnkit::parse_matmul_precision(name)); },

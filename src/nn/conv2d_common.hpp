@@ -65,7 +65,8 @@ bool onednn_applies(ConvPass pass, const Conv2dGeometry& g);
 void onednn_conv_forward(View4 y, ConstView4 x, const float* w, const Conv2dGeometry& g);
 // d_x[N, C, H, W] = the input gradient for d_y[N, O, OH, OW] and w[O, C, KH, KW] (assigned).
 void onednn_conv_backward_data(View4 d_x, ConstView4 d_y, const float* w, const Conv2dGeometry& g);
-// d_w[O, C, KH, KW] += Σ_n d_y[n] ⋆ x[n], summed over nn::weight_gradient_groups in group order.
+// d_w[O, C, KH, KW] += Σ_n d_y[n] ⋆ x[n], summed over fixed groups of
+// kWeightGradientImages images in group order.
 void onednn_conv_backward_weights(View4 d_w, ConstView4 d_y, ConstView4 x, const Conv2dGeometry& g);
 
 }  // namespace attnkit::nn

@@ -269,8 +269,8 @@ constexpr int64_t kChunkFloats = 256 << 10;  // a chunk's input + output activat
 // layers than with 32 (equal on 14×14; 1 thread, batch 128).
 constexpr int64_t kWeightGradientImages = 32;
 
-// Images per chunk: at most the weight-gradient group size (so the three passes split alike),
-// and activations of about kChunkFloats at most (one image at least). A function of N and the
+// Images per chunk of the forward and input-gradient passes: at most the weight-gradient group
+// size, and activations of about kChunkFloats at most (one image at least). A function of N and the
 // geometry only.
 int64_t images_per_chunk(const Conv2dGeometry& g) {
   const int64_t per_image = g.c * g.h * g.w + g.o * g.oh * g.ow;

@@ -147,6 +147,7 @@ void max_pool2d_forward(View4 y, std::span<int32_t> argmax, ConstView4 x, const 
 void max_pool2d_forward_of(View4 y, std::span<int32_t> argmax, const std::array<int64_t, 4>& x_shape,
                            const Pool2dOptions& opts, const std::function<void(int64_t, float*)>& make_plane) {
   const char* fn = "max_pool2d_forward_of";
+  check(bool(make_plane), fn, ": make_plane is empty");
   for (int d = 0; d < 4; ++d) check(x_shape[size_t(d)] >= 0, fn, ": x_shape: expected sizes >= 0");
   const int64_t hw = x_shape[2] * x_shape[3];
   max_pool_planes(fn, y, argmax, check_pool_shape(fn, x_shape, y, "y", opts), [&](int64_t pl) {

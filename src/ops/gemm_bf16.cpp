@@ -113,8 +113,8 @@ struct Plan {
   std::string impl;
 };
 
-std::unique_ptr<Plan> make_plan(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t ldc, float beta) {
-  auto p = std::make_unique<Plan>();
+std::shared_ptr<Plan> make_plan(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t ldc, float beta) {
+  auto p = std::make_shared<Plan>();
   p->a16 = compact_bf16(m, k, ta), p->b16 = compact_bf16(k, n, tb);
   p->c32 = memory::desc({m, n}, DataType::f32, memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
@@ -129,17 +129,25 @@ std::unique_ptr<Plan> make_plan(bool ta, bool tb, int64_t m, int64_t n, int64_t 
   return p;
 }
 
-Plan& plan_for(const Key& key) {
+// Plans kept at most; past it the cache starts over (callers hold their plan by shared_ptr), so
+// shapes that change every call (token counts) cannot grow it without bound.
+constexpr size_t kMaxPlans = 64;
+
+std::shared_ptr<Plan> plan_for(const Key& key) {
+  cpu_engine();  // constructed before the cache, so destroyed after what was made on it
   static std::mutex mutex;
-  static std::map<Key, std::unique_ptr<Plan>> plans;
+  static std::map<Key, std::shared_ptr<Plan>> plans;
   const std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = plans[key];
-  if (!slot) {
-    const auto [ta, tb, m, n, k, ldc, beta, threads] = key;
-    const OpenMpThreadsScope scope(threads);
-    slot = make_plan(ta, tb, m, n, k, ldc, beta);
+  auto it = plans.find(key);
+  if (it != plans.end()) return it->second;
+  if (plans.size() >= kMaxPlans) plans.clear();
+  const auto [ta, tb, m, n, k, ldc, beta, threads] = key;
+  const OpenMpThreadsScope scope(threads);
+  try {
+    return plans.emplace(key, make_plan(ta, tb, m, n, k, ldc, beta)).first->second;
+  } catch (const dnnl::error& e) {
+    fail("gemm_bf16: oneDNN could not create the matmul [", m, ", ", n, ", ", k, "]: ", e.what());
   }
-  return *slot;
 }
 
 // A 64-byte aligned per-thread buffer for the bf16 copies, grown on demand.
@@ -181,7 +189,7 @@ std::string gemm_bf16_unavailable_reason() {
 
 std::string gemm_bf16_implementation() {
   if (!gemm_bf16_available()) return "";
-  return plan_for(Key{false, true, 2048, 688, 256, 688, 0.0f, blas_threads()}).impl;
+  return plan_for(Key{false, true, 2048, 688, 256, 688, 0.0f, blas_threads()})->impl;
 }
 
 void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
@@ -189,12 +197,14 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a
   check(gemm_bf16_available(), "gemm_bf16: ", gemm_bf16_unavailable_reason());
   check(m >= 0 && n >= 0 && k >= 0, "gemm_bf16: negative size m ", m, ", n ", n, ", k ", k);
   if (m == 0 || n == 0) return;
-  if (k == 0) return scale_only(m, n, beta, c, ldc);
   check(lda >= std::max<int64_t>(1, ta ? m : k) && ldb >= std::max<int64_t>(1, tb ? k : n) &&
             ldc >= std::max<int64_t>(1, n),
         "gemm_bf16: row strides lda ", lda, ", ldb ", ldb, ", ldc ", ldc, " are too small");
+  check(c != nullptr && (k == 0 || (a != nullptr && b != nullptr)), "gemm_bf16: null operand");
+  if (k == 0) return scale_only(m, n, beta, c, ldc);
   const int threads = blas_threads();
-  Plan& p = plan_for(Key{ta, tb, m, n, k, ldc, beta, threads});
+  const std::shared_ptr<Plan> plan = plan_for(Key{ta, tb, m, n, k, ldc, beta, threads});
+  Plan& p = *plan;
   thread_local AlignedSlot a_buf, b_buf;
   auto* a16 = static_cast<uint16_t*>(a_buf.get(size_t(m * k) * sizeof(uint16_t)));
   auto* b16 = static_cast<uint16_t*>(b_buf.get(size_t(k * n) * sizeof(uint16_t)));

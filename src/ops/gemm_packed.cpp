@@ -171,20 +171,30 @@ struct PackedGemmB {
 std::shared_ptr<const PackedGemmB> pack_gemm_b(bool trans_b, int64_t k, int64_t n, const float* b,
                                                int64_t ldb) {
   check(k > 0 && n > 0 && b != nullptr, "pack_gemm_b: empty weight [", k, ", ", n, "]");
+  check(ldb >= (trans_b ? k : n), "pack_gemm_b: ldb = ", ldb, " is less than the row length ",
+        trans_b ? k : n);
   auto packed = std::make_shared<PackedGemmB>();
   packed->k = k, packed->n = n;
-  packed->md = packed_desc(k, n);
-  packed->data = aligned_bytes(packed->md.get_size());
-  const OpenMpThreadsScope one(1);
-  memory from(strided(k, n, ldb, trans_b), cpu_engine(), const_cast<float*>(b));
-  memory to(packed->md, cpu_engine(), packed->data.get());
-  dnnl::reorder(from, to).execute(thread_stream(), from, to);
-  thread_stream().wait();
+  try {
+    packed->md = packed_desc(k, n);
+    packed->data = aligned_bytes(packed->md.get_size());
+    const OpenMpThreadsScope one(1);
+    memory from(strided(k, n, ldb, trans_b), cpu_engine(), const_cast<float*>(b));
+    memory to(packed->md, cpu_engine(), packed->data.get());
+    dnnl::reorder(from, to).execute(thread_stream(), from, to);
+    thread_stream().wait();
+  } catch (const dnnl::error& e) {
+    fail("pack_gemm_b: oneDNN could not pack the weight [", k, ", ", n, "]: ", e.what());
+  }
   return packed;
 }
 
 void sgemm_packed(int64_t m, const float* a, int64_t lda, const PackedGemmB& b, float* c, int64_t ldc) {
-  if (m <= 0) return;
+  check(m >= 0, "sgemm_packed: m = ", m, " is negative");
+  if (m == 0) return;
+  check(a != nullptr && c != nullptr, "sgemm_packed: null A or C");
+  check(lda >= b.k && ldc >= b.n, "sgemm_packed: lda = ", lda, " or ldc = ", ldc,
+        " is less than the row length (k = ", b.k, ", n = ", b.n, ")");
   check(m <= kPackedGemmRows, "sgemm_packed: m = ", m, " exceeds kPackedGemmRows = ", kPackedGemmRows);
   const Matmul& mm = matmul_for(m, b.k, b.n, lda, ldc, b.md);
   thread_local AlignedBuffer scratch;

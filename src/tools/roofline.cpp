@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm.hpp"
 #include "attnkit/tools/decode_bench.hpp"
@@ -55,11 +56,14 @@ double measure_read_gbps(int threads, int64_t bytes, int streams) {
   // by the thread that reads it. One sequential stream per core measures the depth of the
   // hardware prefetcher's stream, not the memory: on an Intel Xeon (KVM, 1 thread, same process
   // and minute) 1 stream read 11.5 GB/s, 4 streams 15.6 and the MHA decode kernel 13.8.
-  const int64_t kStreams = std::max(streams, 1);
+  check(threads >= 1 && streams >= 1, "measure_read_gbps: threads = ", threads, " and streams = ",
+        streams, " must be at least 1");
+  const int64_t kStreams = streams;
   if (bytes <= 0) bytes = std::max(int64_t(512) << 20, 2 * last_level_cache_bytes());
   const hn::ScalableTag<float> d;
   const int64_t lanes = int64_t(hn::Lanes(d));
   const int64_t part = bytes / int64_t(sizeof(float)) / threads / kStreams / 4096 * 4096;
+  check(part > 0, "measure_read_gbps: ", bytes, " bytes is less than 16 KiB per stream and thread");
   const int64_t per = kStreams * part;
   ThreadCountScope scope(threads);
   std::vector<float> data(static_cast<size_t>(per * threads)), partial(static_cast<size_t>(threads));

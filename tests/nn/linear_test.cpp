@@ -103,7 +103,7 @@ TEST(NnLinear, PackedAndBlasPathsMatchReference) {
     expect_matches_reference(257, 65, 113, true);
   }
   const PackedGemmScope on(true);
-  LinearCase c(1037, 48, 80, true, 23);  // 4 row tiles of 260 rows and a 257-row tail tile
+  LinearCase c(1037, 48, 80, true, 23);  // 5 row tiles: 4 of 208 rows and a 205-row tail
   Mat y[2] = {Mat(1037, 80), Mat(1037, 80)}, d_x[2] = {Mat(1037, 48), Mat(1037, 48)};
   for (int threads : {1, 2}) {
     ThreadCountScope scope(threads);

@@ -2,7 +2,7 @@
 // WeightPackCache: weights prepared for a kernel (reordered into a GEMM library's blocked layout,
 // packed into panels, converted) once per optimizer step, and reused by every product of that step
 // that reads the same weight (a linear layer's forward y = x·Wᵀ and its backward d_x = d_y·W each
-// read W in their own packed layout; a convolution reads its filters in forward and backward).
+// read W in their own packed layout).
 //
 // The rule that keeps a packed weight from ever being stale: a cache entry is only valid while
 // nobody writes the weight it was made from. So a cache is

@@ -1,6 +1,6 @@
 #pragma once
-// Single-precision GEMM: the only place attnkit calls a GEMM library. sgemm: OpenBLAS (OpenMP
-// build). sgemm_packed: products with a weight as B, the weight reordered once into oneDNN's
+// Single-precision GEMM (gemm_bf16.hpp has the bf16 products). sgemm: OpenBLAS (OpenMP
+// build), the only BLAS call. sgemm_packed: products with a weight as B, the weight reordered once into oneDNN's
 // matmul layout (gemm_packed.cpp; oneDNN builds, ATTNKIT_WITH_DNNL).
 // PyTorch: C = alpha · op(A) @ op(B) + beta · C, row-major, op(X) = X or X.T.
 #include <cstdint>
@@ -67,6 +67,7 @@ void sgemm_packed(int64_t m, const float* a, int64_t lda, const PackedGemmB& b, 
 // Whether the packed path is on (default on; ATTNKIT_PACKED_GEMM=0 in the environment turns it
 // off for the process, for same-build comparisons). Process-wide.
 bool packed_gemm_enabled();
+// Switches the packed path on or off for the whole process (it applies only in oneDNN builds).
 void set_packed_gemm_enabled(bool on);
 // Turns the packed path on or off for the scope's lifetime (tests, benchmarks).
 using PackedGemmScope = ScopedSetting<bool, packed_gemm_enabled, set_packed_gemm_enabled>;
