@@ -161,6 +161,9 @@ TEST(GemmBf16, SizeZeroAndBadStrides) {
   EXPECT_EQ(c, std::vector<float>({1.0f, 1.0f, 1.0f, 1.0f}));
   EXPECT_THROW(gemm_bf16(false, false, 2, 2, 3, a.data(), 2, b.data(), 2, 0.0f, c.data(), 2), Error);
   EXPECT_THROW(gemm_bf16(false, false, -1, 2, 3, a.data(), 3, b.data(), 2, 0.0f, c.data(), 2), Error);
+  EXPECT_THROW(gemm_bf16(false, false, 2, 2, 0, a.data(), 1, b.data(), 2, 0.5f, c.data(), 1), Error);
+  EXPECT_THROW(gemm_bf16(false, false, 2, 2, 3, nullptr, 3, b.data(), 2, 0.0f, c.data(), 2), Error);
+  EXPECT_EQ(c, std::vector<float>({1.0f, 1.0f, 1.0f, 1.0f}));  // refused calls wrote nothing
 }
 
 TEST(GemmBf16, RoundToBf16IsNearestEven) {

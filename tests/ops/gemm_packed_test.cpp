@@ -102,6 +102,13 @@ TEST(SgemmPacked, SwitchAndShapeDecideWhetherItApplies) {
   std::vector<float> c(size_t(2 * kPackedGemmRows) * 64);
   const auto packed = pack_gemm_b(false, 64, 64, b.data(), 64);
   EXPECT_THROW(sgemm_packed(2 * kPackedGemmRows, a.data(), 64, *packed, c.data(), 64), Error);
+  // Bad strides, null or negative operands: attnkit::Error before any read.
+  EXPECT_THROW(pack_gemm_b(false, 64, 64, b.data(), 63), Error);
+  EXPECT_THROW(pack_gemm_b(true, 64, 32, b.data(), 63), Error);
+  EXPECT_THROW(sgemm_packed(8, a.data(), 63, *packed, c.data(), 64), Error);
+  EXPECT_THROW(sgemm_packed(8, a.data(), 64, *packed, c.data(), 63), Error);
+  EXPECT_THROW(sgemm_packed(8, nullptr, 64, *packed, c.data(), 64), Error);
+  EXPECT_THROW(sgemm_packed(-1, a.data(), 64, *packed, c.data(), 64), Error);
 }
 
 }  // namespace
