@@ -34,6 +34,8 @@
 #include <vector>
 
 #include <dnnl.hpp>
+
+#include "ops/onednn_runtime.hpp"
 #endif
 
 namespace attnkit {
@@ -92,45 +94,17 @@ namespace {
 
 using dnnl::memory;
 using Tag = memory::format_tag;
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-// One stream per thread (a stream is not to be shared by concurrently executing threads).
-dnnl::stream& thread_stream() {
-  thread_local dnnl::stream s(cpu_engine());
-  return s;
-}
+using onednn::cpu_engine;
+using onednn::thread_stream;
 
 // oneDNN's right padding: what makes its output size equal attnkit's (floor) output size.
 int64_t right_padding(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t pad) {
   return (out - 1) * stride + kernel - in - pad;
 }
 
-// 64-byte aligned per-thread buffers (oneDNN's blocked layouts and its scratchpad), grown on demand.
-class AlignedSlot {
- public:
-  float* get(size_t bytes) {
-    if (bytes > size_) {
-      data_.reset(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
-      check(data_ != nullptr, "conv2d: out of memory (", bytes, " bytes of oneDNN buffers)");
-      size_ = bytes;
-    }
-    return data_.get();
-  }
-
- private:
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float, Free> data_;
-  size_t size_ = 0;
-};
-
-AlignedSlot& slot(int which) {
-  thread_local AlignedSlot slots[4];
+// 64-byte aligned per-thread buffers: oneDNN's blocked layouts (0-2) and its scratchpad (3).
+onednn::AlignedSlot& slot(int which) {
+  thread_local onednn::AlignedSlot slots[4];
   return slots[which];
 }
 
@@ -239,7 +213,7 @@ void reorder(const dnnl::reorder& r, const memory::desc& from_md, const float* f
 // An input in the primitive's layout: the plain data itself, or its reorder into slot `which`.
 const float* chosen_input(const Operand& op, const float* plain, int which) {
   if (!op.reorder) return plain;
-  float* buf = slot(which).get(op.chosen.get_size());
+  auto* buf = static_cast<float*>(slot(which).get(op.chosen.get_size(), "conv2d"));
   reorder(*op.reorder, op.plain, plain, op.chosen, buf);
   return buf;
 }
@@ -250,8 +224,8 @@ void run(const Plan& p, const float* a, const float* b, bool b_chosen, float* ou
   const OpenMpThreadsScope one(1);
   const float* a_c = chosen_input(p.a, a, 0);
   const float* b_c = b_chosen ? b : chosen_input(p.b, b, 1);
-  float* out_c = p.out.reorder ? slot(2).get(p.out.chosen.get_size()) : out;
-  float* scratch = slot(3).get(std::max<size_t>(p.scratch_bytes, 64));
+  float* out_c = p.out.reorder ? static_cast<float*>(slot(2).get(p.out.chosen.get_size(), "conv2d")) : out;
+  void* scratch = slot(3).get(p.scratch_bytes, "conv2d");
   const memory a_mem(p.a.chosen, cpu_engine(), const_cast<float*>(a_c));
   const memory b_mem(p.b.chosen, cpu_engine(), const_cast<float*>(b_c));
   const memory out_mem(p.out.chosen, cpu_engine(), out_c);

@@ -30,6 +30,8 @@
 #include <tuple>
 
 #include <dnnl.hpp>
+
+#include "ops/onednn_runtime.hpp"
 #endif
 
 namespace attnkit {
@@ -87,17 +89,8 @@ void to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, uint16_t*
 
 using dnnl::memory;
 using DataType = memory::data_type;
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-// One stream per thread (a stream is not to be shared by concurrently executing threads).
-dnnl::stream& thread_stream() {
-  thread_local dnnl::stream s(cpu_engine());
-  return s;
-}
+using onednn::cpu_engine;
+using onednn::thread_stream;
 
 // op(X) [rows, cols] of a compact row-major bf16 X (X is [cols, rows] when trans).
 memory::desc compact_bf16(int64_t rows, int64_t cols, bool trans) {
@@ -150,26 +143,6 @@ std::shared_ptr<Plan> plan_for(const Key& key) {
   }
 }
 
-// A 64-byte aligned per-thread buffer for the bf16 copies, grown on demand.
-class AlignedSlot {
- public:
-  void* get(size_t bytes) {
-    if (bytes > size_) {
-      data_.reset(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-      check(data_ != nullptr, "gemm_bf16: out of memory (", bytes, " bytes of bf16 operands)");
-      size_ = bytes;
-    }
-    return data_.get();
-  }
-
- private:
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
-  };
-  std::unique_ptr<void, Free> data_;
-  size_t size_ = 0;
-};
-
 bool cpu_has_bf16() {
   const auto isa = dnnl::get_effective_cpu_isa();
   return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
@@ -205,9 +178,9 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a
   const int threads = blas_threads();
   const std::shared_ptr<Plan> plan = plan_for(Key{ta, tb, m, n, k, ldc, beta, threads});
   Plan& p = *plan;
-  thread_local AlignedSlot a_buf, b_buf;
-  auto* a16 = static_cast<uint16_t*>(a_buf.get(size_t(m * k) * sizeof(uint16_t)));
-  auto* b16 = static_cast<uint16_t*>(b_buf.get(size_t(k * n) * sizeof(uint16_t)));
+  thread_local onednn::AlignedSlot a_buf, b_buf;  // the bf16 copies
+  auto* a16 = static_cast<uint16_t*>(a_buf.get(size_t(m * k) * sizeof(uint16_t), "gemm_bf16"));
+  auto* b16 = static_cast<uint16_t*>(b_buf.get(size_t(k * n) * sizeof(uint16_t), "gemm_bf16"));
   to_bf16(a, ta ? k : m, ta ? m : k, lda, a16);  // as stored: [k, m] when ta
   to_bf16(b, tb ? n : k, tb ? k : n, ldb, b16);
   auto& eng = cpu_engine();

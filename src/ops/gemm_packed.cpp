@@ -31,6 +31,8 @@
 #include <tuple>
 
 #include <dnnl.hpp>
+
+#include "ops/onednn_runtime.hpp"
 #endif
 
 namespace attnkit {
@@ -78,6 +80,8 @@ void sgemm_packed(int64_t, const float*, int64_t, const PackedGemmB&, float*, in
 namespace {
 
 using dnnl::memory;
+using onednn::cpu_engine;
+using onednn::thread_stream;
 using Dt = memory::data_type;
 
 struct AlignedFree {
@@ -89,16 +93,6 @@ AlignedBuffer aligned_bytes(size_t bytes) {
   AlignedBuffer buf(static_cast<char*>(std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64)));
   check(buf != nullptr, "sgemm_packed: out of memory (", bytes, " bytes)");
   return buf;
-}
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-dnnl::stream& thread_stream() {  // a stream is not shared by concurrently executing threads
-  thread_local dnnl::stream s(cpu_engine());
-  return s;
 }
 
 // A row-major [rows, cols] f32 matrix with row stride ld (or its transpose's storage when trans).
@@ -197,19 +191,15 @@ void sgemm_packed(int64_t m, const float* a, int64_t lda, const PackedGemmB& b, 
         " is less than the row length (k = ", b.k, ", n = ", b.n, ")");
   check(m <= kPackedGemmRows, "sgemm_packed: m = ", m, " exceeds kPackedGemmRows = ", kPackedGemmRows);
   const Matmul& mm = matmul_for(m, b.k, b.n, lda, ldc, b.md);
-  thread_local AlignedBuffer scratch;
-  thread_local size_t scratch_size = 0;
-  if (!scratch || mm.scratch_bytes > scratch_size) {
-    scratch_size = std::max<size_t>(mm.scratch_bytes, 64);
-    scratch = aligned_bytes(scratch_size);
-  }
+  thread_local onednn::AlignedSlot scratch;
+  void* scratch_data = scratch.get(mm.scratch_bytes, "sgemm_packed");
   const OpenMpThreadsScope one(1);
   const memory a_mem(mm.a, cpu_engine(), const_cast<float*>(a));
   const memory b_mem(b.md, cpu_engine(), b.data.get());
   const memory c_mem(mm.c, cpu_engine(), c);
   const memory::desc scratch_md({int64_t(std::max<size_t>(mm.scratch_bytes, 1))}, Dt::u8,
                                 memory::format_tag::x);
-  const memory scratch_mem(scratch_md, cpu_engine(), scratch.get());
+  const memory scratch_mem(scratch_md, cpu_engine(), scratch_data);
   mm.prim.execute(thread_stream(), {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem},
                                     {DNNL_ARG_DST, c_mem}, {DNNL_ARG_SCRATCHPAD, scratch_mem}});
   thread_stream().wait();
