@@ -46,7 +46,7 @@ def attnkit_tokens_per_s(args, precision="f32", variant=None):
         name, _, value = variant.partition("=")
         env[name] = value
     with tempfile.TemporaryDirectory() as out:
-        subprocess.run([CLI, "train", "gpt", "--preset", args.preset, "--steps", str(args.steps),
+        subprocess.run([getattr(args, "cli", CLI), "train", "gpt", "--preset", args.preset, "--steps", str(args.steps),
                         "--batch", str(args.batch), "--seq", str(args.seq), "--out", out,
                         "--eval-every", "0", "--checkpoint-every", "0", "--quiet",
                         "--threads", str(args.threads), "--precision", precision], check=True,
@@ -133,6 +133,7 @@ def main():
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1, help="alternating measurements of both")
+    ap.add_argument("--cli", default=CLI, help="the attnkit binary (e.g. build-avx2/attnkit)")
     ap.add_argument("--variant", metavar="VAR=VALUE",
                     help="also time attnkit with VAR=VALUE in its environment in every round")
     ap.add_argument("--blas-attnkit", metavar="CORE",

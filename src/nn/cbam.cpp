@@ -37,11 +37,6 @@ void check_cbam(const char* fn, ConstView4 x, const CbamWeights& w) {
         x.shape[2] * x.shape[3]);
 }
 
-View2 rows(Tensor<float, 2>& t, int64_t r0, int64_t r1) {
-  const int64_t c = t.shape()[1];
-  return {t.data() + r0 * c, {r1 - r0, c}, {c, 1}};
-}
-
 float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 
 }  // namespace
