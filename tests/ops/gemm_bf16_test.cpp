@@ -20,6 +20,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm.hpp"
+#include "ops/gemm_operands.hpp"
 #include "attnkit/ops/matmul_precision.hpp"
 
 namespace attnkit {
@@ -34,33 +35,15 @@ struct Case {
   float beta;
 };
 
-// Operands with padded row strides (ld = cols + 3) and C with 5 guard columns per row.
-struct Operands {
-  int64_t lda, ldb, ldc;
-  std::vector<float> a, b, c;
-  Operands(const Case& cs, uint32_t seed) {
-    const int64_t ar = cs.ta ? cs.k : cs.m, ac = cs.ta ? cs.m : cs.k;
-    const int64_t br = cs.tb ? cs.n : cs.k, bc = cs.tb ? cs.k : cs.n;
-    lda = ac + 3, ldb = bc + 3, ldc = cs.n + 5;
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    a.resize(size_t(ar * lda)), b.resize(size_t(br * ldb)), c.resize(size_t(cs.m * ldc));
-    for (float& x : a) x = u(rng);
-    for (float& x : b) x = u(rng);
-    for (float& x : c) x = u(rng);
-  }
-  float at_a(const Case& cs, int64_t i, int64_t p) const {
-    return cs.ta ? a[size_t(p * lda + i)] : a[size_t(i * lda + p)];
-  }
-  float at_b(const Case& cs, int64_t p, int64_t j) const {
-    return cs.tb ? b[size_t(j * ldb + p)] : b[size_t(p * ldb + j)];
-  }
+// A test case's operands (gemm_operands.hpp).
+struct Operands : GemmOperands {
+  Operands(const Case& cs, uint32_t seed) : GemmOperands(cs.ta, cs.tb, cs.m, cs.n, cs.k, seed) {}
 };
 
 // Σ_p |a_ip·b_pj| and |beta·C0_ij|: the magnitudes the bars scale.
 double magnitude(const Case& cs, const Operands& o, int64_t i, int64_t j) {
   double mag = 0;
-  for (int64_t p = 0; p < cs.k; ++p) mag += std::fabs(double(o.at_a(cs, i, p)) * o.at_b(cs, p, j));
+  for (int64_t p = 0; p < cs.k; ++p) mag += std::fabs(double(o.at_a(i, p)) * o.at_b(p, j));
   return mag;
 }
 

@@ -11,6 +11,7 @@
 
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm.hpp"
+#include "ops/gemm_operands.hpp"
 
 namespace attnkit {
 namespace {
@@ -21,21 +22,9 @@ struct Case {
   float alpha, beta;
 };
 
-// Operands with padded row strides (ld = cols + 3) and C with 5 guard columns per row.
-struct Operands {
-  int64_t lda, ldb, ldc;
-  std::vector<float> a, b, c;
-  Operands(const Case& cs, uint32_t seed) {
-    const int64_t ar = cs.ta ? cs.k : cs.m, ac = cs.ta ? cs.m : cs.k;
-    const int64_t br = cs.tb ? cs.n : cs.k, bc = cs.tb ? cs.k : cs.n;
-    lda = ac + 3, ldb = bc + 3, ldc = cs.n + 5;
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    a.resize(size_t(ar * lda)), b.resize(size_t(br * ldb)), c.resize(size_t(cs.m * ldc));
-    for (float& x : a) x = u(rng);
-    for (float& x : b) x = u(rng);
-    for (float& x : c) x = u(rng);
-  }
+// A test case's operands (gemm_operands.hpp).
+struct Operands : GemmOperands {
+  Operands(const Case& cs, uint32_t seed) : GemmOperands(cs.ta, cs.tb, cs.m, cs.n, cs.k, seed) {}
 };
 
 // Worst-case float32 rounding bound of one dot product of length k (Higham's γ_k, k·u/(1 - k·u)),
