@@ -130,33 +130,45 @@ def test_bad_checkpoints_raise_value_error(model_dir):
         attnkit.load_model(path)
 
 
-def test_ten_adamw_steps_match_torch(model_dir):
-    path, w = model_dir
+def adamw_batch():
+    """The two-document batch and AdamW settings of the ten-step comparisons."""
     rng = np.random.default_rng(2)
     cu = np.array([0, 16, 32], np.int32)
     tokens = rng.integers(0, CONFIG["vocab_size"], 32).astype(np.int32)
     targets = np.roll(tokens, -1)
     targets[[15, 31]] = -1
-    kw = dict(lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    return tokens, targets, cu, dict(lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+
+
+def torch_adamw_losses(w, tokens, targets, cu, kw, dtype, autocast=False):
+    """PyTorch's losses before each of ten AdamW steps and after the last (norms not decayed), in
+    dtype, optionally under torch.autocast("cpu", dtype=torch.bfloat16)."""
+    t = {k: torch.tensor(x, dtype=dtype, requires_grad=True) for k, x in w.items()}
+    no_decay = [x for k, x in t.items() if "norm" in k]
+    decay = [x for k, x in t.items() if "norm" not in k]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": kw["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=kw["lr"], betas=kw["betas"], eps=kw["eps"])
+    out = []
+    for step in range(11):
+        opt.zero_grad()
+        for x in t.values():
+            x.grad = None
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            _, loss, _ = torch_gpt(w, CONFIG, tokens, targets, cu, dtype, t=t)
+        out.append(loss)
+        if step < 10:
+            opt.step()
+    return np.array(out)
+
+
+def test_ten_adamw_steps_match_torch(model_dir):
+    path, w = model_dir
+    tokens, targets, cu, kw = adamw_batch()
     ours = attnkit.load_model(path).adamw_losses(tokens, targets, cu, steps=10, **kw)
 
     def torch_losses(dtype):
-        t = {k: torch.tensor(x, dtype=dtype, requires_grad=True) for k, x in w.items()}
-        no_decay = [x for k, x in t.items() if "norm" in k]
-        decay = [x for k, x in t.items() if "norm" not in k]
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": kw["weight_decay"]},
-                                 {"params": no_decay, "weight_decay": 0.0}],
-                                lr=kw["lr"], betas=kw["betas"], eps=kw["eps"])
-        out = []
-        for step in range(11):
-            opt.zero_grad()
-            for x in t.values():
-                x.grad = None
-            _, loss, _ = torch_gpt(w, CONFIG, tokens, targets, cu, dtype, t=t)
-            out.append(loss)
-            if step < 10:
-                opt.step()
-        return np.array(out)
+        return torch_adamw_losses(w, tokens, targets, cu, kw, dtype)
 
     ref, pt = torch_losses(torch.float64), torch_losses(torch.float32)
     assert ours[-1] < ours[0] - 0.5  # it learns the batch
