@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "attnkit/core/parallel.hpp"
@@ -261,7 +262,11 @@ void batch_norm2d_max_pool_backward(View4 d_x, std::span<float> d_w, std::span<f
   nn::check_nchw(d_pooled, fn, "d_pooled", "[N, C, OH, OW]", n, c, oh, ow);
   nn::check_span(argmax, fn, "argmax", "[N·C·OH·OW]", n * c * ohw);
   nn::check_argmax(fn, argmax, hw);
-  check(d_x.data != d_pooled.data || d_x.numel() == 0, fn, ": d_x: must not alias d_pooled");
+  const auto begin = [](const float* p) { return reinterpret_cast<uintptr_t>(p); };
+  const bool disjoint = d_x.numel() == 0 || d_pooled.numel() == 0 ||
+                        begin(d_x.data + d_x.numel()) <= begin(d_pooled.data) ||
+                        begin(d_pooled.data + d_pooled.numel()) <= begin(d_x.data);
+  check(disjoint, fn, ": d_x: must not overlap d_pooled");
   backward_planes(d_x, d_w, d_b, [&](int64_t i, int64_t ch) {
     // max_pool2d_backward's plane: zeros, then each window's gradient added at its argmax.
     thread_local std::vector<float> plane;

@@ -357,6 +357,8 @@ TEST(BatchNorm2d, MaxPoolBackwardEqualsPoolBackwardThenBatchNormBackward) {
   EXPECT_THROW(call(am, dp.c4({2, 3, 2, 2})), Error);
   am[5] = 0;
   EXPECT_THROW(call(am, dp.c4({2, 2, 2, 2})), Error);  // d_pooled's channels
+  // d_pooled overlapping d_x (a view into its second half): refused, not read while written.
+  EXPECT_THROW(call(am, ConstView4::contiguous(dx.data() + 10, {2, 3, 2, 2})), Error);
 }
 
 // The fused backward masks d_y where the forward's output was not > 0, from x alone: bitwise the
