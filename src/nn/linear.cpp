@@ -4,7 +4,8 @@
 //   d_x = d_y·W,  d_W += d_yᵀ·x,  d_b += Σ_t d_y[t, :].
 // d_W and d_b of a small layer over many tokens split the token sum into fixed chunks
 // (chunked_weight_gradient).
-// With matmul_precision() == kBf16 the products run in bf16 instead (linear_bf16.cpp).
+// With matmul_precision() == kBf16 the three products run on gemm_bf16 instead (bf16 inputs,
+// float32 accumulation); bias and bias gradient stay float32.
 // PyTorch: torch.nn.functional.linear(x, W, b).
 #include "attnkit/nn/linear.hpp"
 
@@ -13,9 +14,9 @@
 
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm.hpp"
+#include "attnkit/ops/gemm_bf16.hpp"
 #include "attnkit/ops/matmul_precision.hpp"
 
-#include "linear_bf16.hpp"
 #include "nn_common.hpp"
 
 namespace attnkit {
@@ -109,21 +110,32 @@ bool chunked_weight_gradient(View2 d_w, std::span<float> d_b, ConstView2 d_y, Co
 
 void linear_forward(View2 y, ConstView2 x, ConstView2 w, std::span<const float> b) {
   nn::check_linear_forward("linear_forward", y, x, w, b);
-  if (matmul_precision() == MatmulPrecision::kBf16) return nn::linear_forward_bf16(y, x, w, b);
-  nn::matmul_bias(y, x, w, b);
+  if (matmul_precision() != MatmulPrecision::kBf16) return nn::matmul_bias(y, x, w, b);
+  const int64_t t = x.shape[0], in = x.shape[1], out = w.shape[0];
+  gemm_bf16(false, true, t, out, in, x.data, nn::ld(x), w.data, nn::ld(w), 0.0f, y.data, nn::ld(y));
+  if (b.empty()) return;
+  nn::parallel_each_row(t, out, [&](int64_t i) {
+    float* yr = y.ptr(i);
+    for (int64_t j = 0; j < out; ++j) yr[j] += b[size_t(j)];
+  });
 }
 
 void linear_backward(View2 d_x, View2 d_w, std::span<float> d_b, ConstView2 d_y, ConstView2 x,
                      ConstView2 w) {
   nn::check_linear_backward("linear_backward", d_x, d_w, d_b, d_y, x, w);
-  if (matmul_precision() == MatmulPrecision::kBf16)
-    return nn::linear_backward_bf16(d_x, d_w, d_b, d_y, x, w);
+  const bool bf16 = matmul_precision() == MatmulPrecision::kBf16;
   const int64_t t = x.shape[0], in = x.shape[1], out = w.shape[0];
-  if (nn::present(d_x))
+  if (nn::present(d_x) && bf16)
+    gemm_bf16(false, false, t, in, out, d_y.data, nn::ld(d_y), w.data, nn::ld(w), 0.0f, d_x.data,
+              nn::ld(d_x));
+  else if (nn::present(d_x))
     nn::weight_product(false, t, in, out, d_y.data, nn::ld(d_y), w.data, nn::ld(w), d_x.data,
                        nn::ld(d_x));
-  if (nn::present(d_w) && chunked_weight_gradient(d_w, d_b, d_y, x)) return;
-  if (nn::present(d_w))
+  if (nn::present(d_w) && !bf16 && chunked_weight_gradient(d_w, d_b, d_y, x)) return;
+  if (nn::present(d_w) && bf16)
+    gemm_bf16(true, false, out, in, t, d_y.data, nn::ld(d_y), x.data, nn::ld(x), 1.0f, d_w.data,
+              nn::ld(d_w));
+  else if (nn::present(d_w))
     nn::parallel_sgemm(true, false, out, in, t, 1.0f, d_y.data, nn::ld(d_y), x.data, nn::ld(x),
                        1.0f, d_w.data, nn::ld(d_w));
   if (d_b.empty()) return;
