@@ -82,24 +82,13 @@ def torch_accuracy(args, cfg, autocast):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="small")
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
+    tt.add_run_args(ap, rounds=3)
     ap.add_argument("--accuracy-steps", type=int, default=200, help="0 = skip the accuracy runs")
     ap.add_argument("--accuracy-threads", type=int, default=1)
     ap.add_argument("--accuracy-of", default="attnkit,torch", help="which frameworks' accuracy runs")
     ap.add_argument("--skip-speed", action="store_true")
     args = ap.parse_args()
-    if args.steps < 4 or args.rounds < 1:
-        ap.error("--steps must be at least 4 (3 warm-up steps are excluded) and --rounds at least 1")
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
-    with open("/proc/cpuinfo") as f:  # as bench/train_throughput.py: the same OpenBLAS kernels for both
-        if " avx512f" in f.read():
-            os.environ.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
-    args.blas_attnkit = os.environ.get("OPENBLAS_CORETYPE", "")
+    args.blas_attnkit = tt.shared_openblas_setup(ap, args)
     import torch
     print(f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min)")
     import attnkit.train

@@ -125,14 +125,33 @@ def torch_trainer(args, cfg, autocast=False, batches=None):
     return run
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_run_args(ap, rounds=1, rounds_help=None):
+    """The model, batch, thread and round options of the training benchmarks."""
     ap.add_argument("--preset", default="small")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=1, help="alternating measurements of both")
+    ap.add_argument("--rounds", type=int, default=rounds, help=rounds_help)
+
+
+def shared_openblas_setup(ap, args):
+    """Checks --steps and --rounds, sets OPENBLAS_NUM_THREADS, and returns the OPENBLAS_CORETYPE
+    both frameworks use ("" = OpenBLAS's own choice)."""
+    if args.steps < 4 or args.rounds < 1:
+        ap.error("--steps must be at least 4 (3 warm-up steps are excluded) and --rounds at least 1")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
+    # OpenBLAS 0.3.21 falls back to SSE3 kernels on AVX-512 CPUs it does not know; attnkit then
+    # selects SkylakeX itself (attnkit bench roofline prints it), torch (same OpenBLAS) needs this.
+    with open("/proc/cpuinfo") as f:
+        if " avx512f" in f.read():
+            os.environ.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
+    return os.environ.get("OPENBLAS_CORETYPE", "")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_run_args(ap, rounds_help="alternating measurements of both")
     ap.add_argument("--cli", default=CLI, help="the attnkit binary (e.g. build-avx2/attnkit)")
     ap.add_argument("--variant", metavar="VAR=VALUE",
                     help="also time attnkit with VAR=VALUE in its environment in every round")
@@ -143,15 +162,7 @@ def main():
     args = ap.parse_args()
     if args.variant and "=" not in args.variant:
         ap.error("--variant must be VAR=VALUE")
-    if args.steps < 4 or args.rounds < 1:
-        ap.error("--steps must be at least 4 (3 warm-up steps are excluded) and --rounds at least 1")
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
-    # OpenBLAS 0.3.21 falls back to SSE3 kernels on AVX-512 CPUs it does not know; attnkit then
-    # selects SkylakeX itself (attnkit bench roofline prints it), torch (same OpenBLAS) needs this.
-    with open("/proc/cpuinfo") as f:
-        if " avx512f" in f.read():
-            os.environ.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
-    shared = os.environ.get("OPENBLAS_CORETYPE", "")
+    shared = shared_openblas_setup(ap, args)
     args.blas_attnkit = args.blas_attnkit or shared
     args.blas_torch = args.blas_torch or shared
     os.environ.pop("OPENBLAS_CORETYPE", None)  # read when torch loads OpenBLAS; never empty
