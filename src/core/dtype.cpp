@@ -64,11 +64,4 @@ float f16_to_f32(uint16_t h) {
   return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
-uint16_t f32_to_bf16(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40u);  // quiet NaN
-  const uint32_t lsb = (x >> 16) & 1u;
-  return uint16_t((x + 0x7fffu + lsb) >> 16);
-}
-
 }  // namespace attnkit

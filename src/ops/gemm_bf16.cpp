@@ -14,11 +14,10 @@
 #include "attnkit/ops/gemm_bf16.hpp"
 
 #include <algorithm>
-#include <bit>
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 
+#include "attnkit/core/dtype.hpp"
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm.hpp"
@@ -36,12 +35,7 @@
 
 namespace attnkit {
 
-float round_to_bf16(float x) {
-  uint32_t u = std::bit_cast<uint32_t>(x);
-  if (std::isnan(x)) return std::bit_cast<float>((u | 0x00400000u) & 0xffff0000u);  // stay quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // ties to even; overflow rounds to ±inf as it should
-  return std::bit_cast<float>(u & 0xffff0000u);
-}
+float round_to_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
 #if !ATTNKIT_HAVE_DNNL
 
@@ -65,18 +59,14 @@ void scale_only(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
     for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.0f : beta * c[i * ldc + j];
 }
 
-// dst[r·cols + c] = bf16 bits of round_to_bf16(src[r·ld + c]) for r < rows, c < cols, rows split
-// over blas_threads() threads.
+// dst[r·cols + c] = f32_to_bf16(src[r·ld + c]) for r < rows, c < cols, rows split over
+// blas_threads() threads.
 void to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, uint16_t* dst) {
   auto convert_rows = [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* in = src + r * ld;
       uint16_t* out = dst + r * cols;
-      for (int64_t c = 0; c < cols; ++c) {
-        const uint32_t u = std::bit_cast<uint32_t>(in[c]);
-        const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-        out[c] = in[c] != in[c] ? uint16_t((u >> 16) | 0x40u) : uint16_t(rounded);  // NaN stays quiet NaN
-      }
+      for (int64_t c = 0; c < cols; ++c) out[c] = f32_to_bf16(in[c]);
     }
   };
   constexpr int64_t kRowsPerTask = 64;

@@ -24,8 +24,15 @@ std::optional<DType> parse_dtype(std::string_view name);
 uint16_t f32_to_f16(float f);
 // Exact float value of an IEEE binary16 bit pattern.
 float f16_to_f32(uint16_t h);
-// Bit pattern of the bfloat16 value nearest to f (ties to even; NaN stays a quiet NaN).
-uint16_t f32_to_bf16(float f);
+// Bit pattern of the bfloat16 value nearest to f (ties to even; NaN stays a quiet NaN). Inline:
+// the bf16 cache writes and gemm_bf16 convert whole operands with it.
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40u);  // quiet NaN
+  const uint32_t lsb = (x >> 16) & 1u;
+  return uint16_t((x + 0x7fffu + lsb) >> 16);
+}
 // Exact float value of a bfloat16 bit pattern.
 inline float bf16_to_f32(uint16_t b) {
   uint32_t u = uint32_t(b) << 16;
