@@ -150,7 +150,7 @@ def shared_openblas_setup(ap, args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     add_run_args(ap, rounds_help="alternating measurements of both")
     ap.add_argument("--cli", default=CLI, help="the attnkit binary (e.g. build-avx2/attnkit)")
     ap.add_argument("--variant", metavar="VAR=VALUE",
