@@ -14,6 +14,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
+#include "attnkit/core/weight_pack_cache.hpp"
 #include "attnkit/io/safetensors.hpp"
 
 namespace attnkit {
@@ -73,6 +74,9 @@ void AdamW::set_step_count(int64_t step) {
 
 void AdamW::step(double lr) {
   check(std::isfinite(lr) && lr >= 0, "AdamW::step: lr must be finite and >= 0, got ", lr);
+  check(current_weight_pack_cache() == nullptr,
+        "AdamW::step: a weight pack scope is open on this thread; end it (after the step's forward and "
+        "backward) before the update, or the packed weights would go stale");
   ++step_;
   const auto& o = options_;
   const double t = double(step_);

@@ -13,6 +13,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
+#include "attnkit/core/weight_pack_cache.hpp"
 
 namespace attnkit {
 namespace {
@@ -47,6 +48,22 @@ TEST(AdamW, FirstStepByHand) {
   opt.step(0.01);
   EXPECT_NEAR(p[0], 1.0 * (1 - 0.001) - 0.01 * 0.5 / (0.5 + 1e-8), 1e-6);
   EXPECT_NEAR(p[1], -2.0 * (1 - 0.001) + 0.01 * 4.0 / (4.0 + 1e-8), 1e-6);
+  EXPECT_EQ(opt.step_count(), 1);
+}
+
+TEST(AdamW, RefusesAStepWhileAWeightPackScopeIsOpen) {
+  // Weights packed inside the scope would go stale if the update wrote them there.
+  std::vector<float> p = {1.0f, -2.0f}, g = {0.5f, -4.0f};
+  const std::vector<float> p0 = p;
+  AdamW opt({{"w", p, g}});
+  WeightPackCache cache;
+  {
+    const WeightPackScope scope(cache);
+    EXPECT_THROW(opt.step(0.01), Error);
+  }
+  EXPECT_EQ(p, p0);
+  EXPECT_EQ(opt.step_count(), 0);
+  opt.step(0.01);  // after the scope
   EXPECT_EQ(opt.step_count(), 1);
 }
 

@@ -65,7 +65,8 @@ class AdamW {
                  const NoDecayPredicate& no_decay = is_bias_or_norm);
 
   // One update of every parameter from its current gradient with learning rate `lr` (e.g. from
-  // warmup_cosine_lr); increments step_count() first, so the first step uses t = 1.
+  // warmup_cosine_lr); increments step_count() first, so the first step uses t = 1. Refused
+  // (attnkit::Error) while a WeightPackScope is open on the calling thread (weight_pack_cache.hpp).
   void step(double lr);
 
   // Steps taken so far (t of the last update); part of a checkpoint.
