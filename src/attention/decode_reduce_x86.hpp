@@ -84,7 +84,8 @@ inline void store_sums_4x2(const V (&acc)[4][N], const float* c, float* s, int64
 #endif
 
 // Keeps v in a register: without it the compiler folds v's load into each FMA as a memory
-// operand, and on AVX2 loads (not FMAs) then bound the score loop.
+// operand, and loads (not FMAs) then bound the loop (the row score kernel on AVX2, the wide value
+// kernel's blocks that read V from the float32 stage).
 template <class V>
 inline void pin_register(V& v) {
   asm("" : "+x"(v.raw));

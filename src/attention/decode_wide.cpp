@@ -18,6 +18,7 @@
 
 #include "decode_exp.hpp"
 #include "decode_highway.hpp"
+#include "decode_reduce_x86.hpp"
 #include "hwy/contrib/math/math-inl.h"
 
 namespace attnkit::decode {
@@ -203,7 +204,10 @@ HWY_INLINE void value_block(const float* pt, int64_t rows, int64_t r, int64_t bt
     HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) acc[i][j] = hn::LoadU(df, o0 + i * d + j * n);
   for (int64_t t = 0; t < bt; ++t) {
     VF x[kVecs];
-    HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) x[j] = get(t, j);
+    HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) {
+      x[j] = get(t, j);
+      decode_x86::pin_register(x[j]);  // one load per vector and token, not one per row
+    }
     const float* p = pt + t * rows + r;
     HWY_UNROLL_ALL for (int i = 0; i < 4; ++i) {
       const VF pv = hn::Set(df, p[i]);
