@@ -55,6 +55,22 @@ HWY_INLINE VF token_groups(const float* c) {
 #endif
 }
 
+// The lanes of tokens j < nt (the block's tokens that exist): AVX-512 a lane mask, AVX2 a vector
+// mask; select(valid, a, b) takes a's lanes there and b's elsewhere.
+#if HWY_TARGET <= HWY_AVX3
+HWY_INLINE __mmask16 valid_lanes(int64_t nt) {
+  const __mmask16 group = __mmask16((1u << nt) - 1);
+  return __mmask16(group | group << 4 | group << 8 | group << 12);
+}
+HWY_INLINE VF select(__mmask16 valid, VF a, VF b) { return VF{_mm512_mask_blend_ps(valid, b.raw, a.raw)}; }
+#else
+HWY_INLINE VF valid_lanes(int64_t nt) {
+  const __m256 lane = _mm256_setr_ps(0, 1, 0, 1, 0, 1, 0, 1);
+  return VF{_mm256_cmp_ps(lane, _mm256_set1_ps(float(nt)), _CMP_LT_OQ)};
+}
+HWY_INLINE VF select(VF valid, VF a, VF b) { return VF{_mm256_blendv_ps(b.raw, a.raw, valid.raw)}; }
+#endif
+
 // Stores the block's probabilities p (lane kTok·i + j: row i, token j) to out[i·ls + j], all kTok
 // tokens of each row.
 HWY_INLINE void store_block(VF p, float* out, int64_t ls) {
@@ -109,10 +125,8 @@ template <class L>
 void scores_softmax(const float* q, int64_t rows, const Rows& k, int64_t bt, int64_t d, float* s,
                     int64_t ls, int64_t t0, float* m, float* l, float* o) {
   const DF df;
-  const hn::RebindToSigned<DF> di;
   const int64_t lanes = int64_t(hn::Lanes(df));
   const VF lo = hn::Set(df, kExpFloor), lag = hn::Set(df, kLag), neg_inf = hn::Set(df, -INFINITY);
-  const auto token = hn::And(hn::Iota(di, 0), hn::Set(di, kTok - 1));  // lane kTok·i + j: j
   for (int64_t r = 0; r < rows; r += 4) {
     const float* q0 = q + r * d;
     VF mv = row_groups(m, r), lv = hn::Zero(df);
@@ -141,12 +155,12 @@ void scores_softmax(const float* q, int64_t rows, const Rows& k, int64_t bt, int
         for (int j = 0; j < kTok; ++j) c[j] = k.scale_at(t + std::min<int64_t>(j, nt - 1));
         sums = hn::Mul(sums, token_groups(c));
       }
-      const auto valid = hn::RebindMask(df, hn::Lt(token, hn::Set(di, int32_t(nt))));
-      const VF sv = hn::IfThenElse(valid, sums, neg_inf);
+      const auto valid = valid_lanes(nt);
+      const VF sv = select(valid, sums, neg_inf);
       if (HWY_UNLIKELY(!hn::AllFalse(df, hn::Gt(sv, hn::Add(mv, lag)))))
         raise_rows(sv, r, s, ls, t0 + t, m, l, o, d, mv, lv);
       // Scores more than e^64 below the reference weigh nothing next to l ≥ 1: clamped, not zeroed.
-      const VF p = hn::IfThenElseZero(valid, exp_clamped(hn::Max(hn::Sub(sv, mv), lo)));
+      const VF p = select(valid, exp_clamped(hn::Max(hn::Sub(sv, mv), lo)), hn::Zero(df));
       lv = hn::Add(lv, p);
       float* out = s + r * ls + t0 + t;
       if (nt == kTok) {
