@@ -4,8 +4,8 @@
 //   for each block of bt tokens:
 //     for each sub-block, each KV head hk:  S[n·G, sub] = Q_hk·K[sub, hk]ᵀ   (decode_scores.cpp)
 //     for each KV head hk:                  softcap; ALiBi bias; mask; online softmax
-//       (blocks every row sees, without softcap or ALiBi, on AVX-512: fused into the score pass,
-//        decode_scores_softmax.cpp)
+//       (blocks every row sees, without softcap or ALiBi, on AVX-512 and AVX2: fused into the
+//        score pass, decode_scores_softmax.cpp)
 //     for each sub-block, each KV head hk:  O_hk[n·G, D] += P·V[sub, hk]     (decode_values.cpp)
 // Stored K/V are converted in registers (no float32 copy of the cache). Each kernel prefetches
 // the rows it reads `ahead` tokens further on, interleaved with its FMAs (see run_item).
