@@ -15,6 +15,10 @@
 // tiles (nn::weight_product), so results do not depend on the thread count. Scratchpads are per
 // thread (user mode), so threads may execute the same primitive at once.
 // Primitives are cached per (m, k, n, lda, ldc): none is created per call once a shape was seen.
+// sgemm_tn_onednn (ops/gemm_wgrad.hpp): the weight-gradient products C = Aᵀ·B (+ C) on the same
+// matmul primitive with A's transpose given by strides and beta = 1 as a sum post-op, under the same
+// one-thread rule; measured on Zen 5 (1 thread) at 135-155 GFLOP/s on the GPT-small d_W shapes
+// against 80-90 for OpenBLAS's Haswell kernels and 140-155 for its SkylakeX ones.
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -24,6 +28,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm.hpp"
+#include "attnkit/ops/gemm_wgrad.hpp"
 
 #if ATTNKIT_HAVE_DNNL
 #include <map>
@@ -40,21 +45,25 @@ namespace {
 
 // -1 = not read yet, else 0/1.
 std::atomic<int> g_enabled{-1};
+std::atomic<int> g_wgrad_enabled{-1};
+
+// The switch's value: read from the environment variable `name` on first use ("0" = off).
+bool env_switch(std::atomic<int>& flag, const char* name) {
+  int e = flag.load();
+  if (e < 0) {
+    const char* env = std::getenv(name);
+    int unset = -1;
+    flag.compare_exchange_strong(unset, env && std::string_view(env) == "0" ? 0 : 1);
+    e = flag.load();
+  }
+  return e == 1;
+}
 
 constexpr int64_t kMinRows = 128, kMinSide = 32;  // below these the reorder does not repay
 
 }  // namespace
 
-bool packed_gemm_enabled() {
-  int e = g_enabled.load();
-  if (e < 0) {
-    const char* env = std::getenv("ATTNKIT_PACKED_GEMM");
-    int unset = -1;
-    g_enabled.compare_exchange_strong(unset, env && std::string_view(env) == "0" ? 0 : 1);
-    e = g_enabled.load();
-  }
-  return e == 1;
-}
+bool packed_gemm_enabled() { return env_switch(g_enabled, "ATTNKIT_PACKED_GEMM"); }
 
 void set_packed_gemm_enabled(bool on) { g_enabled.store(on ? 1 : 0); }
 
@@ -63,7 +72,22 @@ bool packed_gemm_applies(int64_t m, int64_t n, int64_t k) {
          k >= kMinSide;
 }
 
+bool wgrad_gemm_enabled() { return env_switch(g_wgrad_enabled, "ATTNKIT_WGRAD_GEMM"); }
+
+void set_wgrad_gemm_enabled(bool on) { g_wgrad_enabled.store(on ? 1 : 0); }
+
+bool wgrad_gemm_applies(int64_t m, int64_t n, int64_t k) {
+  constexpr int64_t kMinWgradSide = 16;
+  return ATTNKIT_HAVE_DNNL && wgrad_gemm_enabled() && m >= kMinWgradSide && n >= kMinWgradSide &&
+         k >= kMinWgradSide;
+}
+
 #if !ATTNKIT_HAVE_DNNL
+
+void sgemm_tn_onednn(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float,
+                     float*, int64_t) {
+  fail("sgemm_tn_onednn: attnkit was built without oneDNN (CMake ATTNKIT_WITH_DNNL, libdnnl-dev)");
+}
 
 struct PackedGemmB {};
 
@@ -154,7 +178,64 @@ const Matmul& matmul_for(int64_t m, int64_t k, int64_t n, int64_t lda, int64_t l
   return *entry;
 }
 
+// The cached matmul C[m, n] (= or +=) Aᵀ·B, A [k, m] and B [k, n] in place with their strides.
+const Matmul& tn_matmul_for(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
+                            bool accumulate) {
+  cpu_engine();
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
+  static std::map<Key, std::unique_ptr<Matmul>> cache;
+  const Key key{m, n, k, lda, ldb, ldc, accumulate};
+  const std::lock_guard<std::mutex> lock(cache_mutex());
+  std::unique_ptr<Matmul>& entry = cache[key];
+  if (!entry) {
+    const OpenMpThreadsScope one(1);
+    try {
+      const memory::desc a = strided(m, k, lda, true), b = strided(k, n, ldb), c = strided(m, n, ldc);
+      dnnl::primitive_attr attr = user_scratchpad();
+      if (accumulate) {
+        dnnl::post_ops ops;
+        ops.append_sum(1.0f);
+        attr.set_post_ops(ops);
+      }
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+      entry = std::make_unique<Matmul>(Matmul{dnnl::matmul(pd), a, c, pd.scratchpad_desc().get_size()});
+    } catch (const dnnl::error& e) {
+      cache.erase(key);
+      fail("sgemm_tn_onednn: oneDNN could not create the matmul: ", e.what());
+    }
+  }
+  return *entry;
+}
+
 }  // namespace
+
+void sgemm_tn_onednn(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                     int64_t ldb, float beta, float* c, int64_t ldc) {
+  check(m >= 0 && n >= 0 && k >= 0, "sgemm_tn_onednn: negative size [", m, ", ", n, "] over ", k);
+  check(beta == 0.0f || beta == 1.0f, "sgemm_tn_onednn: beta = ", beta, " (0 or 1 only)");
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (beta == 0.0f)
+      for (int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
+    return;
+  }
+  check(a != nullptr && b != nullptr && c != nullptr, "sgemm_tn_onednn: null A, B or C");
+  check(lda >= m && ldb >= n && ldc >= n, "sgemm_tn_onednn: lda = ", lda, ", ldb = ", ldb,
+        " or ldc = ", ldc, " is less than the row length (m = ", m, ", n = ", n, ")");
+  const Matmul& mm = tn_matmul_for(m, n, k, lda, ldb, ldc, beta == 1.0f);
+  thread_local onednn::AlignedSlot scratch;
+  void* scratch_data = scratch.get(mm.scratch_bytes, "sgemm_tn_onednn");
+  const OpenMpThreadsScope one(1);
+  const memory a_mem(mm.a, cpu_engine(), const_cast<float*>(a));
+  const memory b_mem(strided(k, n, ldb), cpu_engine(), const_cast<float*>(b));
+  const memory c_mem(mm.c, cpu_engine(), c);
+  const memory::desc scratch_md({int64_t(std::max<size_t>(mm.scratch_bytes, 1))}, Dt::u8,
+                                memory::format_tag::x);
+  const memory scratch_mem(scratch_md, cpu_engine(), scratch_data);
+  mm.prim.execute(thread_stream(), {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem},
+                                    {DNNL_ARG_DST, c_mem}, {DNNL_ARG_SCRATCHPAD, scratch_mem}});
+  thread_stream().wait();
+}
 
 struct PackedGemmB {
   int64_t k = 0, n = 0;
