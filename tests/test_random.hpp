@@ -1,5 +1,5 @@
 #pragma once
-// Seeded normal test data shared by the C++ tests (Mersenne Twister, float).
+// Seeded normal and uniform test data shared by the C++ tests (Mersenne Twister, float).
 #include <cstdint>
 #include <random>
 #include <span>
@@ -14,6 +14,15 @@ inline std::vector<float> randn(int64_t n, uint32_t seed, float sigma = 1.0f) {
   std::vector<float> x(static_cast<size_t>(n));
   for (auto& v : x) v = dist(rng);
   return x;
+}
+
+// n samples of U(-1, 1) from a Mersenne Twister seeded with `seed`.
+inline std::vector<float> uniform(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
 }
 
 // Adds N(0, sigma²) samples from a Mersenne Twister seeded with `seed` to every element of x.

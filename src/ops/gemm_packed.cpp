@@ -136,6 +136,22 @@ struct Matmul {
   size_t scratch_bytes = 0;
 };
 
+// Runs a cached matmul on the calling thread, single-threaded, with A and C at a and c and the
+// weights in b, using a per-thread scratchpad (who names the caller in errors).
+void run_matmul(const Matmul& mm, const float* a, const memory& b, float* c, const char* who) {
+  thread_local onednn::AlignedSlot scratch;
+  void* scratch_data = scratch.get(mm.scratch_bytes, who);
+  const OpenMpThreadsScope one(1);
+  const memory a_mem(mm.a, cpu_engine(), const_cast<float*>(a));
+  const memory c_mem(mm.c, cpu_engine(), c);
+  const memory::desc scratch_md({int64_t(std::max<size_t>(mm.scratch_bytes, 1))}, Dt::u8,
+                                memory::format_tag::x);
+  const memory scratch_mem(scratch_md, cpu_engine(), scratch_data);
+  mm.prim.execute(thread_stream(), {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b},
+                                    {DNNL_ARG_DST, c_mem}, {DNNL_ARG_SCRATCHPAD, scratch_mem}});
+  thread_stream().wait();
+}
+
 std::mutex& cache_mutex() {
   static std::mutex mu;
   return mu;
@@ -223,18 +239,8 @@ void sgemm_tn_onednn(int64_t m, int64_t n, int64_t k, const float* a, int64_t ld
   check(lda >= m && ldb >= n && ldc >= n, "sgemm_tn_onednn: lda = ", lda, ", ldb = ", ldb,
         " or ldc = ", ldc, " is less than the row length (m = ", m, ", n = ", n, ")");
   const Matmul& mm = tn_matmul_for(m, n, k, lda, ldb, ldc, beta == 1.0f);
-  thread_local onednn::AlignedSlot scratch;
-  void* scratch_data = scratch.get(mm.scratch_bytes, "sgemm_tn_onednn");
-  const OpenMpThreadsScope one(1);
-  const memory a_mem(mm.a, cpu_engine(), const_cast<float*>(a));
-  const memory b_mem(strided(k, n, ldb), cpu_engine(), const_cast<float*>(b));
-  const memory c_mem(mm.c, cpu_engine(), c);
-  const memory::desc scratch_md({int64_t(std::max<size_t>(mm.scratch_bytes, 1))}, Dt::u8,
-                                memory::format_tag::x);
-  const memory scratch_mem(scratch_md, cpu_engine(), scratch_data);
-  mm.prim.execute(thread_stream(), {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem},
-                                    {DNNL_ARG_DST, c_mem}, {DNNL_ARG_SCRATCHPAD, scratch_mem}});
-  thread_stream().wait();
+  run_matmul(mm, a, memory(strided(k, n, ldb), cpu_engine(), const_cast<float*>(b)), c,
+             "sgemm_tn_onednn");
 }
 
 struct PackedGemmB {
@@ -272,18 +278,7 @@ void sgemm_packed(int64_t m, const float* a, int64_t lda, const PackedGemmB& b, 
         " is less than the row length (k = ", b.k, ", n = ", b.n, ")");
   check(m <= kPackedGemmRows, "sgemm_packed: m = ", m, " exceeds kPackedGemmRows = ", kPackedGemmRows);
   const Matmul& mm = matmul_for(m, b.k, b.n, lda, ldc, b.md);
-  thread_local onednn::AlignedSlot scratch;
-  void* scratch_data = scratch.get(mm.scratch_bytes, "sgemm_packed");
-  const OpenMpThreadsScope one(1);
-  const memory a_mem(mm.a, cpu_engine(), const_cast<float*>(a));
-  const memory b_mem(b.md, cpu_engine(), b.data.get());
-  const memory c_mem(mm.c, cpu_engine(), c);
-  const memory::desc scratch_md({int64_t(std::max<size_t>(mm.scratch_bytes, 1))}, Dt::u8,
-                                memory::format_tag::x);
-  const memory scratch_mem(scratch_md, cpu_engine(), scratch_data);
-  mm.prim.execute(thread_stream(), {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem},
-                                    {DNNL_ARG_DST, c_mem}, {DNNL_ARG_SCRATCHPAD, scratch_mem}});
-  thread_stream().wait();
+  run_matmul(mm, a, memory(b.md, cpu_engine(), b.data.get()), c, "sgemm_packed");
 }
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/ops/gemm.hpp"
+#include "test_random.hpp"
 
 namespace attnkit {
 namespace {
@@ -18,14 +19,6 @@ namespace {
 bool packed_available() {
   const PackedGemmScope on(true);
   return packed_gemm_applies(kPackedGemmRows, 64, 64);
-}
-
-std::vector<float> uniform(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
 }
 
 // Checks rows [0, m) of C = A·op(B) (row strides lda, ldb, ldc = n + 5) against sgemm_reference

@@ -17,6 +17,7 @@
 #include "attnkit/ops/gemm_wgrad.hpp"
 #include "nn/nn_testing.hpp"
 #include "test_errors.hpp"
+#include "test_random.hpp"
 
 namespace attnkit {
 namespace {
@@ -24,14 +25,6 @@ namespace {
 bool wgrad_available() {
   const WgradGemmScope on(true);
   return wgrad_gemm_applies(64, 64, 64);
-}
-
-std::vector<float> uniform(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
 }
 
 TEST(SgemmTnOnednn, MatchesTheFloat64ReferenceOnTailsStridesAndBeta) {
