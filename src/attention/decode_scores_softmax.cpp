@@ -88,6 +88,11 @@ HWY_INLINE void store_block(VF p, float* out, int64_t ls) {
 #endif
 }
 
+// The sum of one row's kTok lanes li[0..kTok), paired as the reduction order fixes it.
+HWY_INLINE float row_lane_sum(const float* li) {
+  return kTok == 4 ? (li[0] + li[1]) + (li[2] + li[3]) : li[0] + li[1];
+}
+
 // Raises the reference max of each row r + i (i < 4) whose scores (lanes kTok·i + j of `sums`;
 // -inf in lanes of absent tokens) exceed it by more than kLag, to the row's largest score: with
 // alpha = exp(m_old - m_new) (0 from -inf), l[r + i] plus the row's lanes of lv (then cleared),
@@ -106,7 +111,7 @@ HWY_NOINLINE void raise_rows(VF sums, int64_t r, float* s, int64_t ls, int64_t d
     if (!(top > m[r + i] + kLag)) continue;
     const float dm = m[r + i] - top;
     const float alpha = dm < kExpFloor ? 0.0f : std::exp(dm);
-    l[r + i] = (l[r + i] + (kTok == 4 ? (li[0] + li[1]) + (li[2] + li[3]) : li[0] + li[1])) * alpha;
+    l[r + i] = (l[r + i] + row_lane_sum(li)) * alpha;
     std::fill(li, li + kTok, 0.0f);
     float* srow = s + (r + i) * ls;
     for (int64_t u = 0; u < done; ++u) srow[u] *= alpha;
@@ -173,10 +178,7 @@ void scores_softmax(const float* q, int64_t rows, const Rows& k, int64_t bt, int
     }
     HWY_ALIGN float lsum[4 * kTok];
     hn::Store(lv, df, lsum);
-    for (int i = 0; i < 4; ++i) {
-      const float* li = lsum + kTok * i;
-      l[r + i] += kTok == 4 ? (li[0] + li[1]) + (li[2] + li[3]) : li[0] + li[1];
-    }
+    for (int i = 0; i < 4; ++i) l[r + i] += row_lane_sum(lsum + kTok * i);
   }
 }
 #endif
