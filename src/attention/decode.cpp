@@ -4,7 +4,7 @@
 //   for each block of bt tokens:
 //     for each sub-block, each KV head hk:  S[n·G, sub] = Q_hk·K[sub, hk]ᵀ   (decode_scores.cpp)
 //     for each KV head hk:                  softcap; ALiBi bias; mask; online softmax
-//       (blocks every row sees, without softcap or ALiBi, on AVX-512 and AVX2: fused into the
+//       (blocks every row sees, without softcap or ALiBi, on AVX2 builds: fused into the
 //        score pass, decode_scores_softmax.cpp)
 //     for each sub-block, each KV head hk:  O_hk[n·G, D] += P·V[sub, hk]     (decode_values.cpp)
 // Stored K/V are converted in registers (no float32 copy of the cache). Each kernel prefetches
@@ -64,12 +64,14 @@ class Decoder {
     }
     // Every item of a sequence reads the same queries: prepared once per call.
     const int64_t per_seq = hkv_ * rows_ * d_, nseq = int64_t(a.seqs.size());
-    queries_.resize(size_t(nseq * per_seq * (wide_ ? 2 : 1)));
+    const size_t query_floats = size_t(nseq * per_seq * (wide_ ? 2 : 1));
+    query_store_.reserve(sizeof(float) * query_floats);
+    queries_ = query_store_.alloc<float>(query_floats);
     for (int64_t b = 0; b < nseq; ++b) {
-      float* q = queries_.data() + b * per_seq;
+      float* q = queries_ + b * per_seq;
       load_queries(b, p.held[size_t(b)], q);
       if (!wide_) continue;
-      float* qt = queries_.data() + (nseq + b) * per_seq;
+      float* qt = queries_ + (nseq + b) * per_seq;
       for (int64_t hk = 0; hk < hkv_; ++hk)
         for (int64_t e = 0; e < d_; ++e)
           for (int64_t r = 0; r < rows_; ++r) qt[(hk * d_ + e) * rows_ + r] = q[(hk * rows_ + r) * d_ + e];
@@ -145,7 +147,7 @@ class Decoder {
 
   void run_item(const Item& it, const Kernels& kn, Workspace& ws, float* partial) const {
     const auto [m, l, o] = reset_partial(partial);
-    const float* q = queries_.data() + it.b * hkv_ * rows_ * d_;  // [Hkv][n·G][D], scaled (+ rope)
+    const float* q = queries_ + it.b * hkv_ * rows_ * d_;  // [Hkv][n·G][D], scaled (+ rope)
     float* s = ws.alloc<float>(size_t(hkv_ * rows_ * bt_));  // [Hkv][n·G][bt] scores → P
     float* rotated = rope_ ? ws.alloc<float>(size_t(bt_ * hkv_ * d_)) : nullptr;  // [bt][Hkv][D]
     const int64_t held = p_.held[size_t(it.b)];
@@ -226,7 +228,7 @@ class Decoder {
     using decode::kWideTokens;
     const auto [m, l, o] = reset_partial(partial);
     const int64_t per_seq = hkv_ * rows_ * d_;
-    const float* qt = queries_.data() + (int64_t(a_.seqs.size()) + it.b) * per_seq;  // [Hkv][D][n·G]
+    const float* qt = queries_ + (int64_t(a_.seqs.size()) + it.b) * per_seq;  // [Hkv][D][n·G]
     float* pt = ws.alloc<float>(size_t(kWideTokens * rows_));     // [bt][n·G] scores → P
     float* stage = ws.alloc<float>(size_t(kWideTokens * d_));     // [bt][D] K, then V
     const decode::WideStage convert = decode::wide_stage(cfg_.dtype);
@@ -351,7 +353,10 @@ class Decoder {
   bool fused_;  // no softcap or ALiBi: unmasked blocks may take the fused score + softmax kernel
   // Per sequence b: queries [Hkv][n·G][D] at b·Hkv·n·G·D, scaled (+ rope); with wide_, then the
   // same transposed, [Hkv][D][n·G], at (B + b)·Hkv·n·G·D.
-  std::vector<float> queries_;
+  // 64-byte aligned: the score kernels load query vectors in their inner loops, and a vector that
+  // straddles two cache lines costs two loads.
+  Workspace query_store_;
+  float* queries_ = nullptr;
 };
 
 }  // namespace

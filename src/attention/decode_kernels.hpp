@@ -30,8 +30,8 @@ using ScoreSoftmaxKernel = void (*)(const float* q, int64_t rows, const Rows& k,
 // The score kernel for K rows stored as `stored` (f32, f16, bf16 or int8).
 ScoreKernel score_kernel(DType stored);
 // The fused kernel for K rows stored as `stored` and `rows` query rows of head dim d, or null
-// where it does not serve (targets below AVX2, rows not a multiple of 4, d not a multiple of the
-// vector width).
+// where it does not serve (AVX2 builds only, rows a multiple of 4, d a multiple of the vector
+// width; elsewhere the score kernel and online_softmax_row serve).
 ScoreSoftmaxKernel score_softmax_kernel(DType stored, int64_t rows, int64_t d);
 // The value kernel for V rows stored as `stored` (f32, f16, bf16 or int8).
 ValueKernel value_kernel(DType stored);

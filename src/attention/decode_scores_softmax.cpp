@@ -1,97 +1,70 @@
 // Decode scores fused with the online softmax, for blocks of 4 query rows (GQA groups) and keys
-// that every row sees (Highway static target, AVX-512 or AVX2): a register block of 4 rows ×
-// kTok tokens of dot-product accumulators (AVX-512 4 × 4 of its 32 registers, AVX2 4 × 2 of its
-// 16) becomes one vector of its 4·kTok scores through one transposing reduction
-// (decode_reduce_x86.hpp); that vector is checked against the rows' reference max and
-// exponentiated in the register, so the scores never make the separate max and exp passes of
-// online_softmax_row. Each converted K vector serves the 4 rows of its block. PyTorch:
-// p = exp(q @ k.T - m); l += p.sum(-1).
+// that every row sees, on AVX2 (Highway's static target): a register block of 4 rows × kTok = 2
+// tokens of dot-product accumulators (8 of the 16 registers) becomes one vector of its 8 scores
+// through one transposing reduction (decode_reduce_x86.hpp); that vector is checked against the
+// rows' reference max and exponentiated in the register, so the scores never make the separate
+// max and exp passes of online_softmax_row. Each converted K vector serves the 4 rows of its
+// block. PyTorch: p = exp(q @ k.T - m); l += p.sum(-1).
+// AVX-512 builds take the three-pass path (score kernel, online_softmax_row): on AMD Zen 5 the
+// AVX-512 form of this kernel (4 rows × 4 tokens) was 7–14 % slower than it in every setting
+// measured idle (1 and 2 threads, cold and warm cache; docs/performance.md), while on AVX2 the
+// fused kernel is the faster one.
 #include <algorithm>
 #include <cmath>
 
 #include "decode_exp.hpp"
 #include "decode_highway.hpp"
 #include "decode_kernels.hpp"
-#if HWY_TARGET <= HWY_AVX2
+#if HWY_TARGET == HWY_AVX2
 #include "decode_reduce_x86.hpp"
 #endif
 
 namespace attnkit::decode {
 namespace {
 
-#if HWY_TARGET <= HWY_AVX2
+#if HWY_TARGET == HWY_AVX2
 constexpr int kTok = kBlockCols;  // tokens per register block; 4 · kTok = the vector's lanes
 static_assert(4 * kTok == int(hn::MaxLanes(DF())));
 
 // The reference max of rows [r, r + 4) in the layout of a block's score vector:
 // lane kTok·i + j = m[r + i].
 HWY_INLINE VF row_groups(const float* m, int64_t r) {
-#if HWY_TARGET <= HWY_AVX3
-  return VF{_mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-                                  _mm512_castps128_ps512(_mm_loadu_ps(m + r)))};
-#else
   return VF{_mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(m + r)),
                                      _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3))};
-#endif
 }
 
 // The block's 4 · kTok scores, lane kTok·i + j = Σ acc[i][j] (row i, token j).
 HWY_INLINE VF block_sums(const VF (&acc)[4][kTok]) {
-#if HWY_TARGET <= HWY_AVX3
-  return VF{decode_x86::transpose_reduce16(acc)};
-#else
   const __m256 v[8] = {acc[0][0].raw, acc[0][1].raw, acc[1][0].raw, acc[1][1].raw,
                        acc[2][0].raw, acc[2][1].raw, acc[3][0].raw, acc[3][1].raw};
   return VF{decode_x86::transpose_reduce8(v)};
-#endif
 }
 
 // c[j] (j < kTok) in every lane kTok·i + j.
 HWY_INLINE VF token_groups(const float* c) {
-#if HWY_TARGET <= HWY_AVX3
-  return VF{_mm512_broadcast_f32x4(_mm_loadu_ps(c))};
-#else
   return VF{_mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(c)))};
-#endif
 }
 
-// The lanes of tokens j < nt (the block's tokens that exist): AVX-512 a lane mask, AVX2 a vector
-// mask; select(valid, a, b) takes a's lanes there and b's elsewhere.
-#if HWY_TARGET <= HWY_AVX3
-HWY_INLINE __mmask16 valid_lanes(int64_t nt) {
-  const __mmask16 group = __mmask16((1u << nt) - 1);
-  return __mmask16(group | group << 4 | group << 8 | group << 12);
-}
-HWY_INLINE VF select(__mmask16 valid, VF a, VF b) { return VF{_mm512_mask_blend_ps(valid, b.raw, a.raw)}; }
-#else
+// The lanes of tokens j < nt (the block's tokens that exist) as a vector mask; select(valid, a, b)
+// takes a's lanes there and b's elsewhere.
 HWY_INLINE VF valid_lanes(int64_t nt) {
   const __m256 lane = _mm256_setr_ps(0, 1, 0, 1, 0, 1, 0, 1);
   return VF{_mm256_cmp_ps(lane, _mm256_set1_ps(float(nt)), _CMP_LT_OQ)};
 }
 HWY_INLINE VF select(VF valid, VF a, VF b) { return VF{_mm256_blendv_ps(b.raw, a.raw, valid.raw)}; }
-#endif
 
 // Stores the block's probabilities p (lane kTok·i + j: row i, token j) to out[i·ls + j], all kTok
 // tokens of each row.
 HWY_INLINE void store_block(VF p, float* out, int64_t ls) {
-#if HWY_TARGET <= HWY_AVX3
-  _mm_storeu_ps(out, _mm512_castps512_ps128(p.raw));
-  _mm_storeu_ps(out + ls, _mm512_extractf32x4_ps(p.raw, 1));
-  _mm_storeu_ps(out + 2 * ls, _mm512_extractf32x4_ps(p.raw, 2));
-  _mm_storeu_ps(out + 3 * ls, _mm512_extractf32x4_ps(p.raw, 3));
-#else
   const __m128 lo = _mm256_castps256_ps128(p.raw), hi = _mm256_extractf128_ps(p.raw, 1);
   _mm_storel_pi(reinterpret_cast<__m64*>(out), lo);
   _mm_storeh_pi(reinterpret_cast<__m64*>(out + ls), lo);
   _mm_storel_pi(reinterpret_cast<__m64*>(out + 2 * ls), hi);
   _mm_storeh_pi(reinterpret_cast<__m64*>(out + 3 * ls), hi);
-#endif
 }
 
-// The sum of one row's kTok lanes li[0..kTok), paired as the reduction order fixes it.
-HWY_INLINE float row_lane_sum(const float* li) {
-  return kTok == 4 ? (li[0] + li[1]) + (li[2] + li[3]) : li[0] + li[1];
-}
+// The sum of one row's kTok = 2 lanes li[0], li[1].
+HWY_INLINE float row_lane_sum(const float* li) { return li[0] + li[1]; }
 
 // Raises the reference max of each row r + i (i < 4) whose scores (lanes kTok·i + j of `sums`;
 // -inf in lanes of absent tokens) exceed it by more than kLag, to the row's largest score: with
@@ -148,9 +121,7 @@ void scores_softmax(const float* q, int64_t rows, const Rows& k, int64_t bt, int
         HWY_UNROLL_ALL for (int j = 0; j < kTok; ++j) x[j] = L::load(kt[j] + e * L::kBytes);
         HWY_UNROLL_ALL for (int i = 0; i < 4; ++i) {
           auto qv = hn::LoadU(df, q0 + i * d + e);
-#if HWY_TARGET == HWY_AVX2
           decode_x86::pin_register(qv);  // one load per row and step, not kTok
-#endif
           HWY_UNROLL_ALL for (int j = 0; j < kTok; ++j) acc[i][j] = hn::MulAdd(qv, x[j], acc[i][j]);
         }
       }
@@ -187,7 +158,7 @@ void scores_softmax(const float* q, int64_t rows, const Rows& k, int64_t bt, int
 
 ScoreSoftmaxKernel score_softmax_kernel([[maybe_unused]] DType stored, [[maybe_unused]] int64_t rows,
                                         [[maybe_unused]] int64_t d) {
-#if HWY_TARGET <= HWY_AVX2
+#if HWY_TARGET == HWY_AVX2
   if (rows % 4 == 0 && d % int64_t(hn::Lanes(DF())) == 0)
     return for_stored(stored, [](auto loader) -> ScoreSoftmaxKernel {
       return &scores_softmax<decltype(loader)>;

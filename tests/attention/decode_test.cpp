@@ -222,9 +222,9 @@ TEST(Decode, WideGroupsEqualTheReference) {
 }
 
 // Groups of 4 query rows per KV head (G = 4, 16 and G = 4 with two queries), served by the
-// fused score + softmax kernel (AVX-512 and AVX2) in blocks every row sees: every dtype, a window
-// (masked and unmasked blocks of one work item), rope, and cache lengths that leave partial
-// register blocks and sub-blocks. (The AVX2 kernel also serves OddHeadDims' d = 8, 24, 40, 136
+// fused score + softmax kernel in blocks every row sees on AVX2 builds (AVX-512 builds: the
+// three-pass path): every dtype, a window (masked and unmasked blocks of one work item), rope, and
+// cache lengths that leave partial register blocks and sub-blocks. (The AVX2 kernel also serves OddHeadDims' d = 8, 24, 40, 136
 // with G = 4.)
 TEST(Decode, GroupsOfFourRowsEqualTheReference) {
   const int64_t h = 32;
