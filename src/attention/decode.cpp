@@ -376,19 +376,23 @@ void decode_attention(const DecodeOptions& o, const DecodeArgs& a) {
   const Plan plan = decode::make_plan(a);
   const Decoder dec(o, a, plan);
   const int64_t items = int64_t(plan.items.size()), pf = dec.partial_floats();
-  std::vector<float> partials(static_cast<size_t>(items * pf));
+  // Kept across calls and not zeroed (each item resets its own partial): a fresh vector of this
+  // size (0.5 MiB for MQA at S 16384) was zeroed and page-faulted in on every call, on one thread.
+  thread_local Workspace partial_store;
+  partial_store.reserve(sizeof(float) * size_t(items * pf));
+  float* const partials = partial_store.alloc<float>(size_t(items * pf));
   auto& spaces = thread_workspaces(size_t(dec.scratch_bytes()));
   parallel_for(items, [&](int64_t idx) {
     Workspace& ws = spaces[size_t(thread_index())];
     ws.reset();
-    dec.run(plan.items[size_t(idx)], ws, partials.data() + idx * pf);
+    dec.run(plan.items[size_t(idx)], ws, partials + idx * pf);
   });
   // Items of a sequence are consecutive; merge each sequence's range.
   const int64_t nseq = int64_t(a.seqs.size());
   std::vector<int64_t> begin(static_cast<size_t>(nseq + 1), items);
   for (int64_t it = items - 1; it >= 0; --it) begin[size_t(plan.items[size_t(it)].b)] = it;
   for (int64_t b = nseq - 1; b >= 0; --b) begin[size_t(b)] = std::min(begin[size_t(b)], begin[size_t(b + 1)]);
-  parallel_for(nseq, [&](int64_t b) { dec.merge(b, partials.data(), begin[size_t(b)], begin[size_t(b + 1)]); });
+  parallel_for(nseq, [&](int64_t b) { dec.merge(b, partials, begin[size_t(b)], begin[size_t(b + 1)]); });
 }
 
 }  // namespace attnkit
