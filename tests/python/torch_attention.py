@@ -107,13 +107,19 @@ def finite_max(x):
     return float(np.abs(x[finite]).max()) if finite.any() else 0.0
 
 
+def error_bar(ref64, ref32, factor, scale=None):
+    """(err(torch f32), FlashAttention's bar factor·err(torch f32) + 4 float32 ulps at `scale`
+    (default: the result's own magnitude))."""
+    scale = finite_max(ref64) if scale is None else scale
+    err_pt = max_err(ref32, ref64)
+    return err_pt, factor * err_pt + 4 * EPS32 * scale
+
+
 def assert_within_bar(ours, ref64, ref32, factor, name, scale=None):
     """FlashAttention's bar: err(ours) <= factor·err(torch f32) + float32 rounding at `scale`
     (default: the result's own magnitude)."""
-    scale = finite_max(ref64) if scale is None else scale
     err_ours = max_err(ours, ref64)
-    err_pt = max_err(ref32, ref64)
-    bar = factor * err_pt + 4 * EPS32 * scale
+    err_pt, bar = error_bar(ref64, ref32, factor, scale)
     assert err_ours <= bar, f"{name}: error {err_ours:.3e} > bar {bar:.3e} (torch f32 {err_pt:.3e})"
 
 
