@@ -10,16 +10,14 @@
 #include "attnkit/attention/flash_attention.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/tools/roofline.hpp"
+#include "bench_peaks.hpp"
 
 namespace attnkit {
 namespace {
 
 constexpr int64_t kH = 32, kHkv = 8, kD = 128;
 
-double sgemm_rate() {
-  static const double rate = measure_sgemm_gflops(num_threads());
-  return rate;
-}
+using bench::sgemm_rate;
 
 struct Data {
   int64_t l;

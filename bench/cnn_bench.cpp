@@ -14,14 +14,12 @@
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/models/cnn.hpp"
 #include "attnkit/tools/roofline.hpp"
+#include "bench_peaks.hpp"
 
 namespace attnkit {
 namespace {
 
-double sgemm_rate() {
-  static const double rate = measure_sgemm_gflops(num_threads());
-  return rate;
-}
+using bench::sgemm_rate;
 
 // Multiply-add flops of one image's convolutions in a training step: 3× the forward (forward,
 // d_x, d_w), except the stem, whose input needs no gradient (2×).

@@ -18,6 +18,7 @@
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/nn/conv2d.hpp"
 #include "attnkit/tools/roofline.hpp"
+#include "bench_peaks.hpp"
 
 namespace attnkit {
 namespace {
@@ -33,12 +34,7 @@ constexpr Layer kLayers[] = {{1, 32, 28, 3},  {32, 64, 14, 3}, {64, 64, 14, 3}, 
                              {2, 1, 7, 7}};
 constexpr int64_t kBatch = 128;
 
-// The best FMA peak measured so far in this process; `again` measures once more first.
-double fma_peak(bool again) {
-  static double peak = 0;
-  if (again || peak == 0) peak = std::max(peak, measure_fma_gflops(num_threads()));
-  return peak;
-}
+using bench::fma_peak;
 
 void BM_Conv2dPass(benchmark::State& state) {
   const Layer l = kLayers[state.range(0)];

@@ -16,7 +16,7 @@
 namespace attnkit {
 namespace {
 
-constexpr int64_t kH = 8, kDh = 32, kLv = 4, kP = 4;
+constexpr int64_t kHeads = 8, kDh = 32, kLv = 4, kP = 4;
 
 struct Problem {
   std::vector<int64_t> shapes, starts;
@@ -35,27 +35,27 @@ struct Problem {
       x.resize(static_cast<size_t>(count));
       for (auto& e : x) e = u(rng);
     };
-    fill(value, n * kH * kDh), fill(w, n * kH * kLv * kP);
-    loc = deformable_bench_locations(shapes, kH, kP, false, 2);  // near each query
-    fill(q, n * kH * kDh), fill(k, n * kH * kDh);
-    out.resize(value.size()), o.resize(value.size()), lse.resize(static_cast<size_t>(kH * n));
+    fill(value, n * kHeads * kDh), fill(w, n * kHeads * kLv * kP);
+    loc = deformable_bench_locations(shapes, kHeads, kP, false, 2);  // near each query
+    fill(q, n * kHeads * kDh), fill(k, n * kHeads * kDh);
+    out.resize(value.size()), o.resize(value.size()), lse.resize(static_cast<size_t>(kHeads * n));
   }
   MsDeformAttnArgs deform() {
     MsDeformAttnArgs a;
-    a.value = View<const float, 4>::contiguous(value.data(), {1, n, kH, kDh});
+    a.value = View<const float, 4>::contiguous(value.data(), {1, n, kHeads, kDh});
     a.spatial_shapes = shapes;
     a.level_start_index = starts;
-    a.sampling_locations = View<const float, 6>::contiguous(loc.data(), {1, n, kH, kLv, kP, 2});
-    a.attention_weights = View<const float, 5>::contiguous(w.data(), {1, n, kH, kLv, kP});
-    a.out = View3::contiguous(out.data(), {1, n, kH * kDh});
+    a.sampling_locations = View<const float, 6>::contiguous(loc.data(), {1, n, kHeads, kLv, kP, 2});
+    a.attention_weights = View<const float, 5>::contiguous(w.data(), {1, n, kHeads, kLv, kP});
+    a.out = View3::contiguous(out.data(), {1, n, kHeads * kDh});
     return a;
   }
   AttentionArgs dense() {
-    return {.q = ConstView3::contiguous(q.data(), {n, kH, kDh}),
-            .k = ConstView3::contiguous(k.data(), {n, kH, kDh}),
-            .v = ConstView3::contiguous(value.data(), {n, kH, kDh}),
-            .out = View3::contiguous(o.data(), {n, kH, kDh}),
-            .lse = View2::contiguous(lse.data(), {kH, n})};
+    return {.q = ConstView3::contiguous(q.data(), {n, kHeads, kDh}),
+            .k = ConstView3::contiguous(k.data(), {n, kHeads, kDh}),
+            .v = ConstView3::contiguous(value.data(), {n, kHeads, kDh}),
+            .out = View3::contiguous(o.data(), {n, kHeads, kDh}),
+            .lse = View2::contiguous(lse.data(), {kHeads, n})};
   }
 };
 

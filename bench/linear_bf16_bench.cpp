@@ -20,6 +20,7 @@
 #include "attnkit/ops/gemm_bf16.hpp"
 #include "attnkit/ops/matmul_precision.hpp"
 #include "attnkit/tools/roofline.hpp"
+#include "bench_peaks.hpp"
 
 namespace attnkit {
 namespace {
@@ -30,11 +31,7 @@ struct Shape {
 constexpr Shape kShapes[] = {{256, 384}, {256, 256}, {256, 688}, {688, 256}};
 constexpr int64_t kTokens = 2048;
 
-double fma_peak(bool again) {
-  static double peak = 0;
-  if (again || peak == 0) peak = std::max(peak, measure_fma_gflops(num_threads()));
-  return peak;
-}
+using bench::fma_peak;
 
 void BM_LinearBf16(benchmark::State& state) {
   const Shape sh = kShapes[state.range(0)];

@@ -74,12 +74,12 @@ py::object item(const py::dict& d, const char* key) {
   return d.contains(key) ? py::object(d[key]) : py::object(py::none());
 }
 
-std::span<const float> span_of(const Array* a) {
+std::span<const float> kept_span(const Array* a) {
   return a ? std::span<const float>(a->data(), size_t(a->size())) : std::span<const float>{};
 }
-ConstView2 cview(Array* a) { return a ? const_view<2>(*a, "array") : ConstView2{}; }
+ConstView2 kept_cview(Array* a) { return a ? const_view<2>(*a, "array") : ConstView2{}; }
 // The backward only reads the cache; views are mutable in type only.
-View2 mview(Array* a) {
+View2 kept_mview(Array* a) {
   if (!a) return {};
   const ConstView2 c = const_view<2>(*a, "cache");
   return {const_cast<float*>(c.data), c.shape, c.stride};
@@ -87,13 +87,13 @@ View2 mview(Array* a) {
 
 AttentionBlockParams params(const py::dict& d, Arrays& keep) {
   AttentionBlockParams p;
-  p.qkv_proj_weight = cview(keep.add(item(d, "qkv_proj_weight"), "qkv_proj_weight", 2));
-  p.qkv_proj_bias = span_of(keep.add(item(d, "qkv_proj_bias"), "qkv_proj_bias", 1));
-  p.o_proj_weight = cview(keep.add(item(d, "o_proj_weight"), "o_proj_weight", 2));
-  p.o_proj_bias = span_of(keep.add(item(d, "o_proj_bias"), "o_proj_bias", 1));
-  p.sinks = span_of(keep.add(item(d, "sinks"), "sinks", 1));
-  p.gate_proj_weight = cview(keep.add(item(d, "gate_proj_weight"), "gate_proj_weight", 2));
-  p.gate_proj_bias = span_of(keep.add(item(d, "gate_proj_bias"), "gate_proj_bias", 1));
+  p.qkv_proj_weight = kept_cview(keep.add(item(d, "qkv_proj_weight"), "qkv_proj_weight", 2));
+  p.qkv_proj_bias = kept_span(keep.add(item(d, "qkv_proj_bias"), "qkv_proj_bias", 1));
+  p.o_proj_weight = kept_cview(keep.add(item(d, "o_proj_weight"), "o_proj_weight", 2));
+  p.o_proj_bias = kept_span(keep.add(item(d, "o_proj_bias"), "o_proj_bias", 1));
+  p.sinks = kept_span(keep.add(item(d, "sinks"), "sinks", 1));
+  p.gate_proj_weight = kept_cview(keep.add(item(d, "gate_proj_weight"), "gate_proj_weight", 2));
+  p.gate_proj_bias = kept_span(keep.add(item(d, "gate_proj_bias"), "gate_proj_bias", 1));
   return p;
 }
 
@@ -143,7 +143,7 @@ void bind(py::module_& m) {
         {
           py::gil_scoped_release nogil;
           (reference ? attention_block_forward_reference : attention_block_forward)(
-              mutable_view<2>(out), cache, cview(x), {cu, pos}, p, o);
+              mutable_view<2>(out), cache, kept_cview(x), {cu, pos}, p, o);
         }
         py::dict cache_dict;
         for (int i = 0; i < 7; ++i)
@@ -164,7 +164,7 @@ void bind(py::module_& m) {
         const AttentionBlockParams p = params(p_dict, keep);
         View2 v[7];
         for (int i = 0; i < 7; ++i)
-          v[i] = mview(keep.add(item(c_dict, kCacheNames[i]), kCacheNames[i], 2));
+          v[i] = kept_mview(keep.add(item(c_dict, kCacheNames[i]), kCacheNames[i], 2));
         const AttentionBlockCache cache{v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
         const auto cu = int32_vector(cu_obj, "cu_seqlens");
         const int64_t t = x->shape(0), c = x->shape(1), hd = o.heads * o.head_dim;
@@ -202,7 +202,7 @@ void bind(py::module_& m) {
         {
           py::gil_scoped_release nogil;
           (reference ? attention_block_backward_reference : attention_block_backward)(
-              mutable_view<2>(d_x), grads_view, scratch, cview(d_out), cview(x), cache, {cu, pos},
+              mutable_view<2>(d_x), grads_view, scratch, kept_cview(d_out), kept_cview(x), cache, {cu, pos},
               p, o);
         }
         for (int i = 0; i < 7; ++i)

@@ -48,7 +48,7 @@ MsDeformAttnBlockOptions options(const py::dict& d, bool reference) {
 }
 
 // Inputs and parameters kept alive for one call.
-struct Call {
+struct BlockCall {
   CArray query, ref, input;
   std::vector<int64_t> shapes, starts;
   std::vector<uint8_t> mask;
@@ -58,10 +58,10 @@ struct Call {
   MsDeformAttnBlockOptions opts;
 };
 
-Call make_call(const py::object& query, const py::object& ref, const py::object& input,
-               const py::object& shapes, const py::object& starts, const py::object& mask,
-               const py::dict& params, const py::dict& opts, bool reference) {
-  Call c;
+BlockCall make_block_call(const py::object& query, const py::object& ref, const py::object& input,
+                          const py::object& shapes, const py::object& starts, const py::object& mask,
+                          const py::dict& params, const py::dict& opts, bool reference) {
+  BlockCall c;
   c.opts = options(opts, reference);
   c.query = c_array(query, "query");
   c.ref = c_array(ref, "reference_points");
@@ -94,13 +94,13 @@ Call make_call(const py::object& query, const py::object& ref, const py::object&
   return c;
 }
 
-py::array_t<float> to_array(const Tensor<float, 2>& t) {
+py::array_t<float> tensor_to_array(const Tensor<float, 2>& t) {
   auto a = new_array({t.shape()[0], t.shape()[1]});
   std::copy(t.data(), t.data() + t.numel(), a.mutable_data());
   return a;
 }
 
-Tensor<float, 2> from_array(const py::dict& cache, const char* name) {
+Tensor<float, 2> array_to_tensor(const py::dict& cache, const char* name) {
   check(cache.contains(name), "cache: missing '", name, "'");
   const CArray a = c_array(cache[name], name);
   check(a.ndim() == 2, "cache['", name, "']: expected 2 dimensions");
@@ -109,10 +109,10 @@ Tensor<float, 2> from_array(const py::dict& cache, const char* name) {
   return t;
 }
 
-py::tuple forward(const py::object& query, const py::object& ref, const py::object& input,
-                  const py::object& shapes, const py::object& starts, const py::object& mask,
-                  const py::dict& params, const py::dict& opts, bool reference) {
-  Call c = make_call(query, ref, input, shapes, starts, mask, params, opts, reference);
+py::tuple block_forward(const py::object& query, const py::object& ref, const py::object& input,
+                        const py::object& shapes, const py::object& starts, const py::object& mask,
+                        const py::dict& params, const py::dict& opts, bool reference) {
+  BlockCall c = make_block_call(query, ref, input, shapes, starts, mask, params, opts, reference);
   validate_ms_deform_attn_block(c.in, c.params, c.opts);
   auto out = new_array({c.in.query.shape[0], c.in.query.shape[1], c.opts.d_model});
   MsDeformAttnBlockCache cache;
@@ -123,7 +123,7 @@ py::tuple forward(const py::object& query, const py::object& ref, const py::obje
   py::dict cd;
   const Tensor<float, 2>* parts[] = {&cache.value, &cache.offsets, &cache.weights,
                                      &cache.locations, &cache.attn};
-  for (int i = 0; i < 5; ++i) cd[kCache[i]] = to_array(*parts[i]);
+  for (int i = 0; i < 5; ++i) cd[kCache[i]] = tensor_to_array(*parts[i]);
   return py::make_tuple(out, cd);
 }
 
@@ -135,7 +135,7 @@ py::dict weights_dict(const MsDeformAttnBlockWeights& w) {
                                       &w.attention_weights_bias, &w.output_proj_bias};
   py::dict d;
   for (int i = 0; i < 4; ++i) {
-    d[kMatrices[i]] = to_array(*mats[i]);
+    d[kMatrices[i]] = tensor_to_array(*mats[i]);
     auto b = new_array({biases[i]->numel()});
     std::copy(biases[i]->data(), biases[i]->data() + biases[i]->numel(), b.mutable_data());
     d[kBiases[i]] = b;
@@ -143,17 +143,17 @@ py::dict weights_dict(const MsDeformAttnBlockWeights& w) {
   return d;
 }
 
-py::tuple backward(const py::object& d_out_obj, const py::object& query, const py::object& ref,
-                   const py::object& input, const py::object& shapes, const py::object& starts,
-                   const py::object& mask, const py::dict& params, const py::dict& cache_d,
-                   const py::dict& opts, bool reference) {
-  Call c = make_call(query, ref, input, shapes, starts, mask, params, opts, reference);
+py::tuple block_backward(const py::object& d_out_obj, const py::object& query, const py::object& ref,
+                         const py::object& input, const py::object& shapes, const py::object& starts,
+                         const py::object& mask, const py::dict& params, const py::dict& cache_d,
+                         const py::dict& opts, bool reference) {
+  BlockCall c = make_block_call(query, ref, input, shapes, starts, mask, params, opts, reference);
   validate_ms_deform_attn_block(c.in, c.params, c.opts);
   const CArray d_out = c_array(d_out_obj, "d_out");
   MsDeformAttnBlockCache cache;
   Tensor<float, 2>* parts[] = {&cache.value, &cache.offsets, &cache.weights, &cache.locations,
                                &cache.attn};
-  for (int i = 0; i < 5; ++i) *parts[i] = from_array(cache_d, kCache[i]);
+  for (int i = 0; i < 5; ++i) *parts[i] = array_to_tensor(cache_d, kCache[i]);
   const auto& q = c.in.query;
   const auto& x = c.in.input_flatten;
   auto d_q = new_array({q.shape[0], q.shape[1], q.shape[2]});
@@ -179,11 +179,11 @@ py::dict init(const py::dict& opts, uint64_t seed) {
 }  // namespace
 
 void bind_ms_deform_attn_block(py::module_& m) {
-  m.def("_ms_deform_attn_block_forward", &forward, "query"_a, "reference_points"_a,
+  m.def("_ms_deform_attn_block_forward", &block_forward, "query"_a, "reference_points"_a,
         "input_flatten"_a, "spatial_shapes"_a, "level_start_index"_a, "padding_mask"_a,
         "params"_a, "opts"_a, "reference"_a,
         "MSDeformAttn forward -> (out [B, Q, C], cache dict).");
-  m.def("_ms_deform_attn_block_backward", &backward, "d_out"_a, "query"_a, "reference_points"_a,
+  m.def("_ms_deform_attn_block_backward", &block_backward, "d_out"_a, "query"_a, "reference_points"_a,
         "input_flatten"_a, "spatial_shapes"_a, "level_start_index"_a, "padding_mask"_a,
         "params"_a, "cache"_a, "opts"_a, "reference"_a,
         "MSDeformAttn backward -> (d_query, d_input_flatten, d_reference_points, grads dict).");

@@ -1,12 +1,12 @@
 // Wide-group decode kernels (decode_wide.hpp), Highway with static dispatch. With the query rows
 // as the vector dimension:
-//   scores   St[t, r] = Σ_e Qᵀ[e, r]·k[t, e]      register blocks of kTok tokens × 2 row vectors;
+//   scores   St[t, r] = Σ_e Qᵀ[e, r]·k[t, e]      register blocks of kWideTok tokens × 2 row vectors;
 //                                                  each k element is broadcast once per block; the
 //                                                  block's K rows are converted into an L1 tile
 //                                                  just before it
 //   softmax  fused into the score pass: each register block's max is checked against the row's
 //            reference max, then exponentiated in registers (no pass over the scores in memory)
-//   values   O[r, :] += Σ_t Pᵀ[t, r]·v[t, :]      register blocks of 4 rows × kVecs vectors; the
+//   values   O[r, :] += Σ_t Pᵀ[t, r]·v[t, :]      register blocks of 4 rows × kWideVecs vectors; the
 //                                                  first 4 rows convert each V vector once and
 //                                                  leave it in an L1 stage for the others
 // No horizontal sums: every FMA lane does useful work. PyTorch: st = k @ q.T; o += st.T @ v.
@@ -26,11 +26,11 @@ namespace {
 
 // Register blocks: AVX-512 has 32 vector registers, AVX2 16.
 #if HWY_TARGET <= HWY_AVX3
-constexpr int kTok = 8;   // tokens per score block: 8 × 2 accumulators
-constexpr int kVecs = 4;  // vectors per value block: 4 rows × 4 accumulators
+constexpr int kWideTok = 8;   // tokens per score block: 8 × 2 accumulators
+constexpr int kWideVecs = 4;  // vectors per value block: 4 rows × 4 accumulators
 #else
-constexpr int kTok = 4;
-constexpr int kVecs = 2;
+constexpr int kWideTok = 4;
+constexpr int kWideVecs = 2;
 #endif
 
 int64_t lanes() { return int64_t(hn::Lanes(DF())); }
@@ -164,14 +164,14 @@ HWY_INLINE void stage(const Rows& r, int64_t bt, int64_t d, float* dst) {
 }
 
 // wide_scores_softmax for K rows stored as L: float32 rows are read in place; others are
-// converted kTok rows at a time into `tile` [kTok, d], just before their register block reads
+// converted kWideTok rows at a time into `tile` [kWideTok, d], just before their register block reads
 // them (the tile stays in L1; no pass over the whole block).
 template <class L>
 void scores_softmax(const float* qt, int64_t rows, const Rows& k, int64_t bt, int64_t d,
                     float* pt, float* m, float* l, float* o, float* tile) {
   constexpr bool kInPlace = std::is_same_v<L, LoadF32>;
-  for (int64_t t = 0; t < bt; t += kTok) {
-    const int64_t tt = std::min<int64_t>(kTok, bt - t);
+  for (int64_t t = 0; t < bt; t += kWideTok) {
+    const int64_t tt = std::min<int64_t>(kWideTok, bt - t);
     const Rows kr{k.base + t * k.stride, k.stride, k.scale ? k.scale + t * k.scale_stride : nullptr,
                   k.scale_stride, k.pf, k.pf_end};
     const float* kt = tile;
@@ -183,39 +183,39 @@ void scores_softmax(const float* qt, int64_t rows, const Rows& k, int64_t bt, in
     } else {
       stage<L>(kr, tt, d, tile);
     }
-    if (tt == kTok) {
-      score_softmax_tile<kTok>(qt, rows, kt, ldk, t, d, pt, m, l, o);
+    if (tt == kWideTok) {
+      score_softmax_tile<kWideTok>(qt, rows, kt, ldk, t, d, pt, m, l, o);
     } else {
       for (int64_t u = 0; u < tt; ++u) score_softmax_tile<1>(qt, rows, kt + u * ldk, ldk, t + u, d, pt, m, l, o);
     }
   }
 }
 
-// O rows [r, r + 4) += Σ_t pt[t·rows + r + i]·x_t[e0, e0 + kVecs·lanes) for t < bt, with vector
-// j of x_t from get(t, j): 4 rows × kVecs accumulators.
+// O rows [r, r + 4) += Σ_t pt[t·rows + r + i]·x_t[e0, e0 + kWideVecs·lanes) for t < bt, with vector
+// j of x_t from get(t, j): 4 rows × kWideVecs accumulators.
 template <class Get>
 HWY_INLINE void value_block(const float* pt, int64_t rows, int64_t r, int64_t bt, int64_t d,
                             int64_t e0, float* o, Get get) {
   const DF df;
   const int64_t n = lanes();
   float* o0 = o + r * d + e0;
-  VF acc[4][kVecs];
+  VF acc[4][kWideVecs];
   HWY_UNROLL_ALL for (int i = 0; i < 4; ++i)
-    HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) acc[i][j] = hn::LoadU(df, o0 + i * d + j * n);
+    HWY_UNROLL_ALL for (int j = 0; j < kWideVecs; ++j) acc[i][j] = hn::LoadU(df, o0 + i * d + j * n);
   for (int64_t t = 0; t < bt; ++t) {
-    VF x[kVecs];
-    HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) {
+    VF x[kWideVecs];
+    HWY_UNROLL_ALL for (int j = 0; j < kWideVecs; ++j) {
       x[j] = get(t, j);
       decode_x86::pin_register(x[j]);  // one load per vector and token, not one per row
     }
     const float* p = pt + t * rows + r;
     HWY_UNROLL_ALL for (int i = 0; i < 4; ++i) {
       const VF pv = hn::Set(df, p[i]);
-      HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) acc[i][j] = hn::MulAdd(pv, x[j], acc[i][j]);
+      HWY_UNROLL_ALL for (int j = 0; j < kWideVecs; ++j) acc[i][j] = hn::MulAdd(pv, x[j], acc[i][j]);
     }
   }
   HWY_UNROLL_ALL for (int i = 0; i < 4; ++i)
-    HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) hn::StoreU(acc[i][j], df, o0 + i * d + j * n);
+    HWY_UNROLL_ALL for (int j = 0; j < kWideVecs; ++j) hn::StoreU(acc[i][j], df, o0 + i * d + j * n);
 }
 
 // wide_values_stored for V rows stored as L: the first 4 rows convert each V vector (prefetching
@@ -226,10 +226,10 @@ void values(const float* pt, int64_t rows, const Rows& v, int64_t bt, int64_t d,
   const DF df;
   const int64_t n = lanes();
   constexpr bool kInPlace = std::is_same_v<L, LoadF32>;
-  for (int64_t e0 = 0; e0 < d; e0 += kVecs * n)
+  for (int64_t e0 = 0; e0 < d; e0 += kWideVecs * n)
     value_block(pt, rows, 0, bt, d, e0, o, [&](int64_t t, int j) {
       const std::byte* src = v.base + t * v.stride + (e0 + j * n) * L::kBytes;
-      if (j == 0) prefetch_ahead(v, src, kVecs * n * L::kBytes);
+      if (j == 0) prefetch_ahead(v, src, kWideVecs * n * L::kBytes);
       VF x = L::load(src);
       if constexpr (std::is_same_v<L, LoadI8>) x = hn::Mul(x, hn::Set(df, v.scale_at(t)));
       if constexpr (!kInPlace) hn::StoreU(x, df, stage + t * d + e0 + j * n);
@@ -238,7 +238,7 @@ void values(const float* pt, int64_t rows, const Rows& v, int64_t bt, int64_t d,
   const float* src = kInPlace ? reinterpret_cast<const float*>(v.base) : stage;
   const int64_t ld = kInPlace ? v.stride / 4 : d;
   for (int64_t r = 4; r < rows; r += 4)
-    for (int64_t e0 = 0; e0 < d; e0 += kVecs * n)
+    for (int64_t e0 = 0; e0 < d; e0 += kWideVecs * n)
       value_block(pt, rows, r, bt, d, e0, o,
                   [&](int64_t t, int j) { return hn::LoadU(df, src + t * ld + e0 + j * n); });
 }
@@ -260,7 +260,7 @@ WideStage wide_stage(DType stored) {
 }
 
 bool wide_supported(int64_t rows, int64_t d) {
-  return rows % lanes() == 0 && rows >= 2 * lanes() && d % (kVecs * lanes()) == 0;
+  return rows % lanes() == 0 && rows >= 2 * lanes() && d % (kWideVecs * lanes()) == 0;
 }
 
 void wide_scores(const float* qt, int64_t ldq, int64_t rows, const float* k, int64_t ldk,
@@ -269,12 +269,12 @@ void wide_scores(const float* qt, int64_t ldq, int64_t rows, const float* k, int
   int64_t r = 0;
   for (; r + 2 * n <= rows; r += 2 * n) {
     int64_t t = 0;
-    for (; t + kTok <= bt; t += kTok) score_block<kTok, 2>(qt, ldq, r, k, ldk, t, d, st, ldst);
+    for (; t + kWideTok <= bt; t += kWideTok) score_block<kWideTok, 2>(qt, ldq, r, k, ldk, t, d, st, ldst);
     for (; t < bt; ++t) score_block<1, 2>(qt, ldq, r, k, ldk, t, d, st, ldst);
   }
   for (; r < rows; r += n) {
     int64_t t = 0;
-    for (; t + kTok <= bt; t += kTok) score_block<kTok, 1>(qt, ldq, r, k, ldk, t, d, st, ldst);
+    for (; t + kWideTok <= bt; t += kWideTok) score_block<kWideTok, 1>(qt, ldq, r, k, ldk, t, d, st, ldst);
     for (; t < bt; ++t) score_block<1, 1>(qt, ldq, r, k, ldk, t, d, st, ldst);
   }
 }

@@ -11,22 +11,22 @@
 namespace attnkit {
 namespace {
 
-constexpr double kSqrt2OverPi = 0.79788456080286535588;
-constexpr double kGeluCoeff = 0.044715;
+constexpr double kSqrt2OverPiF64 = 0.79788456080286535588;
+constexpr double kGeluCoeffF64 = 0.044715;
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 double gelu(double x, GeluApproximation a) {
   if (a == GeluApproximation::kNone) return 0.5 * x * (1.0 + std::erf(x * M_SQRT1_2));
-  return 0.5 * x * (1.0 + std::tanh(kSqrt2OverPi * (x + kGeluCoeff * x * x * x)));
+  return 0.5 * x * (1.0 + std::tanh(kSqrt2OverPiF64 * (x + kGeluCoeffF64 * x * x * x)));
 }
 
 double gelu_grad(double x, GeluApproximation a) {
   if (a == GeluApproximation::kNone)
     return 0.5 * (1.0 + std::erf(x * M_SQRT1_2)) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
-  const double th = std::tanh(kSqrt2OverPi * (x + kGeluCoeff * x * x * x));
+  const double th = std::tanh(kSqrt2OverPiF64 * (x + kGeluCoeffF64 * x * x * x));
   return 0.5 * (1.0 + th) +
-         0.5 * x * (1.0 - th * th) * kSqrt2OverPi * (1.0 + 3.0 * kGeluCoeff * x * x);
+         0.5 * x * (1.0 - th * th) * kSqrt2OverPiF64 * (1.0 + 3.0 * kGeluCoeffF64 * x * x);
 }
 
 double silu_grad(double x) {

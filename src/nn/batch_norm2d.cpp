@@ -51,8 +51,6 @@ std::vector<double> channel_sums(int64_t n, int64_t c, const Add& add) {
   return total;
 }
 
-inline float weight(std::span<const float> w, int64_t c) { return w.empty() ? 1.0f : w[size_t(c)]; }
-inline float bias(std::span<const float> b, int64_t c) { return b.empty() ? 0.0f : b[size_t(c)]; }
 
 // The forward's per-channel map y = x·scale + shift from the saved mean and rstd. One definition
 // (with an explicit fused multiply-add) for forward and backward: the backward's ReLU mask must
@@ -62,8 +60,8 @@ struct ChannelAffine {
 };
 inline ChannelAffine affine_of(float mean, float rstd, std::span<const float> w, std::span<const float> b,
                                int64_t c) {
-  const float scale = rstd * weight(w, c);
-  return {scale, std::fma(-mean, scale, bias(b, c))};
+  const float scale = rstd * nn::weight_or_one(w, c);
+  return {scale, std::fma(-mean, scale, nn::bias_or_zero(b, c))};
 }
 
 // Calls f(image, channel) for the planes [p0, p1) of an NCHW tensor with c channels.
@@ -193,7 +191,7 @@ void backward_planes(View4 d_x, std::span<float> d_w, std::span<float> d_b, cons
   });
   std::vector<float> ca(size_t(c), 0.0f), cb(size_t(c), 0.0f), cc(size_t(c), 0.0f);  // d_x = ca·d_y + cb·x + cc
   for (int64_t ch = 0; ch < c; ++ch) {
-    const float mu = mean[size_t(ch)], r = rstd[size_t(ch)], wc = weight(w, ch);
+    const float mu = mean[size_t(ch)], r = rstd[size_t(ch)], wc = nn::weight_or_one(w, ch);
     const double sum_g = sums[size_t(2 * ch)];
     const double sum_gx = double(r) * (sums[size_t(2 * ch + 1)] - double(mu) * sum_g);
     if (!d_w.empty()) d_w[size_t(ch)] += float(sum_gx);

@@ -44,8 +44,6 @@ void check_eps(const char* fn, float eps) {
 
 namespace {
 
-inline float weight(std::span<const float> w, int64_t c) { return w.empty() ? 1.0f : w[size_t(c)]; }
-inline float bias(std::span<const float> b, int64_t c) { return b.empty() ? 0.0f : b[size_t(c)]; }
 
 // Σ_j (x[j] - m)² in double with eight independent partial sums.
 double centered_sq_sum(const float* x, int64_t n, double m) {
@@ -80,7 +78,7 @@ void layer_norm_forward(View2 y, std::span<float> mean, std::span<float> rstd, C
     mean[size_t(t)] = m;
     rstd[size_t(t)] = r;
     float* yr = y.ptr(t);
-    for (int64_t j = 0; j < c; ++j) yr[j] = (xr[j] - m) * r * weight(w, j) + bias(b, j);
+    for (int64_t j = 0; j < c; ++j) yr[j] = (xr[j] - m) * r * nn::weight_or_one(w, j) + nn::bias_or_zero(b, j);
   });
 }
 
@@ -158,13 +156,13 @@ void layer_norm_backward(View2 d_x, std::span<float> d_w, std::span<float> d_b, 
     int64_t j = 0;
     for (; j + 8 <= c; j += 8)
       for (int l = 0; l < 8; ++l) {
-        const double gw = double(g[j + l]) * double(weight(w, j + l));
+        const double gw = double(g[j + l]) * double(nn::weight_or_one(w, j + l));
         part_g[l] += gw;
         part_gx[l] += gw * double((xr[j + l] - m) * r);
       }
     double sum_g = 0, sum_gx = 0;
     for (; j < c; ++j) {
-      const double gw = double(g[j]) * double(weight(w, j));
+      const double gw = double(g[j]) * double(nn::weight_or_one(w, j));
       sum_g += gw;
       sum_gx += gw * double((xr[j] - m) * r);
     }
@@ -172,7 +170,7 @@ void layer_norm_backward(View2 d_x, std::span<float> d_w, std::span<float> d_b, 
     const float a = c ? float(sum_g / double(c)) : 0.0f;
     const float bb = c ? float(sum_gx / double(c)) : 0.0f;
     float* dx = d_x.ptr(t);
-    for (int64_t j = 0; j < c; ++j) dx[j] = r * (g[j] * weight(w, j) - a - (xr[j] - m) * r * bb);
+    for (int64_t j = 0; j < c; ++j) dx[j] = r * (g[j] * nn::weight_or_one(w, j) - a - (xr[j] - m) * r * bb);
   });
 }
 
@@ -189,7 +187,7 @@ void rms_norm_forward(View2 y, std::span<float> rstd, ConstView2 x, std::span<co
     const float r = float(1.0 / std::sqrt(ms + double(eps)));
     rstd[size_t(t)] = r;
     float* yr = y.ptr(t);
-    for (int64_t j = 0; j < c; ++j) yr[j] = xr[j] * r * weight(w, j);
+    for (int64_t j = 0; j < c; ++j) yr[j] = xr[j] * r * nn::weight_or_one(w, j);
   });
 }
 
@@ -215,10 +213,10 @@ void rms_norm_backward(View2 d_x, std::span<float> d_w, ConstView2 d_y, ConstVie
     const float *xr = x.ptr(t), *g = d_y.ptr(t);
     const float r = rstd[size_t(t)];
     double sum_gx = 0;
-    for (int64_t j = 0; j < c; ++j) sum_gx += double(g[j]) * double(weight(w, j)) * double(xr[j]);
+    for (int64_t j = 0; j < c; ++j) sum_gx += double(g[j]) * double(nn::weight_or_one(w, j)) * double(xr[j]);
     const float k = c ? float(sum_gx / double(c) * double(r) * double(r)) : 0.0f;
     float* dx = d_x.ptr(t);
-    for (int64_t j = 0; j < c; ++j) dx[j] = r * (g[j] * weight(w, j) - xr[j] * k);
+    for (int64_t j = 0; j < c; ++j) dx[j] = r * (g[j] * nn::weight_or_one(w, j) - xr[j] * k);
   });
 }
 

@@ -14,10 +14,6 @@
 namespace attnkit {
 namespace {
 
-double weight(std::span<const float> w, int64_t c) {
-  return w.empty() ? 1.0 : double(w[size_t(c)]);
-}
-
 // d_w[c] += Σ_t d_y[t, c]·x̂[t, c] and d_b[c] += Σ_t d_y[t, c], x̂ given by xhat(t, c).
 template <class XHat>
 void param_grads(std::span<float> d_w, std::span<float> d_b, ConstView2 d_y, XHat xhat) {
@@ -54,7 +50,7 @@ void layer_norm_forward_reference(View2 y, std::span<float> mean, std::span<floa
     mean[size_t(t)] = float(mu);
     rstd[size_t(t)] = float(r);
     for (int64_t j = 0; j < c; ++j)
-      y(t, j) = float((row[size_t(j)] - mu) * r * weight(w, j) + (b.empty() ? 0.0 : b[size_t(j)]));
+      y(t, j) = float((row[size_t(j)] - mu) * r * double(nn::weight_or_one(w, j)) + (b.empty() ? 0.0 : b[size_t(j)]));
   }
 }
 
@@ -77,7 +73,7 @@ void layer_norm_backward_reference(View2 d_x, std::span<float> d_w, std::span<fl
   for (int64_t t = 0; t < x.shape[0]; ++t) {
     double sum_g = 0, sum_gx = 0;
     for (int64_t j = 0; j < c; ++j) {
-      g[size_t(j)] = double(d_y(t, j)) * weight(w, j);
+      g[size_t(j)] = double(d_y(t, j)) * double(nn::weight_or_one(w, j));
       sum_g += g[size_t(j)];
       sum_gx += g[size_t(j)] * xhat(t, j);
     }
@@ -103,7 +99,7 @@ void rms_norm_forward_reference(View2 y, std::span<float> rstd, ConstView2 x,
     }
     const double r = 1.0 / std::sqrt((c ? ms / double(c) : 0.0) + double(eps));
     rstd[size_t(t)] = float(r);
-    for (int64_t j = 0; j < c; ++j) y(t, j) = float(row[size_t(j)] * r * weight(w, j));
+    for (int64_t j = 0; j < c; ++j) y(t, j) = float(row[size_t(j)] * r * double(nn::weight_or_one(w, j)));
   }
 }
 
@@ -122,7 +118,7 @@ void rms_norm_backward_reference(View2 d_x, std::span<float> d_w, ConstView2 d_y
     const double r = double(rstd[size_t(t)]);
     double sum_gx = 0;
     for (int64_t j = 0; j < c; ++j) {
-      g[size_t(j)] = double(d_y(t, j)) * weight(w, j);
+      g[size_t(j)] = double(d_y(t, j)) * double(nn::weight_or_one(w, j));
       sum_gx += g[size_t(j)] * double(x(t, j));
     }
     const double k = c ? sum_gx / double(c) * r * r * r : 0.0;

@@ -12,7 +12,7 @@
 namespace attnkit {
 namespace {
 
-constexpr size_t kChunk = size_t(1) << 14;
+constexpr size_t kClipChunk = size_t(1) << 14;
 
 struct Chunk {
   const float* data;
@@ -23,8 +23,8 @@ template <class T>
 double norm_of(std::span<const std::span<T>> grads) {
   std::vector<Chunk> chunks;
   for (const auto& g : grads)
-    for (size_t b = 0; b < g.size(); b += kChunk)
-      chunks.push_back({g.data() + b, std::min(kChunk, g.size() - b)});
+    for (size_t b = 0; b < g.size(); b += kClipChunk)
+      chunks.push_back({g.data() + b, std::min(kClipChunk, g.size() - b)});
   std::vector<double> partial(chunks.size(), 0.0);
   parallel_for(int64_t(chunks.size()), [&](int64_t c) {
     const Chunk& ch = chunks[size_t(c)];
@@ -55,9 +55,9 @@ void scale_to_max_norm(std::span<const std::span<float>> grads, double max_norm,
   if (coef < 1.0) {
     const float scale = float(coef);
     for (const auto& g : grads)
-      parallel_for(int64_t((g.size() + kChunk - 1) / kChunk), [&](int64_t c) {
-        const size_t end = std::min(g.size(), size_t(c + 1) * kChunk);
-        for (size_t i = size_t(c) * kChunk; i < end; ++i) g[i] *= scale;
+      parallel_for(int64_t((g.size() + kClipChunk - 1) / kClipChunk), [&](int64_t c) {
+        const size_t end = std::min(g.size(), size_t(c + 1) * kClipChunk);
+        for (size_t i = size_t(c) * kClipChunk; i < end; ++i) g[i] *= scale;
       });
   }
 }

@@ -54,26 +54,10 @@ TEST(Alibi, ReferenceBiasMatchesClosedForm) {
   }
 }
 
-// loss = Σ out · d_out of the double reference forward.
-double loss(Problem& p, const AttentionOptions& o) {
-  attention_reference(o, p.args());
-  double l = 0;
-  for (int64_t i = 0; i < p.out.size(); ++i) l += double(p.out.data()[i]) * p.d_out.data()[i];
-  return l;
-}
-
 // Worst |analytic - numeric| over q, k, v (and sinks) and the scale of the numeric gradient, for
 // the gradients already in p (d_q, d_k, d_v, d_sink). Central differences, step what float moved.
 std::pair<double, double> gradient_error(Problem& p, const AttentionOptions& o) {
-  auto numeric = [&](float* x) {
-    const float saved = *x;
-    *x = saved + 1e-2f;
-    const double up = loss(p, o), x_up = *x;
-    *x = saved - 1e-2f;
-    const double down = loss(p, o), x_down = *x;
-    *x = saved;
-    return (up - down) / (x_up - x_down);
-  };
+  auto numeric = [&](float* x) { return testing::reference_numeric_grad(p, o, x); };
   const std::vector<float> dq(p.d_q.data(), p.d_q.data() + p.d_q.size()),
       dk(p.d_k.data(), p.d_k.data() + p.d_k.size()), dv(p.d_v.data(), p.d_v.data() + p.d_v.size()),
       ds = p.d_sink;

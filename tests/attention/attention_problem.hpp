@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attnkit/attention/attention.hpp"
+#include "attnkit/attention/attention_reference.hpp"
 
 namespace attnkit::testing {
 
@@ -128,6 +129,26 @@ inline double max_abs(const float* a, int64_t n) {
   double m = 0;
   for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(double(a[i])));
   return m;
+}
+
+// loss = Σ out · d_out, computed in double from a fresh forward of the double reference.
+inline double reference_loss(Problem& p, const AttentionOptions& o) {
+  attention_reference(o, p.args());
+  double l = 0;
+  for (int64_t i = 0; i < p.out.size(); ++i) l += double(p.out.data()[i]) * p.d_out.data()[i];
+  return l;
+}
+
+// Central difference of reference_loss w.r.t. *x; the step is what float storage actually moved.
+inline double reference_numeric_grad(Problem& p, const AttentionOptions& o, float* x) {
+  const float saved = *x;
+  const float h = 1e-2f;
+  *x = saved + h;
+  const double up = reference_loss(p, o), x_up = *x;
+  *x = saved - h;
+  const double down = reference_loss(p, o), x_down = *x;
+  *x = saved;
+  return (up - down) / (x_up - x_down);
 }
 
 }  // namespace attnkit::testing

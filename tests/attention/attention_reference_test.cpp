@@ -18,33 +18,13 @@ namespace {
 using testing::Problem;
 using testing::ProblemShape;
 
-// loss = Σ out · d_out, computed in double from a fresh forward.
-double loss(Problem& p, const AttentionOptions& o) {
-  attention_reference(o, p.args());
-  double l = 0;
-  for (int64_t i = 0; i < p.out.size(); ++i) l += double(p.out.data()[i]) * p.d_out.data()[i];
-  return l;
-}
-
-// Central difference of the loss w.r.t. *x; the step is what float storage actually moved.
-double numeric_grad(Problem& p, const AttentionOptions& o, float* x) {
-  const float saved = *x;
-  const float h = 1e-2f;
-  *x = saved + h;
-  const double up = loss(p, o), x_up = *x;
-  *x = saved - h;
-  const double down = loss(p, o), x_down = *x;
-  *x = saved;
-  return (up - down) / (x_up - x_down);
-}
-
-struct Case {
+struct GradientCase {
   const char* name;
   ProblemShape shape;
   AttentionOptions opts;
 };
 
-void check_gradients(const Case& c) {
+void check_gradients(const GradientCase& c) {
   Problem p(c.shape, 7);
   attention_reference_backward(c.opts, p.args(), p.grads());
   ASSERT_TRUE(p.guards_intact());
@@ -52,7 +32,7 @@ void check_gradients(const Case& c) {
   auto sweep = [&](testing::Guarded& x, const testing::Guarded& g, int64_t row, int64_t used) {
     for (int64_t i = 0; i < x.size(); ++i) {
       if (i % row >= used) continue;  // padding between strided rows is not an input
-      const double num = numeric_grad(p, c.opts, &x.data()[i]);
+      const double num = testing::reference_numeric_grad(p, c.opts, &x.data()[i]);
       const double ana = g.data()[(i / row) * used + i % row];
       worst = std::max(worst, std::abs(num - ana));
       scale = std::max(scale, std::abs(num));
@@ -63,7 +43,7 @@ void check_gradients(const Case& c) {
   sweep(p.k, p.d_k, p.row(s.hkv), s.hkv * s.d);
   sweep(p.v, p.d_v, p.row(s.hkv), s.hkv * s.d);
   for (size_t h = 0; h < p.sinks.size(); ++h) {
-    const double num = numeric_grad(p, c.opts, &p.sinks[h]);
+    const double num = testing::reference_numeric_grad(p, c.opts, &p.sinks[h]);
     worst = std::max(worst, std::abs(num - p.d_sink[h]));
     scale = std::max(scale, std::abs(num));
   }
@@ -73,7 +53,7 @@ void check_gradients(const Case& c) {
 }
 
 TEST(AttentionReference, GradientsMatchFiniteDifferences) {
-  const Case cases[] = {
+  const GradientCase cases[] = {
       {"mha", {{5}, {5}, 2, 2, 4}, {}},
       {"gqa causal", {{6}, {6}, 4, 2, 3}, AttentionOptions::causal()},
       {"mqa lq<lk causal", {{3}, {7}, 3, 1, 4}, AttentionOptions::causal()},

@@ -24,7 +24,7 @@ using testing::max_abs_diff;
 using testing::Problem;
 using testing::ProblemShape;
 
-struct Case {
+struct FlashCase {
   std::string name;
   ProblemShape shape;
   AttentionOptions opts;
@@ -32,7 +32,7 @@ struct Case {
 
 // Compares flash with the reference. Bar: float32 accumulation over n terms of magnitude ~|x| has
 // error ~ sqrt(n)·2^-24·|x|; we allow 64·sqrt(n)·2^-24 of the output's scale.
-void compare(const Case& c, int threads) {
+void compare(const FlashCase& c, int threads) {
   ThreadCountScope scope(threads);
   Problem ref(c.shape, 11), fl(c.shape, 11);
   attention_reference(c.opts, ref.args());
@@ -59,8 +59,8 @@ void compare(const Case& c, int threads) {
         << c.name << " dsink";
 }
 
-std::vector<Case> grid() {
-  std::vector<Case> cases;
+std::vector<FlashCase> grid() {
+  std::vector<FlashCase> cases;
   const AttentionOptions causal = AttentionOptions::causal();
   for (int l : {1, 7, 17, 63, 65, 113, 512})
     for (int hkv : {4, 2, 1}) {

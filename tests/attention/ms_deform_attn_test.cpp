@@ -46,14 +46,14 @@ struct Buf {
 // Where sampling points go.
 enum class Points { kRandom, kSpecial, kSmooth };
 
-struct Problem {
+struct DeformProblem {
   int64_t b, q, h, dh, p;
   std::vector<std::pair<int64_t, int64_t>> lv;  // (H_l, W_l)
   int64_t s = 0;
   std::vector<int64_t> shapes, starts;
   Buf value, loc, w, d_out;
 
-  Problem(int64_t b_, int64_t q_, int64_t h_, int64_t dh_, int64_t p_,
+  DeformProblem(int64_t b_, int64_t q_, int64_t h_, int64_t dh_, int64_t p_,
           std::vector<std::pair<int64_t, int64_t>> levels, Points pts, uint32_t seed)
       : b(b_), q(q_), h(h_), dh(dh_), p(p_), lv(std::move(levels)) {
     for (auto [hl, wl] : lv) {
@@ -120,9 +120,9 @@ struct Problem {
 
 struct Grads {
   Buf dv, dloc, dw;
-  explicit Grads(const Problem& pr)
+  explicit Grads(const DeformProblem& pr)
       : dv(pr.value.size(), 3.5f), dloc(pr.loc.size(), 3.5f), dw(pr.w.size(), 3.5f) {}
-  MsDeformAttnGrads view(const Problem& pr) {
+  MsDeformAttnGrads view(const DeformProblem& pr) {
     return {.d_out = ConstView3::contiguous(pr.d_out.data(), {pr.b, pr.q, pr.h * pr.dh}),
             .d_value = View<float, 4>::contiguous(dv.data(), {pr.b, pr.s, pr.h, pr.dh}),
             .d_sampling_locations =
@@ -132,13 +132,13 @@ struct Grads {
   }
 };
 
-Buf forward(const Problem& pr, void (*fn)(const MsDeformAttnArgs&)) {
+Buf forward(const DeformProblem& pr, void (*fn)(const MsDeformAttnArgs&)) {
   Buf out(pr.b * pr.q * pr.h * pr.dh, 3.5f);
   fn(pr.args(out));
   return out;
 }
 
-Grads backward(const Problem& pr,
+Grads backward(const DeformProblem& pr,
                void (*fn)(const MsDeformAttnArgs&, const MsDeformAttnGrads&)) {
   Grads g(pr);
   Buf unused;
@@ -161,7 +161,7 @@ void expect_within(const Buf& got, const Buf& want, const std::function<double(i
 
 // Per-point magnitudes that bound the float rounding of d_w and d_loc: Σ_k Σ_d |g_d·V_k,d| over
 // the in-map corners k (times |w|·W or |w|·H for the locations).
-std::vector<double> point_magnitudes(const Problem& pr) {
+std::vector<double> point_magnitudes(const DeformProblem& pr) {
   std::vector<double> mag(size_t(pr.w.size()), 0.0);
   for (int64_t i = 0; i < pr.w.size(); ++i) {
     const int64_t l = (i / pr.p) % pr.nlv(), hh = (i / (pr.p * pr.nlv())) % pr.h;
@@ -181,11 +181,11 @@ std::vector<double> point_magnitudes(const Problem& pr) {
   return mag;
 }
 
-void check_fast_vs_reference(const Problem& pr, const std::string& what) {
+void check_fast_vs_reference(const DeformProblem& pr, const std::string& what) {
   const Buf ref = forward(pr, &ms_deform_attn_reference);
   const Buf fast = forward(pr, &ms_deform_attn);
   // Magnitudes: the reference on |value| (weights and β are >= 0).
-  Problem abs_pr = pr;
+  DeformProblem abs_pr = pr;
   for (int64_t i = 0; i < abs_pr.value.size(); ++i) abs_pr.value[i] = std::abs(pr.value[i]);
   const Buf mag = forward(abs_pr, &ms_deform_attn_reference);
   const double k_fwd = double(4 * pr.nlv() * pr.p + 4);
@@ -210,33 +210,33 @@ void check_fast_vs_reference(const Problem& pr, const std::string& what) {
 }
 
 TEST(MsDeformAttn, FastMatchesReferenceRandomPoints) {
-  check_fast_vs_reference(Problem(2, 7, 3, 17, 4, {{5, 7}, {3, 4}, {1, 2}}, Points::kRandom, 1),
+  check_fast_vs_reference(DeformProblem(2, 7, 3, 17, 4, {{5, 7}, {3, 4}, {1, 2}}, Points::kRandom, 1),
                           "random Dh=17");
-  check_fast_vs_reference(Problem(1, 13, 2, 32, 3, {{8, 8}, {4, 4}}, Points::kRandom, 2),
+  check_fast_vs_reference(DeformProblem(1, 13, 2, 32, 3, {{8, 8}, {4, 4}}, Points::kRandom, 2),
                           "random Dh=32");
-  check_fast_vs_reference(Problem(1, 5, 1, 1, 2, {{3, 5}}, Points::kRandom, 3), "Dh=1");
-  check_fast_vs_reference(Problem(2, 3, 4, 40, 2, {{6, 3}, {2, 2}}, Points::kRandom, 4),
+  check_fast_vs_reference(DeformProblem(1, 5, 1, 1, 2, {{3, 5}}, Points::kRandom, 3), "Dh=1");
+  check_fast_vs_reference(DeformProblem(2, 3, 4, 40, 2, {{6, 3}, {2, 2}}, Points::kRandom, 4),
                           "random Dh=40");
 }
 
 TEST(MsDeformAttn, FastMatchesReferenceSpecialPoints) {
   // Single-pixel levels, borders, pixel centres and edges, far outside, pixel coordinate -1 and W.
-  check_fast_vs_reference(Problem(2, 9, 2, 16, 4, {{1, 1}, {4, 4}, {1, 3}, {7, 1}},
+  check_fast_vs_reference(DeformProblem(2, 9, 2, 16, 4, {{1, 1}, {4, 4}, {1, 3}, {7, 1}},
                                   Points::kSpecial, 5),
                           "special");
-  check_fast_vs_reference(Problem(1, 17, 3, 7, 3, {{5, 8}, {1, 1}}, Points::kSpecial, 6),
+  check_fast_vs_reference(DeformProblem(1, 17, 3, 7, 3, {{5, 8}, {1, 1}}, Points::kSpecial, 6),
                           "special Dh=7");
 }
 
 TEST(MsDeformAttn, EmptyQueriesZeroValueGradient) {
-  const Problem pr(1, 0, 2, 8, 2, {{2, 3}}, Points::kRandom, 7);
+  const DeformProblem pr(1, 0, 2, 8, 2, {{2, 3}}, Points::kRandom, 7);
   const Grads g = backward(pr, &ms_deform_attn_backward);
   for (int64_t i = 0; i < g.dv.size(); ++i) EXPECT_EQ(g.dv[i], 0.0f);
   EXPECT_TRUE(g.dv.intact());
 }
 
 TEST(MsDeformAttn, NonFiniteLocationsSampleNothing) {
-  Problem pr(1, 2, 1, 5, 2, {{3, 3}}, Points::kRandom, 8);
+  DeformProblem pr(1, 2, 1, 5, 2, {{3, 3}}, Points::kRandom, 8);
   pr.loc[0] = NAN;
   pr.loc[3] = INFINITY;
   pr.loc[4] = -INFINITY;
@@ -256,7 +256,7 @@ TEST(MsDeformAttn, NonFiniteLocationsSampleNothing) {
 }
 
 TEST(MsDeformAttn, ReferenceMatchesFiniteDifferences) {
-  Problem pr(2, 3, 2, 3, 2, {{3, 4}, {1, 1}, {2, 5}}, Points::kSmooth, 9);
+  DeformProblem pr(2, 3, 2, 3, 2, {{3, 4}, {1, 1}, {2, 5}}, Points::kSmooth, 9);
   const Grads g = backward(pr, &ms_deform_attn_reference_backward);
   auto loss = [&] {
     const Buf out = forward(pr, &ms_deform_attn_reference);
@@ -277,7 +277,7 @@ TEST(MsDeformAttn, ReferenceMatchesFiniteDifferences) {
 
 TEST(MsDeformAttn, BitwiseIdenticalAcrossThreadCounts) {
   // B·H = 2 with Dh = 40: 1 thread uses one channel block per (b, h), 3 threads two.
-  const Problem pr(1, 33, 2, 40, 4, {{6, 5}, {3, 2}, {1, 1}}, Points::kSpecial, 10);
+  const DeformProblem pr(1, 33, 2, 40, 4, {{6, 5}, {3, 2}, {1, 1}}, Points::kSpecial, 10);
   std::vector<Buf> outs;
   std::vector<Grads> grads;
   for (int t : {1, 2, 3}) {
@@ -294,7 +294,7 @@ TEST(MsDeformAttn, BitwiseIdenticalAcrossThreadCounts) {
 }
 
 TEST(MsDeformAttn, RejectsBadArguments) {
-  const Problem pr(1, 2, 2, 4, 2, {{2, 3}, {1, 2}}, Points::kRandom, 11);
+  const DeformProblem pr(1, 2, 2, 4, 2, {{2, 3}, {1, 2}}, Points::kRandom, 11);
   Buf out(pr.b * pr.q * pr.h * pr.dh);
   auto run = [&](const std::function<void(MsDeformAttnArgs&)>& spoil) {
     return [&pr, &out, spoil] {

@@ -65,7 +65,7 @@ struct TempDir : ScratchDir {
   std::string str() const { return dir().string(); }
 };
 
-void expect_rejected(const Bytes& file, const std::string& phrase) {
+void expect_idx_rejected(const Bytes& file, const std::string& phrase) {
   for (bool compressed : {false, true}) {
     SCOPED_TRACE(compressed ? "gzip" : "plain");
     try {
@@ -127,32 +127,32 @@ TEST(Idx, EmptyArrayAndConcatenatedGzipMembersAreAccepted) {
 }
 
 TEST(IdxMalformed, ShorterThanMagic) {
-  expect_rejected(u8_payload({0, 0, 8}), "shorter than the 4-byte IDX magic number");
+  expect_idx_rejected(u8_payload({0, 0, 8}), "shorter than the 4-byte IDX magic number");
 }
 TEST(IdxMalformed, NonZeroLeadingMagicBytes) {
-  expect_rejected(u8_payload({0, 1, 8, 1, 0, 0, 0, 0}), "bad IDX magic number");
+  expect_idx_rejected(u8_payload({0, 1, 8, 1, 0, 0, 0, 0}), "bad IDX magic number");
 }
 TEST(IdxMalformed, UnknownTypeByte) {
-  expect_rejected(idx_file(0x0A, {1}, u8_payload({0, 0})), "unknown IDX type byte 0xa");
+  expect_idx_rejected(idx_file(0x0A, {1}, u8_payload({0, 0})), "unknown IDX type byte 0xa");
 }
 TEST(IdxMalformed, RankZeroAndTooLarge) {
-  expect_rejected(u8_payload({0, 0, 8, 0}), "IDX rank 0 outside [1, 8]");
-  expect_rejected(u8_payload({0, 0, 8, 9}), "IDX rank 9 outside [1, 8]");
+  expect_idx_rejected(u8_payload({0, 0, 8, 0}), "IDX rank 0 outside [1, 8]");
+  expect_idx_rejected(u8_payload({0, 0, 8, 9}), "IDX rank 9 outside [1, 8]");
 }
 TEST(IdxMalformed, HeaderShorterThanDimensions) {
-  expect_rejected(u8_payload({0, 0, 8, 3, 0, 0, 0, 1, 0, 0}), "header truncated: rank 3 needs 12 bytes");
+  expect_idx_rejected(u8_payload({0, 0, 8, 3, 0, 0, 0, 1, 0, 0}), "header truncated: rank 3 needs 12 bytes");
 }
 TEST(IdxMalformed, DeclaredSizeTooLarge) {
   // 65536 · 65536 · 2 bytes of i16 = 2^33 bytes > kIdxMaxBytes; must fail before any allocation.
-  expect_rejected(idx_file(0x0B, {65536, 65536}, {}), "dimensions declare more than 4294967296 bytes");
-  expect_rejected(idx_file(0x08, {0xffffffffu, 0xffffffffu, 0xffffffffu}, {}), "dimensions declare more than");
+  expect_idx_rejected(idx_file(0x0B, {65536, 65536}, {}), "dimensions declare more than 4294967296 bytes");
+  expect_idx_rejected(idx_file(0x08, {0xffffffffu, 0xffffffffu, 0xffffffffu}, {}), "dimensions declare more than");
 }
 TEST(IdxMalformed, PayloadShorterThanDimensions) {
-  expect_rejected(idx_file(0x0C, {2, 2}, u8_payload({0, 0, 0, 1, 0, 0, 0, 2})),
+  expect_idx_rejected(idx_file(0x0C, {2, 2}, u8_payload({0, 0, 0, 1, 0, 0, 0, 2})),
                   "payload truncated: the header declares 16 bytes of i32 data, the file holds 8");
 }
 TEST(IdxMalformed, TrailingBytes) {
-  expect_rejected(idx_file(0x08, {2}, u8_payload({1, 2, 3})), "trailing bytes after the 2-byte payload");
+  expect_idx_rejected(idx_file(0x08, {2}, u8_payload({1, 2, 3})), "trailing bytes after the 2-byte payload");
 }
 TEST(IdxMalformed, CorruptGzip) {
   Bytes g = gzip(idx_file(0x08, {64}, Bytes(64, std::byte{7})));

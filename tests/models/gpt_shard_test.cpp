@@ -13,17 +13,12 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/models/gpt_generate.hpp"
+#include "models/tiny_tp_gpt.hpp"
 
 namespace attnkit {
 namespace {
 
-GptConfig tiny(int64_t kv_heads, GateMode gate, SinkLogits sink) {
-  GptConfig c;
-  c.vocab_size = 40, c.hidden_size = 24, c.intermediate_size = 30, c.num_hidden_layers = 2;
-  c.num_attention_heads = 4, c.num_key_value_heads = kv_heads, c.head_dim = 6;
-  c.max_position_embeddings = 64, c.attention_bias = true, c.gate = gate, c.sink_logits = sink;
-  return c;
-}
+using testing::tiny_tp_gpt;
 
 // Logits [steps, V] of the whole model and of P shards in threads, fed the same tokens.
 void expect_shards_match(const GptConfig& cfg, int64_t ranks) {
@@ -88,15 +83,15 @@ void expect_shards_match(const GptConfig& cfg, int64_t ranks) {
 
 TEST(GptShard, ShardsSumToTheWholeModel) {
   for (int64_t ranks : {2, 4}) {
-    expect_shards_match(tiny(4, GateMode::kNone, SinkLogits::kNone), ranks);       // Hkv >= P
-    expect_shards_match(tiny(1, GateMode::kNone, SinkLogits::kNone), ranks);       // Hkv < P: replicated
-    expect_shards_match(tiny(2, GateMode::kHeadwise, SinkLogits::kLearned), ranks);
-    expect_shards_match(tiny(2, GateMode::kElementwise, SinkLogits::kOffByOne), ranks);
+    expect_shards_match(tiny_tp_gpt(4, GateMode::kNone, SinkLogits::kNone), ranks);       // Hkv >= P
+    expect_shards_match(tiny_tp_gpt(1, GateMode::kNone, SinkLogits::kNone), ranks);       // Hkv < P: replicated
+    expect_shards_match(tiny_tp_gpt(2, GateMode::kHeadwise, SinkLogits::kLearned), ranks);
+    expect_shards_match(tiny_tp_gpt(2, GateMode::kElementwise, SinkLogits::kOffByOne), ranks);
   }
 }
 
 TEST(GptShard, RangesAndRefusals) {
-  const GptConfig c = tiny(2, GateMode::kNone, SinkLogits::kNone);
+  const GptConfig c = tiny_tp_gpt(2, GateMode::kNone, SinkLogits::kNone);
   const GptShardRange r = gpt_shard_range(c, 3, 4);  // heads 3..4 read KV head 1
   EXPECT_EQ(r.head_begin, 3);
   EXPECT_EQ(r.head_end, 4);
@@ -106,7 +101,7 @@ TEST(GptShard, RangesAndRefusals) {
   EXPECT_EQ(r.ffn_end, 30);
   EXPECT_THROW(gpt_shard_range(c, 0, 3), Error);  // 3 does not divide H = 4
   EXPECT_THROW(gpt_shard_range(c, 4, 4), Error);
-  GptConfig six = tiny(2, GateMode::kNone, SinkLogits::kNone);
+  GptConfig six = tiny_tp_gpt(2, GateMode::kNone, SinkLogits::kNone);
   six.num_attention_heads = 12, six.num_key_value_heads = 3;
   EXPECT_THROW(gpt_shard_range(six, 0, 2), Error);  // Hkv = 3 vs P = 2: neither divides
 }

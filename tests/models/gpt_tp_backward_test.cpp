@@ -15,15 +15,14 @@
 
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/models/gpt_shard.hpp"
+#include "models/tiny_tp_gpt.hpp"
 
 namespace attnkit {
 namespace {
 
-GptConfig tiny(int64_t kv_heads, GateMode gate, SinkLogits sink, GateSource source = GateSource::kInput) {
-  GptConfig c;
-  c.vocab_size = 40, c.hidden_size = 24, c.intermediate_size = 30, c.num_hidden_layers = 2;
-  c.num_attention_heads = 4, c.num_key_value_heads = kv_heads, c.head_dim = 6;
-  c.max_position_embeddings = 64, c.attention_bias = true, c.gate = gate, c.sink_logits = sink;
+// tiny_tp_gpt with the gate computed from `source` and untied embeddings.
+GptConfig untied_tp_gpt(int64_t kv_heads, GateMode gate, SinkLogits sink, GateSource source = GateSource::kInput) {
+  GptConfig c = testing::tiny_tp_gpt(kv_heads, gate, sink);
   c.gate_source = source, c.tie_word_embeddings = false;
   return c;
 }
@@ -134,15 +133,15 @@ void expect_backward_matches(const GptConfig& cfg, int64_t ranks) {
 
 TEST(GptTpBackward, ShardGradientsSumToTheWholeModels) {
   for (int64_t ranks : {2, 4}) {
-    expect_backward_matches(tiny(4, GateMode::kNone, SinkLogits::kNone), ranks);  // Hkv >= P
-    expect_backward_matches(tiny(1, GateMode::kNone, SinkLogits::kNone), ranks);  // Hkv < P: replicated
-    expect_backward_matches(tiny(2, GateMode::kHeadwise, SinkLogits::kLearned), ranks);
-    expect_backward_matches(tiny(2, GateMode::kElementwise, SinkLogits::kOffByOne, GateSource::kQuery), ranks);
+    expect_backward_matches(untied_tp_gpt(4, GateMode::kNone, SinkLogits::kNone), ranks);  // Hkv >= P
+    expect_backward_matches(untied_tp_gpt(1, GateMode::kNone, SinkLogits::kNone), ranks);  // Hkv < P: replicated
+    expect_backward_matches(untied_tp_gpt(2, GateMode::kHeadwise, SinkLogits::kLearned), ranks);
+    expect_backward_matches(untied_tp_gpt(2, GateMode::kElementwise, SinkLogits::kOffByOne, GateSource::kQuery), ranks);
   }
 }
 
 TEST(GptTpBackward, LayoutRoundTrip) {
-  const GptConfig cfg = tiny(1, GateMode::kHeadwise, SinkLogits::kLearned);
+  const GptConfig cfg = untied_tp_gpt(1, GateMode::kHeadwise, SinkLogits::kLearned);
   GptModel model(cfg);
   model.init_random(3);
   for (int64_t ranks : {1, 2, 4}) {

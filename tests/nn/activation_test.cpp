@@ -26,7 +26,7 @@ TEST(NnActivation, GeluFastMatchesReference) {
   for (auto approx : kApprox)
     for (int64_t t : {1, 7, 65})
       for (int64_t c : {1, 17, 64}) {
-        SCOPED_TRACE(testing::Message() << "tanh=" << (approx == GeluApproximation::kTanh)
+        SCOPED_TRACE(::testing::Message() << "tanh=" << (approx == GeluApproximation::kTanh)
                                         << " T=" << t << " C=" << c);
         const Mat x = spread(t, c, uint32_t(t + c)), d_y = Mat(t, c).randn(3);
         Mat y(t, c), y_ref(t, c), d_x(t, c), d_x_ref(t, c);
@@ -56,7 +56,7 @@ TEST(NnActivation, GeluFastMatchesReference) {
 TEST(NnActivation, SiluAndSwigluFastMatchReference) {
   for (int64_t t : {1, 7, 65})
     for (int64_t c : {1, 17, 64}) {
-      SCOPED_TRACE(testing::Message() << "T=" << t << " C=" << c);
+      SCOPED_TRACE(::testing::Message() << "T=" << t << " C=" << c);
       // gate and up are the two halves of one fused [T, 2C] projection (strided views).
       Mat fused = spread(t, 2 * c, uint32_t(3 * t + c));
       const ConstView2 gate{fused.base(), {t, c}, {fused.ld, 1}};

@@ -21,7 +21,7 @@ namespace {
 using nn_testing::GradCheck;
 using nn_testing::Mat;
 
-struct Case {
+struct BlockCase {
   std::string name;
   AttentionBlockOptions opts;
   int64_t channels;
@@ -37,7 +37,7 @@ struct Block {
   Mat x, w_qkv, w_o, w_g, r;
   std::vector<float> b_qkv, b_o, sinks, b_g;
 
-  Block(const Case& k, uint32_t seed) : o(k.opts), c(k.channels) {
+  Block(const BlockCase& k, uint32_t seed) : o(k.opts), c(k.channels) {
     for (int32_t l : k.lengths) {
       for (int32_t i = 0; i < l; ++i) pos.push_back(i);
       cu.push_back(cu.back() + l);
@@ -126,11 +126,11 @@ double max_abs(const Mat& m) {
   return s;
 }
 
-std::vector<Case> cases() {
+std::vector<BlockCase> cases() {
   auto opts = [](int64_t h, int64_t hkv) {
     return AttentionBlockOptions{.heads = h, .kv_heads = hkv, .head_dim = 8};
   };
-  std::vector<Case> v;
+  std::vector<BlockCase> v;
   v.push_back({"MhaCausal", opts(2, 2), 16, {9}});
   {
     auto o = opts(4, 2);
@@ -167,14 +167,14 @@ std::vector<Case> cases() {
   return v;
 }
 
-class AttentionBlockVsReference : public ::testing::TestWithParam<Case> {};
+class AttentionBlockVsReference : public ::testing::TestWithParam<BlockCase> {};
 
 // Bar: every stage is a float32 sum of at most n terms (n = max(C, H·D, L·D)), error
 // ~sqrt(n)·2^-24 of its scale each, compounded over ~5 stages; 64·sqrt(n)·2^-24 of the result's
 // scale (flash attention's own bar, tests/attention/flash_attention_test.cpp) leaves margin,
 // while a wrong term is off by O(0.1) of the scale.
 TEST_P(AttentionBlockVsReference, ForwardAndGradientsMatch) {
-  const Case& k = GetParam();
+  const BlockCase& k = GetParam();
   const Block b(k, 7);
   const Result fast = run(b, false), ref = run(b, true);
   int64_t longest = *std::max_element(k.lengths.begin(), k.lengths.end());
@@ -205,10 +205,10 @@ INSTANTIATE_TEST_SUITE_P(AttentionBlock, AttentionBlockVsReference, ::testing::V
 // Finite differences of L = Σ r ⊙ out(reference block) w.r.t. x and every parameter entry, on a
 // tiny block (T = 5 in two sequences, C = 6, H = 2, Hkv = 1, D = 4). Bar: kFiniteDifferenceBar
 // (nn_testing.hpp): the block is smooth and weights ~N(0, 1/in) keep activations O(1).
-class AttentionBlockFiniteDifferences : public ::testing::TestWithParam<Case> {};
+class AttentionBlockFiniteDifferences : public ::testing::TestWithParam<BlockCase> {};
 
 TEST_P(AttentionBlockFiniteDifferences, ReferenceGradientsMatch) {
-  const Case& k = GetParam();
+  const BlockCase& k = GetParam();
   Block b(k, 3);
   const Result ref = run(b, true);
   AttentionBlockWorkspace ws(b.o, b.t);
@@ -234,10 +234,10 @@ TEST_P(AttentionBlockFiniteDifferences, ReferenceGradientsMatch) {
   sweep(b.b_g, g.b_g, "d_gate_proj_bias");
 }
 
-std::vector<Case> tiny_cases() {
+std::vector<BlockCase> tiny_cases() {
   const AttentionBlockOptions base{.heads = 2, .kv_heads = 1, .head_dim = 4, .qkv_bias = true,
                                    .o_bias = true};
-  std::vector<Case> v;
+  std::vector<BlockCase> v;
   auto add = [&](const std::string& name, GateMode gate, GateSource src, SinkLogits sink,
                  bool causal) {
     auto o = base;
@@ -258,7 +258,7 @@ INSTANTIATE_TEST_SUITE_P(AttentionBlockTiny, AttentionBlockFiniteDifferences, ::
 // Gradient contract: parameter gradients accumulate onto what the buffers held; d_x is assigned.
 TEST(AttentionBlockContract, ParametersAccumulateInputGradientAssigned) {
   for (bool reference : {false, true})
-    for (const Case& k : {cases()[1], cases()[3]}) {
+    for (const BlockCase& k : {cases()[1], cases()[3]}) {
       const Block b(k, 5);
       const Result zero = run(b, reference, 0.0f), filled = run(b, reference, 0.75f);
       for (size_t i = 0; i < zero.grads.mats().size(); ++i) {
@@ -293,7 +293,7 @@ TEST(AttentionBlockContract, EmptyGradientsAreSkipped) {
 }
 
 TEST(AttentionBlockErrors, NamesTheArgument) {
-  const Case k = cases()[1];
+  const BlockCase k = cases()[1];
   auto expect_error = [&](const std::function<void(Block&, AttentionBlockOptions&)>& spoil,
                           const std::string& needle) {
     Block b(k, 1);

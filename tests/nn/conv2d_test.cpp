@@ -105,7 +105,7 @@ TEST(Conv2d, FastMatchesReference) {
                               ady.c4(pr.ys()), ax.c4(pr.xs()), aw.c4(pr.ws()), pr.opts());
     for (const Conv2dEngine engine : engines()) {
       const Conv2dEngineScope engine_scope(engine);
-      SCOPED_TRACE(testing::Message() << "engine " << int(engine) << " case n=" << cs.n << " c=" << cs.c
+      SCOPED_TRACE(::testing::Message() << "engine " << int(engine) << " case n=" << cs.n << " c=" << cs.c
                                       << " k=" << cs.kh << " s=" << cs.stride);
       Buf y(pr.dy.n);
       conv2d_forward(y.v4(pr.ys()), pr.x.c4(pr.xs()), pr.w.c4(pr.ws()), pr.b.cspan(), pr.opts());
@@ -145,7 +145,7 @@ TEST(Conv2d, BitwiseIdenticalForAnyThreadCount) {
   for (const ConvCase& cs : {ConvCase{19, 3, 6, 6, 4, 3, 3, 1, 1, true}, ConvCase{21, 16, 16, 13, 9, 3, 3, 1, 1, true},
                             ConvCase{40, 32, 7, 7, 8, 3, 3, 1, 1, true}, ConvCase{37, 16, 7, 7, 16, 3, 3, 1, 1, false}}) {
     const Conv2dEngineScope engine_scope(engine);
-    SCOPED_TRACE(testing::Message() << "engine " << int(engine) << " case n=" << cs.n << " c=" << cs.c);
+    SCOPED_TRACE(::testing::Message() << "engine " << int(engine) << " case n=" << cs.n << " c=" << cs.c);
     ConvProblem pr(cs);
     Buf y1(pr.dy.n), y2(pr.dy.n), dx1(pr.x.n), dx2(pr.x.n), dw1(pr.w.n), dw2(pr.w.n);
     for (int t : {1, 2}) {

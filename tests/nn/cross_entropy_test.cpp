@@ -197,7 +197,7 @@ TEST(NnCrossEntropy, UniformLogitsGiveLogVExactly) {
 TEST(NnCrossEntropy, PlainMatchesReference) {
   for (int64_t t : {1, 7, 65})
     for (int64_t v : {int64_t(1), int64_t(17), int64_t(64), int64_t(3000)}) {
-      SCOPED_TRACE(testing::Message() << "T=" << t << " V=" << v);
+      SCOPED_TRACE(::testing::Message() << "T=" << t << " V=" << v);
       const Mat logits = Mat(t, v).randn(uint32_t(t + v), 3.0f);
       const auto targets = random_targets(t, v, uint32_t(t * v));
       std::vector<float> losses(static_cast<size_t>(t)), lse(static_cast<size_t>(t));

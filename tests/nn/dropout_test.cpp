@@ -28,7 +28,7 @@ Mat ones(int64_t t, int64_t c) {
 TEST(NnDropout, FastMatchesReferenceAndTheMaskDefinition) {
   for (int64_t t : {1, 7, 65})
     for (int64_t c : {1, 17, 64}) {
-      SCOPED_TRACE(testing::Message() << "T=" << t << " C=" << c);
+      SCOPED_TRACE(::testing::Message() << "T=" << t << " C=" << c);
       const DropoutOptions o{.p = 0.3f, .seed = 1234, .stream = 7};
       const Mat x = ones(t, c), d_y = Mat(t, c).randn(5);
       Mat y(t, c), y_ref(t, c), d_x(t, c), d_x_ref(t, c);

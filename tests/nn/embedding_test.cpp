@@ -26,7 +26,7 @@ std::vector<int32_t> random_ids(int64_t t, int64_t v, uint32_t seed) {
 TEST(NnEmbedding, FastMatchesReferenceOnTailShapes) {
   for (int64_t t : {1, 7, 65})
     for (int64_t c : {1, 17, 64}) {
-      SCOPED_TRACE(testing::Message() << "T=" << t << " C=" << c);
+      SCOPED_TRACE(::testing::Message() << "T=" << t << " C=" << c);
       const int64_t v = 5;  // fewer rows than tokens: ids repeat
       const auto ids = random_ids(t, v, uint32_t(t + c));
       const Mat table = Mat(v, c).randn(1), d_y = Mat(t, c).randn(2);

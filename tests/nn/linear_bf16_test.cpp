@@ -24,7 +24,7 @@ Mat rounded(const Mat& m) {
 }
 
 void expect_bf16_matches_reference(int64_t t, int64_t in, int64_t out, bool bias) {
-  SCOPED_TRACE(testing::Message() << "T=" << t << " in=" << in << " out=" << out << " bias=" << bias);
+  SCOPED_TRACE(::testing::Message() << "T=" << t << " in=" << in << " out=" << out << " bias=" << bias);
   const uint32_t seed = uint32_t(t * 131 + in * 7 + out);
   const Mat x = Mat(t, in).randn(seed), w = Mat(out, in).randn(seed + 1), d_y = Mat(t, out).randn(seed + 2);
   const std::vector<float> b = bias ? randn(out, seed + 3) : std::vector<float>{};

@@ -29,7 +29,7 @@ struct LinearCase {
 
 // Fast path against the reference for one shape (worst-case float-sum bars).
 void expect_matches_reference(int64_t t, int64_t in, int64_t out, bool bias) {
-  SCOPED_TRACE(testing::Message() << "T=" << t << " in=" << in << " out=" << out << " bias=" << bias);
+  SCOPED_TRACE(::testing::Message() << "T=" << t << " in=" << in << " out=" << out << " bias=" << bias);
   LinearCase c(t, in, out, bias, uint32_t(t * 131 + in * 7 + out));
   Mat y(t, out), y_ref(t, out), mag(t, out);
   linear_forward(y.view(), c.x.cview(), c.w.cview(), c.b);
@@ -98,7 +98,7 @@ TEST(NnLinear, LongProductsInEvenTilesMatchReferenceAndThreadCounts) {
 // (and d_W's oneDNN path) on and off: the same bars on both, and bitwise the same for 1 and 2 threads on the packed path.
 TEST(NnLinear, PackedAndBlasPathsMatchReference) {
   for (bool packed : {true, false}) {
-    SCOPED_TRACE(testing::Message() << "packed " << packed);
+    SCOPED_TRACE(::testing::Message() << "packed " << packed);
     const PackedGemmScope scope(packed);
     const WgradGemmScope wgrad(packed);  // d_W on oneDNN (ops/gemm_wgrad.hpp) or OpenBLAS
     expect_matches_reference(128, 32, 32, false);

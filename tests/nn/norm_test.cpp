@@ -38,7 +38,7 @@ struct NormCase {
 TEST(NnLayerNorm, FastMatchesReferenceOnTailShapes) {
   for (int64_t t : {1, 7, 65})
     for (int64_t c : {1, 17, 64}) {
-      SCOPED_TRACE(testing::Message() << "T=" << t << " C=" << c);
+      SCOPED_TRACE(::testing::Message() << "T=" << t << " C=" << c);
       NormCase n(t, c, uint32_t(t * 3 + c));
       std::vector<float> mean(static_cast<size_t>(t)), rstd(static_cast<size_t>(t)),
           mean_ref(static_cast<size_t>(t)), rstd_ref(static_cast<size_t>(t));
@@ -119,7 +119,7 @@ TEST(NnLayerNorm, FastMatchesReferenceOnTailShapes) {
 TEST(NnRmsNorm, FastMatchesReferenceOnTailShapes) {
   for (int64_t t : {1, 7, 65})
     for (int64_t c : {1, 17, 64}) {
-      SCOPED_TRACE(testing::Message() << "T=" << t << " C=" << c);
+      SCOPED_TRACE(::testing::Message() << "T=" << t << " C=" << c);
       NormCase n(t, c, uint32_t(t * 5 + c));
       std::vector<float> rstd(static_cast<size_t>(t)), rstd_ref(static_cast<size_t>(t));
       Mat y(t, c), y_ref(t, c);

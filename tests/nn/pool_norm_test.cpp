@@ -171,7 +171,7 @@ TEST(Pool2d, BadArguments) {
 TEST(GlobalPool, MaxTakesTheFirstMaximumOrTheFirstNaN) {
   // Planes of 1, 7, 37 and 100 pixels (shorter than, and several, vectors) with ties, -inf and NaNs.
   for (const int64_t hw : {1, 7, 37, 100}) {
-    SCOPED_TRACE(testing::Message() << "plane of " << hw);
+    SCOPED_TRACE(::testing::Message() << "plane of " << hw);
     const int64_t planes = 6;
     Buf x(planes * hw);
     for (int64_t i = 0; i < x.n; ++i) x[i] = float((i * 7) % 5);  // ties: many 4s per plane

@@ -59,7 +59,7 @@ TEST(NnRope, FastMatchesReferenceOnFusedQkvSlices) {
   for (int64_t t : {1, 7, 65})
     for (int64_t d : {2, 18, 64})
       for (int64_t max_pos : {int64_t(4096), int64_t(12'000'000)}) {
-        SCOPED_TRACE(testing::Message() << "T=" << t << " D=" << d << " max position " << max_pos);
+        SCOPED_TRACE(::testing::Message() << "T=" << t << " D=" << d << " max position " << max_pos);
         const int64_t h = 3;
         Qkv fast(t, h, d, uint32_t(t * d)), ref = fast;
         const Qkv orig = fast;

@@ -29,19 +29,19 @@ namespace {
 constexpr double kU32 = 0x1p-24;  // unit roundoff of float32 (24-bit significand)
 constexpr double kU16 = 0x1p-8;   // unit roundoff of bfloat16 (8-bit significand)
 
-struct Case {
+struct Bf16Case {
   bool ta, tb;
   int64_t m, n, k;
   float beta;
 };
 
 // A test case's operands (gemm_operands.hpp).
-struct Operands : GemmOperands {
-  Operands(const Case& cs, uint32_t seed) : GemmOperands(cs.ta, cs.tb, cs.m, cs.n, cs.k, seed) {}
+struct Bf16Operands : GemmOperands {
+  Bf16Operands(const Bf16Case& cs, uint32_t seed) : GemmOperands(cs.ta, cs.tb, cs.m, cs.n, cs.k, seed) {}
 };
 
 // Σ_p |a_ip·b_pj| and |beta·C0_ij|: the magnitudes the bars scale.
-double magnitude(const Case& cs, const Operands& o, int64_t i, int64_t j) {
+double magnitude(const Bf16Case& cs, const Bf16Operands& o, int64_t i, int64_t j) {
   double mag = 0;
   for (int64_t p = 0; p < cs.k; ++p) mag += std::fabs(double(o.at_a(i, p)) * o.at_b(p, j));
   return mag;
@@ -49,7 +49,7 @@ double magnitude(const Case& cs, const Operands& o, int64_t i, int64_t j) {
 
 // Compares gemm_bf16 with `ref` under bar(i, j, Σ|ab|, |beta·C0|), and checks the guard bands.
 template <class Bar>
-void expect_within(const Case& cs, const Operands& o, const std::vector<float>& c0,
+void expect_within(const Bf16Case& cs, const Bf16Operands& o, const std::vector<float>& c0,
                    const std::vector<float>& ref, const char* what, Bar bar) {
   int bad = 0;
   for (int64_t i = 0; i < cs.m; ++i) {
@@ -69,15 +69,15 @@ void expect_within(const Case& cs, const Operands& o, const std::vector<float>& 
 }
 
 // The float64 product of the unrounded inputs.
-std::vector<float> exact_product(const Case& cs, const Operands& o, const std::vector<float>& c0) {
+std::vector<float> exact_product(const Bf16Case& cs, const Bf16Operands& o, const std::vector<float>& c0) {
   std::vector<float> ref = c0;
   sgemm_reference(cs.ta, cs.tb, cs.m, cs.n, cs.k, 1.0f, o.a.data(), o.lda, o.b.data(), o.ldb, cs.beta,
                   ref.data(), o.ldc);
   return ref;
 }
 
-void expect_matches_references(const Case& cs) {
-  Operands o(cs, uint32_t(cs.m * 7 + cs.n * 3 + cs.k));
+void expect_matches_references(const Bf16Case& cs) {
+  Bf16Operands o(cs, uint32_t(cs.m * 7 + cs.n * 3 + cs.k));
   const std::vector<float> c0 = o.c;
   std::vector<float> rounded = c0;
   gemm_bf16_reference(cs.ta, cs.tb, cs.m, cs.n, cs.k, o.a.data(), o.lda, o.b.data(), o.ldb, cs.beta,
@@ -124,8 +124,8 @@ TEST(GemmBf16, MatchesTheRoundedAndUnroundedFloat64ReferencesOnTailsTransposesBe
 // against the unrounded float64 product is far above float32's and of bf16's order.
 TEST(GemmBf16, ErrorIsThatOfBf16InputsNotFloat32) {
   if (!gemm_bf16_available()) GTEST_SKIP() << gemm_bf16_unavailable_reason();
-  const Case cs{false, true, 64, 64, 256, 0.0f};
-  Operands o(cs, 11);
+  const Bf16Case cs{false, true, 64, 64, 256, 0.0f};
+  Bf16Operands o(cs, 11);
   const std::vector<float> c0 = o.c, exact = exact_product(cs, o, c0);
   gemm_bf16(cs.ta, cs.tb, cs.m, cs.n, cs.k, o.a.data(), o.lda, o.b.data(), o.ldb, 0.0f, o.c.data(), o.ldc);
   double worst = 0;  // largest |error| / Σ|ab|

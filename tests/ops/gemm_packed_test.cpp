@@ -56,7 +56,7 @@ TEST(SgemmPacked, MatchesTheFloat64ReferenceOnTailsLayoutsAndStrides) {
   for (bool tb : {false, true})
     for (const Shape s : {Shape{1, 1}, Shape{33, 47}, Shape{65, 113}, Shape{130, 688}})
       for (int64_t m : {int64_t(1), int64_t(7), int64_t(113), kPackedGemmRows}) {
-        SCOPED_TRACE(testing::Message() << "tb " << tb << " m " << m << " n " << s.n << " k " << s.k);
+        SCOPED_TRACE(::testing::Message() << "tb " << tb << " m " << m << " n " << s.n << " k " << s.k);
         const int64_t lda = s.k + 3, ldb = (tb ? s.k : s.n) + 2, ldc = s.n + 5;
         const auto a = uniform(size_t(m * lda), uint32_t(m + s.n));
         const auto b = uniform(size_t((tb ? s.n : s.k) * ldb), uint32_t(s.k));

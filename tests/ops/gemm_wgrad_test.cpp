@@ -35,7 +35,7 @@ TEST(SgemmTnOnednn, MatchesTheFloat64ReferenceOnTailsStridesAndBeta) {
   for (float beta : {0.0f, 1.0f})
     for (const Shape s : {Shape{1, 1, 1}, Shape{17, 33, 47}, Shape{65, 113, 300},
                           Shape{96, 128, 2048}, Shape{261, 256, 130}}) {
-      SCOPED_TRACE(testing::Message() << "beta " << beta << " " << s.m << "×" << s.n << "×" << s.k);
+      SCOPED_TRACE(::testing::Message() << "beta " << beta << " " << s.m << "×" << s.n << "×" << s.k);
       const int64_t lda = s.m + 3, ldb = s.n + 2, ldc = s.n + 5;
       const auto a = uniform(size_t(s.k * lda), uint32_t(s.m + s.n));
       const auto b = uniform(size_t(s.k * ldb), uint32_t(s.k));
@@ -87,7 +87,7 @@ TEST(SgemmTnOnednn, LinearWeightGradientIsIdenticalForAnyThreadCount) {
   if (!wgrad_available()) GTEST_SKIP() << "built without oneDNN";
   const WgradGemmScope on(true);
   for (const auto [t, in, out] : {std::array<int64_t, 3>{700, 256, 688}, {1100, 256, 96}}) {
-    SCOPED_TRACE(testing::Message() << t << " tokens, [" << out << ", " << in << "]");
+    SCOPED_TRACE(::testing::Message() << t << " tokens, [" << out << ", " << in << "]");
     const nn_testing::Mat x = nn_testing::Mat(t, in).randn(3), w = nn_testing::Mat(out, in).randn(4),
                           d_y = nn_testing::Mat(t, out).randn(5);
     nn_testing::Mat d_w[2] = {nn_testing::Mat(out, in), nn_testing::Mat(out, in)};

@@ -25,7 +25,7 @@ GptModel tiny_model(SinkLogits sink) {
   return m;
 }
 
-std::vector<int32_t> text(int64_t n) {
+std::vector<int32_t> eval_tokens(int64_t n) {
   std::vector<int32_t> t;
   for (int64_t i = 0; i < n; ++i) t.push_back(int32_t((i * 13 + i * i % 7) % 40));
   return t;
@@ -34,7 +34,7 @@ std::vector<int32_t> text(int64_t n) {
 TEST(StreamEval, DenseInsideTheContextEqualsEvaluateLoss) {
   for (SinkLogits s : {SinkLogits::kNone, SinkLogits::kOffByOne}) {
     GptModel m = tiny_model(s);
-    const auto tokens = text(33);  // one window of 32 inputs + 1 target
+    const auto tokens = eval_tokens(33);  // one window of 32 inputs + 1 target
     const double eval = evaluate_loss(m, tokens, 32, 1);
     const StreamEvalResult r = stream_eval(m, tokens, {.policy = KVPolicy::dense, .tokens = 33});
     ASSERT_EQ(r.nll.size(), 32u);
@@ -47,7 +47,7 @@ TEST(StreamEval, DenseInsideTheContextEqualsEvaluateLoss) {
 
 TEST(StreamEval, SinkCacheKeepsTheFirstAndTheLastTokens) {
   GptModel m = tiny_model(SinkLogits::kNone);
-  const auto tokens = text(80);
+  const auto tokens = eval_tokens(80);
   const int64_t N = 3, W = 10, fed = 79;
   const StreamEvalResult r = stream_eval(m, tokens, {.policy = KVPolicy::sink, .window = W, .sink_tokens = N, .tokens = 80});
   std::vector<int64_t> expect{0, 1, 2};
@@ -76,7 +76,7 @@ TEST(StreamEval, SinkCacheKeepsTheFirstAndTheLastTokens) {
 
 TEST(StreamEval, RejectsBadOptions) {
   GptModel m = tiny_model(SinkLogits::kNone);
-  const auto tokens = text(20);
+  const auto tokens = eval_tokens(20);
   EXPECT_THROW(stream_eval(m, tokens, {.tokens = 21}), Error);
   EXPECT_THROW(stream_eval(m, tokens, {.tokens = 1}), Error);
   EXPECT_THROW(stream_eval(m, tokens, {.window = -1, .tokens = 10}), Error);
@@ -84,7 +84,7 @@ TEST(StreamEval, RejectsBadOptions) {
   EXPECT_THROW(parse_kv_policy("lru"), Error);
   EXPECT_THROW(stream_eval(m, tokens, {.policy = KVPolicy::paged, .tokens = 10}), Error);  // a cache layout, not a stream policy
   // A dense cache sized for the stream runs past the model's context (32): allowed, honestly worse.
-  EXPECT_EQ(stream_eval(m, text(40), {.policy = KVPolicy::dense, .tokens = 40}).nll.size(), 39u);
+  EXPECT_EQ(stream_eval(m, eval_tokens(40), {.policy = KVPolicy::dense, .tokens = 40}).nll.size(), 39u);
 }
 
 }  // namespace
