@@ -45,10 +45,14 @@ void check_span(std::span<T> s, const char* fn, const char* name, const char* di
 }
 
 // w[c], or 1 when the optional per-channel scale w is empty.
-inline float weight_or_one(std::span<const float> w, int64_t c) { return w.empty() ? 1.0f : w[size_t(c)]; }
+inline float weight_or_one(std::span<const float> w, int64_t c) {
+  return w.empty() ? 1.0f : w[size_t(c)];
+}
 
 // b[c], or 0 when the optional per-channel shift b is empty.
-inline float bias_or_zero(std::span<const float> b, int64_t c) { return b.empty() ? 0.0f : b[size_t(c)]; }
+inline float bias_or_zero(std::span<const float> b, int64_t c) {
+  return b.empty() ? 0.0f : b[size_t(c)];
+}
 
 // True if an optional output view was given (data non-null).
 template <class T>

@@ -78,7 +78,8 @@ void layer_norm_forward(View2 y, std::span<float> mean, std::span<float> rstd, C
     mean[size_t(t)] = m;
     rstd[size_t(t)] = r;
     float* yr = y.ptr(t);
-    for (int64_t j = 0; j < c; ++j) yr[j] = (xr[j] - m) * r * nn::weight_or_one(w, j) + nn::bias_or_zero(b, j);
+    for (int64_t j = 0; j < c; ++j)
+      yr[j] = (xr[j] - m) * r * nn::weight_or_one(w, j) + nn::bias_or_zero(b, j);
   });
 }
 

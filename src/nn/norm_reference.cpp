@@ -50,7 +50,8 @@ void layer_norm_forward_reference(View2 y, std::span<float> mean, std::span<floa
     mean[size_t(t)] = float(mu);
     rstd[size_t(t)] = float(r);
     for (int64_t j = 0; j < c; ++j)
-      y(t, j) = float((row[size_t(j)] - mu) * r * double(nn::weight_or_one(w, j)) + (b.empty() ? 0.0 : b[size_t(j)]));
+      y(t, j) = float((row[size_t(j)] - mu) * r * double(nn::weight_or_one(w, j)) +
+                      double(nn::bias_or_zero(b, j)));
   }
 }
 
@@ -99,7 +100,8 @@ void rms_norm_forward_reference(View2 y, std::span<float> rstd, ConstView2 x,
     }
     const double r = 1.0 / std::sqrt((c ? ms / double(c) : 0.0) + double(eps));
     rstd[size_t(t)] = float(r);
-    for (int64_t j = 0; j < c; ++j) y(t, j) = float(row[size_t(j)] * r * double(nn::weight_or_one(w, j)));
+    for (int64_t j = 0; j < c; ++j)
+      y(t, j) = float(row[size_t(j)] * r * double(nn::weight_or_one(w, j)));
   }
 }
 

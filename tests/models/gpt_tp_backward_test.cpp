@@ -21,7 +21,8 @@ namespace attnkit {
 namespace {
 
 // tiny_tp_gpt with the gate computed from `source` and untied embeddings.
-GptConfig untied_tp_gpt(int64_t kv_heads, GateMode gate, SinkLogits sink, GateSource source = GateSource::kInput) {
+GptConfig untied_tp_gpt(int64_t kv_heads, GateMode gate, SinkLogits sink,
+                        GateSource source = GateSource::kInput) {
   GptConfig c = testing::tiny_tp_gpt(kv_heads, gate, sink);
   c.gate_source = source, c.tie_word_embeddings = false;
   return c;
@@ -136,7 +137,8 @@ TEST(GptTpBackward, ShardGradientsSumToTheWholeModels) {
     expect_backward_matches(untied_tp_gpt(4, GateMode::kNone, SinkLogits::kNone), ranks);  // Hkv >= P
     expect_backward_matches(untied_tp_gpt(1, GateMode::kNone, SinkLogits::kNone), ranks);  // Hkv < P: replicated
     expect_backward_matches(untied_tp_gpt(2, GateMode::kHeadwise, SinkLogits::kLearned), ranks);
-    expect_backward_matches(untied_tp_gpt(2, GateMode::kElementwise, SinkLogits::kOffByOne, GateSource::kQuery), ranks);
+    expect_backward_matches(
+        untied_tp_gpt(2, GateMode::kElementwise, SinkLogits::kOffByOne, GateSource::kQuery), ranks);
   }
 }
 
