@@ -1,6 +1,6 @@
 #pragma once
 // What the Highway decode kernels (decode_scores.cpp, decode_values.cpp) share: the loaders of
-// stored K/V rows, the accumulator width of a register block on the compiled target, and the
+// stored K/V rows, the token width of a score register block on the compiled target, and the
 // choice of a kernel instantiation by stored dtype. Internal header for Highway translation units.
 #include "attnkit/core/dtype.hpp"
 #include "hwy/highway.h"
@@ -16,8 +16,8 @@ using kv_loaders::LoadF32;
 using kv_loaders::LoadI8;
 using kv_loaders::VF;
 
-// Accumulator columns of a register block of 4 query rows (tokens for scores, vectors for
-// values): AVX-512 has 32 vector registers (4 × 4 accumulators), AVX2 16 (4 × 2).
+// Token columns of a score register block of 4 query rows: AVX-512 has 32 vector registers
+// (4 × 4 accumulators), AVX2 16 (4 × 2).
 #if HWY_TARGET <= HWY_AVX3
 inline constexpr int kBlockCols = 4;
 #else

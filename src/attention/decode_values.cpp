@@ -1,7 +1,7 @@
 // Decode value update O += P·V against stored V rows, converted in registers (Highway, static
 // target). Register blocks of 4 query rows × kVecs vectors of accumulators (AVX-512: 4 × 4, AVX2:
-// 4 × 2), or 1 row × 4 vectors for leftover rows; each converted v vector serves every row of its
-// block. PyTorch: o += p @ v.
+// 4 × 3), or 1 row × kRowVecs vectors for leftover rows (AVX-512: 4, AVX2: 8); each converted v
+// vector serves every row of its block. PyTorch: o += p @ v.
 #include <type_traits>
 
 #include "decode_highway.hpp"
@@ -10,11 +10,71 @@
 namespace attnkit::decode {
 namespace {
 
-constexpr int kVecs = kBlockCols;  // vectors per P·V block
+// Vectors per P·V register block of 4 rows: AVX-512 4 (16 accumulators of 32 registers); AVX2 3
+// (12 accumulators, 3 converted v vectors and the broadcast p of 16 registers).
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kVecs = 4;
+#else
+constexpr int kVecs = 3;
+#endif
+
+// o[i, e + j·lanes …] += Σ_t p[i·lp + t]·v_t[e + j·lanes …] for 4 rows i and NV vectors j at
+// element e (v stored rows, o rows d floats apart): 4 × NV accumulators; each converted v vector
+// serves all 4 rows. Prefetches v.pf bytes ahead when `prefetch`.
+template <class L, int NV>
+HWY_INLINE void rows4_block(const float* p, int64_t lp, const Rows& v, int64_t bt, int64_t d,
+                            int64_t e, bool prefetch, float* o) {
+  const DF df;
+  const int64_t lanes = int64_t(hn::Lanes(df));
+  VF acc[4][NV];
+  HWY_UNROLL_ALL for (int i = 0; i < 4; ++i)
+    HWY_UNROLL_ALL for (int j = 0; j < NV; ++j) acc[i][j] = hn::LoadU(df, o + i * d + e + j * lanes);
+  for (int64_t t = 0; t < bt; ++t) {
+    const std::byte* vt = v.base + t * v.stride + e * L::kBytes;
+    if (prefetch) prefetch_ahead(v, vt, NV * lanes * L::kBytes);
+    VF x[NV];
+    HWY_UNROLL_ALL for (int j = 0; j < NV; ++j) x[j] = L::load(vt + j * lanes * L::kBytes);
+    HWY_UNROLL_ALL for (int i = 0; i < 4; ++i) {
+      const float w = std::is_same_v<L, LoadI8> ? v.scale_at(t) * p[i * lp + t] : p[i * lp + t];
+      const auto pv = hn::Set(df, w);
+      HWY_UNROLL_ALL for (int j = 0; j < NV; ++j) acc[i][j] = hn::MulAdd(pv, x[j], acc[i][j]);
+    }
+  }
+  HWY_UNROLL_ALL for (int i = 0; i < 4; ++i)
+    HWY_UNROLL_ALL for (int j = 0; j < NV; ++j) hn::StoreU(acc[i][j], df, o + i * d + e + j * lanes);
+}
+
+// Vectors per P·V register block of 1 row (query rows left over from the blocks of 4; MHA's only
+// row): AVX-512 4, AVX2 8 (a row's 64 floats per pass over the tokens: 128 contiguous bytes of an
+// f16 row per token instead of 64).
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kRowVecs = 4;
+#else
+constexpr int kRowVecs = 8;
+#endif
+
+// o[e + j·lanes …] += Σ_t p[t]·scale_t·v_t[e + j·lanes …] for one row and NV vectors j at element e
+// (v stored rows): NV accumulators. Prefetches v.pf bytes ahead when `prefetch`.
+template <class L, int NV>
+HWY_INLINE void row1_block(const float* p, const Rows& v, int64_t bt, int64_t e, bool prefetch,
+                           float* o) {
+  const DF df;
+  const int64_t lanes = int64_t(hn::Lanes(df));
+  VF acc[NV];
+  HWY_UNROLL_ALL for (int j = 0; j < NV; ++j) acc[j] = hn::LoadU(df, o + e + j * lanes);
+  for (int64_t t = 0; t < bt; ++t) {
+    const auto w = hn::Set(df, p[t] * v.scale_at(t));
+    const std::byte* vt = v.base + t * v.stride + e * L::kBytes;
+    if (prefetch) prefetch_ahead(v, vt, NV * lanes * L::kBytes);
+    HWY_UNROLL_ALL for (int j = 0; j < NV; ++j)
+      acc[j] = hn::MulAdd(w, L::load(vt + j * lanes * L::kBytes), acc[j]);
+  }
+  HWY_UNROLL_ALL for (int j = 0; j < NV; ++j) hn::StoreU(acc[j], df, o + e + j * lanes);
+}
 
 // o[r, :] += Σ_t p[r·lp + t]·v_t for r < rows, t < bt (v stored rows, o [rows, d] float32).
-// Blocks of 4 rows × kVecs vectors of accumulators, or 1 row × 4 vectors; each converted v
-// vector serves every row of the block.
+// Blocks of 4 rows × kVecs vectors of accumulators or 1 row × kRowVecs vectors (a row's last
+// blocks narrower); each converted v vector serves every row of the block.
 template <class L>
 void block_accumulate(const float* p, int64_t lp, int64_t rows, const Rows& v, int64_t bt,
                       int64_t d, float* o) {
@@ -30,53 +90,31 @@ void block_accumulate(const float* p, int64_t lp, int64_t rows, const Rows& v, i
       }
   };
   int64_t r = 0;
-  const int64_t dk = d - d % (kVecs * lanes);
+  const int64_t dv = d - d % lanes;
   for (; r + 4 <= rows; r += 4) {
-    for (int64_t e = 0; e < dk; e += kVecs * lanes) {  // 4 rows × kVecs vectors of accumulators
-      float* o0 = o + r * d + e;
-      VF acc[4][kVecs];
-      HWY_UNROLL_ALL for (int i = 0; i < 4; ++i)
-        HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) acc[i][j] = hn::LoadU(df, o0 + i * d + j * lanes);
-      for (int64_t t = 0; t < bt; ++t) {
-        const std::byte* vt = v.base + t * v.stride + e * L::kBytes;
-        if (r == 0) prefetch_ahead(v, vt, kVecs * lanes * L::kBytes);
-        VF x[kVecs];
-        HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) x[j] = L::load(vt + j * lanes * L::kBytes);
-        const float* pt = p + r * lp + t;
-        HWY_UNROLL_ALL for (int i = 0; i < 4; ++i) {
-          const float w = std::is_same_v<L, LoadI8> ? v.scale_at(t) * pt[i * lp] : pt[i * lp];
-          const auto pv = hn::Set(df, w);
-          HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) acc[i][j] = hn::MulAdd(pv, x[j], acc[i][j]);
-        }
-      }
-      HWY_UNROLL_ALL for (int i = 0; i < 4; ++i)
-        HWY_UNROLL_ALL for (int j = 0; j < kVecs; ++j) hn::StoreU(acc[i][j], df, o0 + i * d + j * lanes);
-    }
-    scalar_tail(r, r + 4, dk);
+    const float* pr = p + r * lp;
+    float* orow = o + r * d;
+    const bool prefetch = r == 0;
+    int64_t e = 0;
+    for (; e + kVecs * lanes <= dv; e += kVecs * lanes)
+      rows4_block<L, kVecs>(pr, lp, v, bt, d, e, prefetch, orow);
+    const int64_t left = (dv - e) / lanes;  // vectors left, fewer than kVecs
+    if (left >= 2) rows4_block<L, 2>(pr, lp, v, bt, d, e, prefetch, orow), e += 2 * lanes;
+    if (left == 1 || left == 3) rows4_block<L, 1>(pr, lp, v, bt, d, e, prefetch, orow);
+    scalar_tail(r, r + 4, dv);
   }
-  const int64_t d4 = d - d % (4 * lanes);
   for (; r < rows; ++r) {
     float* orow = o + r * d;
     const float* prow = p + r * lp;
-    for (int64_t e = 0; e < d4; e += 4 * lanes) {
-      auto a0 = hn::LoadU(df, orow + e), a1 = hn::LoadU(df, orow + e + lanes);
-      auto a2 = hn::LoadU(df, orow + e + 2 * lanes), a3 = hn::LoadU(df, orow + e + 3 * lanes);
-      for (int64_t t = 0; t < bt; ++t) {
-        const auto w = hn::Set(df, prow[t] * v.scale_at(t));
-        const std::byte* vt = v.base + t * v.stride + e * L::kBytes;
-        if (r == 0) prefetch_ahead(v, vt, 4 * lanes * L::kBytes);
-        a0 = hn::MulAdd(w, L::load(vt), a0);
-        a1 = hn::MulAdd(w, L::load(vt + lanes * L::kBytes), a1);
-        a2 = hn::MulAdd(w, L::load(vt + 2 * lanes * L::kBytes), a2);
-        a3 = hn::MulAdd(w, L::load(vt + 3 * lanes * L::kBytes), a3);
-      }
-      hn::StoreU(a0, df, orow + e), hn::StoreU(a1, df, orow + e + lanes);
-      hn::StoreU(a2, df, orow + e + 2 * lanes), hn::StoreU(a3, df, orow + e + 3 * lanes);
-    }
-    scalar_tail(r, r + 1, d4);
+    const bool prefetch = r == 0;
+    int64_t e = 0;
+    for (; e + kRowVecs * lanes <= dv; e += kRowVecs * lanes)
+      row1_block<L, kRowVecs>(prow, v, bt, e, prefetch, orow);
+    if constexpr (kRowVecs > 4)
+      for (; e + 4 * lanes <= dv; e += 4 * lanes) row1_block<L, 4>(prow, v, bt, e, prefetch, orow);
+    scalar_tail(r, r + 1, e);
   }
 }
-
 
 }  // namespace
 

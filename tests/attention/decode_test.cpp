@@ -180,10 +180,11 @@ TEST(Decode, StorageDtypesWithinTheirQuantisationBounds) {
 }
 
 // Head dims that are not a multiple of the vector width (the kernels' leftover-element paths)
-// and row counts that are not a multiple of their 4-row blocks, for every storage dtype.
+// or of their register blocks' vectors (32, 96, 112: narrower last blocks of 1–3 vectors), and
+// row counts that are not a multiple of their 4-row blocks, for every storage dtype.
 TEST(Decode, OddHeadDimsAndRowCountsEqualTheReference) {
   ThreadCountScope one(1);
-  for (const int64_t d : {8, 24, 40, 136})
+  for (const int64_t d : {8, 24, 32, 40, 96, 112, 136})
     for (const auto [h, hkv, n] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 1}, {8, 2, 3}, {6, 2, 1}, {5, 5, 2}})
       for (const DType dt : {DType::f32, DType::f16, DType::bf16, DType::i8})
         expect_decode_equals_reference({h, hkv, d, n, 203, dt, 21}, {},
