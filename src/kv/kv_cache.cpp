@@ -288,6 +288,8 @@ std::vector<KVSegment> KVCache::segments(int64_t seq, int64_t layer) const {
         add(b * config_.block_size, std::min(config_.block_size, len - b * config_.block_size),
             b * config_.block_size);
       break;
+    case KVPolicy::recompute:  // refused by the constructor: no cache to list
+      break;
   }
   return out;
 }

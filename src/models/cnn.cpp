@@ -19,16 +19,17 @@
 
 namespace attnkit {
 
+// Saved batch-norm statistics of one forward. (Outside the anonymous namespace: CnnStage below,
+// which has external linkage, holds it.)
+struct CnnBnStats {
+  std::vector<float> mean, rstd;
+  void resize(int64_t c) { mean.assign(size_t(c), 0.0f), rstd.assign(size_t(c), 0.0f); }
+};
+
 namespace {
 
 using T4 = Tensor<float, 4>;
 using T2 = Tensor<float, 2>;
-
-// Saved batch-norm statistics of one forward.
-struct BnStats {
-  std::vector<float> mean, rstd;
-  void resize(int64_t c) { mean.assign(size_t(c), 0.0f), rstd.assign(size_t(c), 0.0f); }
-};
 
 // d ← d where y > 0, else 0 (y is the ReLU's output).
 void relu_backward_inplace(T4& d, const T4& y) {
@@ -86,7 +87,7 @@ struct CnnStage {
   int64_t in_c = 0, out_c = 0, size = 0;  // input channels, output channels, spatial side
   bool project = false, pool = false;
   T4 c1, h1, c2, r, att, scc, scn, o, pooled;
-  BnStats bn1, bn2, bnsc;
+  CnnBnStats bn1, bn2, bnsc;
   std::vector<int32_t> argmax;
   std::vector<float> scale_shift;  // the stem's batch-norm map for the fused pool: scale[C], shift[C]
   SeCache se;
@@ -211,7 +212,7 @@ ConstView2 CnnModel::forward(ConstView4 x) {
   const BatchNormOptions bno{.eps = float(config_.batch_norm_eps),
                              .momentum = float(config_.batch_norm_momentum),
                              .training = training_};
-  auto bn = [&](T4& y, BnStats& st, const T4& in, const BatchNormIds& ids, bool relu = false) {
+  auto bn = [&](T4& y, CnnBnStats& st, const T4& in, const BatchNormIds& ids, bool relu = false) {
     st.resize(in.shape()[1]);
     BatchNormOptions o = bno;
     o.relu = relu;
@@ -340,8 +341,8 @@ void CnnModel::backward(ConstView2 d_logits) {
                              .momentum = float(config_.batch_norm_momentum),
                              .training = a.training};
   // relu: the forward fused the ReLU (d_y is the gradient of its output); the backward masks.
-  auto bn_back = [&](T4& d_x, const T4& d_y, const T4& x, const BnStats& st, const BatchNormIds& ids,
-                     bool relu = false) {
+  auto bn_back = [&](T4& d_x, const T4& d_y, const T4& x, const CnnBnStats& st,
+                     const BatchNormIds& ids, bool relu = false) {
     BatchNormOptions o = bno;
     o.relu = relu;
     batch_norm2d_backward(d_x.view(), grad_vec(ids.affine.weight), grad_vec(ids.affine.bias), d_y.view(),

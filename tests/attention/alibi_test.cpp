@@ -49,7 +49,9 @@ TEST(Alibi, ReferenceBiasMatchesClosedForm) {
           const double want = seen ? std::exp(-m * std::abs(i + lk - lq - j)) / sum : 0.0;
           EXPECT_NEAR(a.out(i, hh, j), want, 1e-7) << "lq=" << lq << " lk=" << lk << " i=" << i;
         }
-        if (vis.hi > vis.lo) EXPECT_NEAR(a.lse(hh, i), std::log(sum), 1e-6);
+        if (vis.hi > vis.lo) {
+          EXPECT_NEAR(a.lse(hh, i), std::log(sum), 1e-6);
+        }
       }
   }
 }

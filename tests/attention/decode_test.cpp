@@ -185,7 +185,7 @@ TEST(Decode, StorageDtypesWithinTheirQuantisationBounds) {
 TEST(Decode, OddHeadDimsAndRowCountsEqualTheReference) {
   ThreadCountScope one(1);
   for (const int64_t d : {8, 24, 32, 40, 96, 112, 136})
-    for (const auto [h, hkv, n] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 1}, {8, 2, 3}, {6, 2, 1}, {5, 5, 2}})
+    for (const auto& [h, hkv, n] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 1}, {8, 2, 3}, {6, 2, 1}, {5, 5, 2}})
       for (const DType dt : {DType::f32, DType::f16, DType::bf16, DType::i8})
         expect_decode_equals_reference({h, hkv, d, n, 203, dt, 21}, {},
                                        "d=" + std::to_string(d) + " h=" + std::to_string(h) +
@@ -211,7 +211,7 @@ TEST(Decode, WideGroupsEqualTheReference) {
   const int64_t h = 32;
   const AttentionOptions window{.window_left = 300, .window_right = 0};
   for (const int64_t d : {64, 128})
-    for (const auto [hkv, n] : {std::pair<int64_t, int64_t>{1, 1}, {1, 3}, {2, 1}, {2, 2}})
+    for (const auto& [hkv, n] : {std::pair<int64_t, int64_t>{1, 1}, {1, 3}, {2, 1}, {2, 2}})
       for (const DType dt : {DType::f32, DType::f16, DType::bf16, DType::i8})
         for (const DecodeOptions& o : {DecodeOptions{}, DecodeOptions{.attention = window},
                                        DecodeOptions{.rope_theta = 10000}})
@@ -231,7 +231,7 @@ TEST(Decode, GroupsOfFourRowsEqualTheReference) {
   const int64_t h = 32;
   const AttentionOptions window{.window_left = 300, .window_right = 0};
   for (const int64_t d : {64})
-    for (const auto [hkv, n] : {std::pair<int64_t, int64_t>{8, 1}, {2, 1}, {8, 2}})
+    for (const auto& [hkv, n] : {std::pair<int64_t, int64_t>{8, 1}, {2, 1}, {8, 2}})
       for (const DType dt : {DType::f32, DType::f16, DType::bf16, DType::i8})
         for (const DecodeOptions& o : {DecodeOptions{}, DecodeOptions{.attention = window},
                                        DecodeOptions{.rope_theta = 10000}})
@@ -262,7 +262,7 @@ TEST(Decode, FusedSoftmaxRaisesItsMaxMidBlock) {
       const auto v = randn(len * hkv * d, 52);
       // (position, q·k / sqrt(d) for q = u): the largest scores of both work items ([0, 512) and
       // [512, 700)) sit after other tokens of their blocks, 20+ above everything before them.
-      for (const auto [t, score] : {std::pair<int64_t, double>{37, 5}, {205, 30}, {340, 25}, {600, 6}, {690, 30.5}})
+      for (const auto& [t, score] : {std::pair<int64_t, double>{37, 5}, {205, 30}, {340, 25}, {600, 6}, {690, 30.5}})
         for (int64_t hh = 0; hh < hkv; ++hh)
           for (int64_t e = 0; e < d; ++e)
             k[size_t((t * hkv + hh) * d + e)] = float(score * std::sqrt(double(d)) / uu) * u[size_t(e)];
