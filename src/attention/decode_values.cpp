@@ -10,12 +10,14 @@
 namespace attnkit::decode {
 namespace {
 
-// Vectors per P·V register block of 4 rows: AVX-512 4 (16 accumulators of 32 registers); AVX2 3
-// (12 accumulators, 3 converted v vectors and the broadcast p of 16 registers).
+// Vectors per P·V register block. kVecs, of 4 rows: AVX-512 4 (16 accumulators of 32 registers),
+// AVX2 3 (12 accumulators, 3 converted v vectors and the broadcast p of 16 registers). kRowVecs, of
+// 1 row (rows left over from the blocks of 4; MHA's only row): AVX-512 4, AVX2 8 (a row's 64
+// floats per pass over the tokens: 128 contiguous bytes of an f16 row per token instead of 64).
 #if HWY_TARGET <= HWY_AVX3
-constexpr int kVecs = 4;
+constexpr int kVecs = 4, kRowVecs = 4;
 #else
-constexpr int kVecs = 3;
+constexpr int kVecs = 3, kRowVecs = 8;
 #endif
 
 // o[i, e + j·lanes …] += Σ_t p[i·lp + t]·v_t[e + j·lanes …] for 4 rows i and NV vectors j at
@@ -43,15 +45,6 @@ HWY_INLINE void rows4_block(const float* p, int64_t lp, const Rows& v, int64_t b
   HWY_UNROLL_ALL for (int i = 0; i < 4; ++i)
     HWY_UNROLL_ALL for (int j = 0; j < NV; ++j) hn::StoreU(acc[i][j], df, o + i * d + e + j * lanes);
 }
-
-// Vectors per P·V register block of 1 row (query rows left over from the blocks of 4; MHA's only
-// row): AVX-512 4, AVX2 8 (a row's 64 floats per pass over the tokens: 128 contiguous bytes of an
-// f16 row per token instead of 64).
-#if HWY_TARGET <= HWY_AVX3
-constexpr int kRowVecs = 4;
-#else
-constexpr int kRowVecs = 8;
-#endif
 
 // o[e + j·lanes …] += Σ_t p[t]·scale_t·v_t[e + j·lanes …] for one row and NV vectors j at element e
 // (v stored rows): NV accumulators. Prefetches v.pf bytes ahead when `prefetch`.
