@@ -66,8 +66,8 @@ HWY_INLINE void row1_block(const float* p, const Rows& v, int64_t bt, int64_t e,
 }
 
 // o[r, :] += Σ_t p[r·lp + t]·v_t for r < rows, t < bt (v stored rows, o [rows, d] float32).
-// Blocks of 4 rows × kVecs vectors of accumulators or 1 row × kRowVecs vectors (a row's last
-// blocks narrower); each converted v vector serves every row of the block.
+// Blocks of 4 rows × kVecs vectors of accumulators or 1 row × kRowVecs vectors, the vectors left
+// at a row's end in blocks of 4, 2 and 1; each converted v vector serves every row of the block.
 template <class L>
 void block_accumulate(const float* p, int64_t lp, int64_t rows, const Rows& v, int64_t bt,
                       int64_t d, float* o) {
@@ -91,9 +91,9 @@ void block_accumulate(const float* p, int64_t lp, int64_t rows, const Rows& v, i
     int64_t e = 0;
     for (; e + kVecs * lanes <= dv; e += kVecs * lanes)
       rows4_block<L, kVecs>(pr, lp, v, bt, d, e, prefetch, orow);
-    const int64_t left = (dv - e) / lanes;  // vectors left, fewer than kVecs
-    if (left >= 2) rows4_block<L, 2>(pr, lp, v, bt, d, e, prefetch, orow), e += 2 * lanes;
-    if (left == 1 || left == 3) rows4_block<L, 1>(pr, lp, v, bt, d, e, prefetch, orow);
+    const int64_t left = (dv - e) / lanes;  // vectors left, fewer than kVecs (≤ 3)
+    if (left & 2) rows4_block<L, 2>(pr, lp, v, bt, d, e, prefetch, orow), e += 2 * lanes;
+    if (left & 1) rows4_block<L, 1>(pr, lp, v, bt, d, e, prefetch, orow);
     scalar_tail(r, r + 4, dv);
   }
   for (; r < rows; ++r) {
@@ -103,9 +103,12 @@ void block_accumulate(const float* p, int64_t lp, int64_t rows, const Rows& v, i
     int64_t e = 0;
     for (; e + kRowVecs * lanes <= dv; e += kRowVecs * lanes)
       row1_block<L, kRowVecs>(prow, v, bt, e, prefetch, orow);
+    const int64_t left = (dv - e) / lanes;  // vectors left, fewer than kRowVecs (≤ 7)
     if constexpr (kRowVecs > 4)
-      for (; e + 4 * lanes <= dv; e += 4 * lanes) row1_block<L, 4>(prow, v, bt, e, prefetch, orow);
-    scalar_tail(r, r + 1, e);
+      if (left & 4) row1_block<L, 4>(prow, v, bt, e, prefetch, orow), e += 4 * lanes;
+    if (left & 2) row1_block<L, 2>(prow, v, bt, e, prefetch, orow), e += 2 * lanes;
+    if (left & 1) row1_block<L, 1>(prow, v, bt, e, prefetch, orow);
+    scalar_tail(r, r + 1, dv);
   }
 }
 
