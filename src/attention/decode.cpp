@@ -4,8 +4,6 @@
 //   for each block of bt tokens:
 //     for each sub-block, each KV head hk:  S[n·G, sub] = Q_hk·K[sub, hk]ᵀ   (decode_scores.cpp)
 //     for each KV head hk:                  softcap; ALiBi bias; mask; online softmax
-//       (blocks every row sees, without softcap or ALiBi, on AVX2 builds: fused into the
-//        score pass, decode_scores_softmax.cpp)
 //     for each sub-block, each KV head hk:  O_hk[n·G, D] += P·V[sub, hk]     (decode_values.cpp)
 // Stored K/V are converted in registers (no float32 copy of the cache). Each kernel prefetches
 // the rows it reads `ahead` tokens further on, interleaved with its FMAs (see run_item).
@@ -40,7 +38,6 @@ using decode::Rows;
 using decode::Run;
 using decode::score_kernel;
 using decode::ScoreKernel;
-using decode::ScoreSoftmaxKernel;
 using decode::value_kernel;
 using decode::ValueKernel;
 using flash::kNegInf;
@@ -56,8 +53,7 @@ class Decoder {
         sub_(std::clamp<int64_t>(DecodeTiles::sub_block_bytes() / (hkv_ * d_ * elem_), 4, bt_)),
         ahead_(std::max<int64_t>(DecodeTiles::kPrefetchBytes / (hkv_ * d_ * elem_), sub_)),
         scale_(effective_scale(o.attention, d_)),
-        wide_(decode::wide_supported(rows_, d_) && o.attention.softcap == 0 && a.alibi_slopes.empty()),
-        fused_(!wide_ && o.attention.softcap == 0 && a.alibi_slopes.empty()) {
+        wide_(decode::wide_supported(rows_, d_) && o.attention.softcap == 0 && a.alibi_slopes.empty()) {
     if (o.rope_theta > 0) {
       const int64_t most = *std::max_element(p.held.begin(), p.held.end());
       rope_ = rope_table_for(d_, o.rope_theta, most);
@@ -91,8 +87,7 @@ class Decoder {
   void run(const Item& it, Workspace& ws, float* partial) const {
     // With rope the keys are rotated into a float32 stage; V keeps its storage dtype.
     const DType k_dtype = rope_ ? DType::f32 : cfg_.dtype;
-    const Kernels kn{score_kernel(k_dtype), value_kernel(cfg_.dtype),
-                     fused_ ? decode::score_softmax_kernel(k_dtype, rows_, d_) : nullptr};
+    const Kernels kn{score_kernel(k_dtype), value_kernel(cfg_.dtype)};
     if (wide_) return run_item_wide(it, ws, partial);
     run_item(it, kn, ws, partial);
   }
@@ -129,7 +124,6 @@ class Decoder {
   struct Kernels {
     ScoreKernel scores;
     ValueKernel values;
-    ScoreSoftmaxKernel scores_softmax;  // null: scores, then online_softmax
   };
 
   struct Partial {
@@ -161,8 +155,6 @@ class Decoder {
         const int64_t pos0 = sg.logical_start + t0;  // cache position of the block's first token
         if (last.hi <= pos0 || first.lo >= pos0 + bt) continue;  // no query sees this block
         const bool masked = !(last.lo <= pos0 && first.hi >= pos0 + bt);
-        // Blocks that every row sees take the fused score + softmax pass when there is one.
-        const bool fused = kn.scores_softmax && !masked;
         const std::byte* kb = sg.k + t0 * token_bytes;
         const std::byte* vb = sg.v + t0 * token_bytes;
         // Prefetching: the kernels request each row they read again `ahead` tokens later (the
@@ -192,17 +184,12 @@ class Decoder {
             const Rows kh{k.base + u0 * k.stride + hk * k_head, k.stride,
                           k.scale ? k.scale + u0 * k.scale_stride + hk : nullptr, k.scale_stride,
                           k.pf, k.pf_end};
-            if (fused)
-              kn.scores_softmax(q + hk * rows_ * d_, rows_, kh, u, d_, s + hk * rows_ * bt_, bt_, u0,
-                                m + hk * rows_, l + hk * rows_, o + hk * rows_ * d_);
-            else
-              kn.scores(q + hk * rows_ * d_, rows_, kh, u, d_, s + hk * rows_ * bt_ + u0, bt_);
+            kn.scores(q + hk * rows_ * d_, rows_, kh, u, d_, s + hk * rows_ * bt_ + u0, bt_);
           }
         }
-        if (!fused)
-          for (int64_t hk = 0; hk < hkv_; ++hk)
-            online_softmax(s + hk * rows_ * bt_, bt, pos0, masked, it.b, hk, held, m + hk * rows_,
-                           l + hk * rows_, o + hk * rows_ * d_);
+        for (int64_t hk = 0; hk < hkv_; ++hk)
+          online_softmax(s + hk * rows_ * bt_, bt, pos0, masked, it.b, hk, held, m + hk * rows_,
+                         l + hk * rows_, o + hk * rows_ * d_);
         for (int64_t u0 = 0; u0 < bt; u0 += sub_) {
           const int64_t u = std::min(sub_, bt - u0);
           for (int64_t hk = 0; hk < hkv_; ++hk) {
@@ -350,7 +337,6 @@ class Decoder {
   float scale_;
   std::shared_ptr<const RopeTable> rope_;
   bool wide_;  // the wide-group kernels serve this call (decode_wide.hpp)
-  bool fused_;  // no softcap or ALiBi: unmasked blocks may take the fused score + softmax kernel
   // Per sequence b: queries [Hkv][n·G][D] at b·Hkv·n·G·D, scaled (+ rope); with wide_, then the
   // same transposed, [Hkv][D][n·G], at (B + b)·Hkv·n·G·D.
   // 64-byte aligned: the score kernels load query vectors in their inner loops, and a vector that

@@ -1,15 +1,14 @@
 #pragma once
-// The exponential of the decode kernels' fused softmax passes (decode_wide.cpp,
-// decode_scores_softmax.cpp) and the constants of their lagged reference max. Internal header for
-// Highway translation units.
+// The exponential of the wide-group kernels' fused softmax pass (decode_wide.cpp) and the
+// constants of its lagged reference max. Internal header for Highway translation units.
 #include "decode_highway.hpp"
 
 namespace attnkit::decode {
 
 // As exp_sub_sum, probabilities below e^-64 of the max become 0 in the three-pass softmax; the
-// fused passes clamp them to e^-64 of their reference max (nothing next to a sum of at least 1).
+// fused pass clamps them to e^-64 of their reference max (nothing next to a sum of at least 1).
 inline constexpr float kExpFloor = -64.0f;
-// The fused passes let P reach e^kLag before raising a row's reference max.
+// The fused pass lets P reach e^kLag before raising a row's reference max.
 inline constexpr float kLag = 8.0f;
 
 // exp(z) for z in [kExpFloor, kLag + 1] (callers clamp below): n = round(z / ln 2), r = z - n·ln 2

@@ -18,21 +18,8 @@ using ScoreKernel = void (*)(const float* q, int64_t rows, const Rows& k, int64_
 using ValueKernel = void (*)(const float* p, int64_t lp, int64_t rows, const Rows& v, int64_t bt,
                              int64_t d, float* o);
 
-// Scores and online softmax of tokens that every query row sees, in one pass (decode_scores_softmax.cpp):
-// s[r·ls + t0 + t] = exp(q_r·k_t·scale_t - m[r]) for r < rows, t < bt, and l[r] += Σ_t of them.
-// The reference max m[r] is raised (l[r], o[r, :] (o [rows, d]) and the row's earlier
-// probabilities s[r·ls, r·ls + t0 + t) rescaled) only when a score exceeds it by more than kLag
-// (decode_exp.hpp), so probabilities stay ≤ e^kLag; prefetches k.pf bytes ahead while reading.
-using ScoreSoftmaxKernel = void (*)(const float* q, int64_t rows, const Rows& k, int64_t bt,
-                                    int64_t d, float* s, int64_t ls, int64_t t0, float* m,
-                                    float* l, float* o);
-
 // The score kernel for K rows stored as `stored` (f32, f16, bf16 or int8).
 ScoreKernel score_kernel(DType stored);
-// The fused kernel for K rows stored as `stored` and `rows` query rows of head dim d, or null
-// where it does not serve (AVX2 builds only, rows a multiple of 4, d a multiple of the vector
-// width; elsewhere the score kernel and online_softmax_row serve).
-ScoreSoftmaxKernel score_softmax_kernel(DType stored, int64_t rows, int64_t d);
 // The value kernel for V rows stored as `stored` (f32, f16, bf16 or int8).
 ValueKernel value_kernel(DType stored);
 

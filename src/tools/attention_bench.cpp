@@ -4,7 +4,6 @@
 #include "attnkit/tools/attention_bench.hpp"
 
 #include <sys/resource.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cmath>
@@ -43,22 +42,14 @@ std::vector<float> random_floats(int64_t n, uint32_t seed) {
   return x;
 }
 
-// The run's clock in seconds: the process's CPU time (all threads) with --cpu-time, else wall time.
-double clock_seconds(bool cpu_time) {
-  if (!cpu_time) return now_seconds();
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
 // Best of `repeats` timings of f in ms on the run's clock; `between` runs untimed after each call.
 template <class F, class G>
 double best_ms(int repeats, bool cpu_time, F&& f, G&& between) {
   double best = 1e300;
   for (int r = 0; r < repeats; ++r) {
-    const double t0 = clock_seconds(cpu_time);
+    const double t0 = bench_seconds(cpu_time);
     f();
-    best = std::min(best, (clock_seconds(cpu_time) - t0) * 1e3);
+    best = std::min(best, (bench_seconds(cpu_time) - t0) * 1e3);
     between();
   }
   return best;

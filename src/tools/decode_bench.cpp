@@ -3,7 +3,6 @@
 // together they exceed twice the last-level cache and decodes them in turn.
 #include "attnkit/tools/decode_bench.hpp"
 
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -61,16 +60,6 @@ DecodeBench::DecodeBench(const DecodeBenchConfig& c) : c_(c) {
 
 DecodeBench::~DecodeBench() = default;
 
-namespace {
-// Seconds on the bench's clock: the process's CPU time with cpu_time, else the wall clock.
-double clock_seconds(bool cpu_time) {
-  if (!cpu_time) return now_seconds();
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-}  // namespace
-
 DecodeBenchResult DecodeBench::time(int repeats) {
   check(repeats >= 1, "--repeats: must be >= 1");
   ThreadCountScope threads(c_.threads);
@@ -83,9 +72,9 @@ DecodeBenchResult DecodeBench::time(int repeats) {
   for (int64_t r = 0; r < std::max<int64_t>(repeats, layers_); ++r) {  // every layer at least once
     next_layer_ = (next_layer_ + 1) % layers_;  // the layer read longest ago
     args.layer = next_layer_;
-    const double t0 = clock_seconds(c_.cpu_time);
+    const double t0 = bench_seconds(c_.cpu_time);
     decode_attention(opts, args);
-    best = std::min(best, clock_seconds(c_.cpu_time) - t0);
+    best = std::min(best, bench_seconds(c_.cpu_time) - t0);
   }
   DecodeBenchResult r;
   r.layers = layers_;

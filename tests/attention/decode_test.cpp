@@ -222,11 +222,9 @@ TEST(Decode, WideGroupsEqualTheReference) {
                   std::to_string(o.attention.window_left) + " rope=" + std::to_string(o.rope_theta));
 }
 
-// Groups of 4 query rows per KV head (G = 4, 16 and G = 4 with two queries), served by the
-// fused score + softmax kernel in blocks every row sees on AVX2 builds (AVX-512 builds: the
-// three-pass path): every dtype, a window (masked and unmasked blocks of one work item), rope, and
-// cache lengths that leave partial register blocks and sub-blocks. (The AVX2 kernel also serves OddHeadDims' d = 8, 24, 40, 136
-// with G = 4.)
+// Groups of 4 query rows per KV head (G = 4, 16 and G = 4 with two queries), the score kernel's
+// 4-row register blocks: every dtype, a window (masked and unmasked blocks of one work item), rope,
+// and cache lengths that leave partial register blocks and sub-blocks.
 TEST(Decode, GroupsOfFourRowsEqualTheReference) {
   const int64_t h = 32;
   const AttentionOptions window{.window_left = 300, .window_right = 0};
@@ -242,12 +240,13 @@ TEST(Decode, GroupsOfFourRowsEqualTheReference) {
                   std::to_string(o.attention.window_left) + " rope=" + std::to_string(o.rope_theta));
 }
 
-// The fused softmax passes (wide groups and groups of 4 rows) keep a reference max per row and
-// raise it only when a score exceeds it by more than e^8. All query heads are close to one
-// direction u, and keys along u at positions inside register blocks and blocks make every row's
-// score jump by more than that, so earlier probabilities of the same block, the sums and the
-// outputs are rescaled mid-block (MQA and G = 4, 8, every dtype, two work items).
-TEST(Decode, FusedSoftmaxRaisesItsMaxMidBlock) {
+// The wide groups' fused softmax pass keeps a reference max per row and raises it only when a
+// score exceeds it by more than e^8; the online softmax of the other groups rescales per block.
+// All query heads are close to one direction u, and keys along u at positions inside register
+// blocks and blocks make every row's score jump by more than that, so earlier probabilities of the
+// same block, the sums and the outputs are rescaled mid-block (MQA and G = 4, 8, every dtype, two
+// work items).
+TEST(Decode, SoftmaxRaisesItsMaxMidBlock) {
   const int64_t h = 32, d = 64, len = 700;
   const auto u = randn(d, 50);
   double uu = 0;
@@ -306,9 +305,9 @@ TEST(Decode, SameBitsForAnyThreadCount) {
   EXPECT_EQ(one.out, two.out);
 }
 
-// The same for MQA (the wide-group kernels) and GQA with G = 4 (the fused score + softmax kernel),
-// several work items per sequence.
-TEST(Decode, FusedKernelsSameBitsForAnyThreadCount) {
+// The same for MQA (the wide-group kernels) and GQA with G = 4 (4-row register blocks), several
+// work items per sequence.
+TEST(Decode, GroupedKernelsSameBitsForAnyThreadCount) {
   const int64_t h = 32, d = 128, len = 3000;
   for (const int64_t hkv : {1, 8}) {
     KVCache cache({.kv_heads = hkv, .head_dim = d, .capacity = len, .dtype = DType::f16});
