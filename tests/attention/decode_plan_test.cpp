@@ -1,0 +1,78 @@
+// The split-KV plan of a decode call (attention/decode_plan.hpp): its items cover every cached
+// token of every sequence once, in address order, a sequence's items consecutive and of
+// DecodeTiles::kChunk tokens but the last. Dense and paged caches (pages cut an item into several
+// runs, never its size).
+#include "attention/decode_plan.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "attnkit/kv/kv_cache.hpp"
+#include "test_random.hpp"
+
+namespace attnkit {
+namespace {
+
+// Checks the plan of sequences `ids` of `cache` (lengths `lens`).
+// Returns the plan's number of runs.
+size_t expect_plan_covers(const KVCache& cache, const std::vector<int64_t>& ids,
+                          const std::vector<int64_t>& lens, const std::string& what) {
+  const std::vector<float> q(size_t(ids.size()) * 2 * 4);
+  const DecodeArgs a{.q = ConstView3::contiguous(q.data(), {int64_t(ids.size()), 2, 4}),
+                     .seqs = ids, .cache = &cache, .layer = 0};
+  const decode::Plan p = decode::make_plan(a);
+  EXPECT_EQ(p.segs.size(), ids.size()) << what;
+  if (p.segs.size() != ids.size()) return 0;
+  size_t item = 0;
+  for (size_t b = 0; b < ids.size(); ++b) {
+    int64_t next = 0;  // the sequence's next token, counted over its segments in address order
+    for (; item < p.items.size() && p.items[item].b == int64_t(b); ++item) {
+      const decode::Item& it = p.items[item];
+      const int64_t first = next;
+      for (int64_t r = it.run_begin; r < it.run_end; ++r) {
+        const decode::Run& run = p.runs[size_t(r)];
+        int64_t offset = 0;  // tokens of the sequence in the segments before run.seg
+        for (int64_t s = 0; s < run.seg; ++s) offset += p.segs[b][size_t(s)].n;
+        EXPECT_EQ(offset + run.start, next) << what << ": item " << item << " run " << r;
+        EXPECT_GT(run.count, 0) << what;
+        next += run.count;
+      }
+      EXPECT_EQ(next - first, std::min(DecodeTiles::kChunk, lens[b] - first))
+          << what << ": item " << item << " at token " << first;
+    }
+    EXPECT_EQ(next, lens[b]) << what << ": sequence " << b;
+  }
+  EXPECT_EQ(item, p.items.size()) << what;
+  return p.runs.size();
+}
+
+TEST(DecodePlan, ItemsCoverTheCacheInChunks) {
+  const int64_t hkv = 2, d = 4;
+  for (const KVPolicy policy : {KVPolicy::dense, KVPolicy::paged}) {
+    KVCache cache({.kv_heads = hkv, .head_dim = d, .capacity = 3000, .dtype = DType::f32,
+                   .policy = policy, .block_size = 48, .max_sequences = 3});
+    const std::vector<int64_t> lens{700, 2999, 1100};
+    std::vector<int64_t> ids;
+    for (size_t s = 0; s < lens.size(); ++s) ids.push_back(cache.add_sequence());
+    const auto k = randn(101 * hkv * d, 3);
+    for (int64_t step = 0; step < 3000; step += 101)  // interleaved appends: pages alternate
+      for (size_t s = 0; s < lens.size(); ++s) {
+        const int64_t n = std::min<int64_t>(101, lens[s] - step);
+        if (n <= 0) continue;
+        const auto kv = ConstView3::contiguous(k.data(), {n, hkv, d});
+        cache.append(ids[s], 0, kv, kv);
+      }
+    const std::string name = policy == KVPolicy::paged ? "paged" : "dense";
+    const size_t runs = expect_plan_covers(cache, ids, lens, name);
+    // 4799 tokens in 11 items; paged, about one run per 48-token page.
+    if (policy == KVPolicy::paged) EXPECT_GT(runs, 100u);
+    expect_plan_covers(cache, {ids[0]}, {lens[0]}, name + ", one sequence of 700");
+    expect_plan_covers(cache, {ids[2], ids[1]}, {lens[2], lens[1]}, name + ", reordered");
+  }
+}
+
+}  // namespace
+}  // namespace attnkit
