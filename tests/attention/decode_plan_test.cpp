@@ -16,8 +16,7 @@
 namespace attnkit {
 namespace {
 
-// Checks the plan of sequences `ids` of `cache` (lengths `lens`).
-// Returns the plan's number of runs.
+// Checks the plan of sequences `ids` of `cache` (lengths `lens`); returns its number of runs.
 size_t expect_plan_covers(const KVCache& cache, const std::vector<int64_t>& ids,
                           const std::vector<int64_t>& lens, const std::string& what) {
   const std::vector<float> q(size_t(ids.size()) * 2 * 4);
@@ -28,15 +27,15 @@ size_t expect_plan_covers(const KVCache& cache, const std::vector<int64_t>& ids,
   if (p.segs.size() != ids.size()) return 0;
   size_t item = 0;
   for (size_t b = 0; b < ids.size(); ++b) {
+    std::vector<int64_t> seg_start{0};  // tokens of the sequence before each segment
+    for (const KVSegment& sg : p.segs[b]) seg_start.push_back(seg_start.back() + sg.n);
     int64_t next = 0;  // the sequence's next token, counted over its segments in address order
     for (; item < p.items.size() && p.items[item].b == int64_t(b); ++item) {
       const decode::Item& it = p.items[item];
       const int64_t first = next;
       for (int64_t r = it.run_begin; r < it.run_end; ++r) {
         const decode::Run& run = p.runs[size_t(r)];
-        int64_t offset = 0;  // tokens of the sequence in the segments before run.seg
-        for (int64_t s = 0; s < run.seg; ++s) offset += p.segs[b][size_t(s)].n;
-        EXPECT_EQ(offset + run.start, next) << what << ": item " << item << " run " << r;
+        EXPECT_EQ(seg_start[size_t(run.seg)] + run.start, next) << what << ": item " << item << " run " << r;
         EXPECT_GT(run.count, 0) << what;
         next += run.count;
       }
