@@ -8,7 +8,7 @@
 // Stored K/V are converted in registers (no float32 copy of the cache). Each kernel prefetches
 // the rows it reads `ahead` tokens further on, interleaved with its FMAs (see run_item).
 // The G query heads of a KV head share each converted K/V vector, so arithmetic intensity grows
-// with G. Chunks of kChunk tokens are merged with their (max, sum) pairs; the chunking depends on
+// with G. The items' partial results are merged with their (max, sum) pairs; the plan depends on
 // the cache contents only, so results do not depend on the thread count.
 // PyTorch: softmax(q @ k.T * scale + mask) @ v over the cached keys and values.
 #include <algorithm>

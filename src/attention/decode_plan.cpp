@@ -1,5 +1,6 @@
 // Split-KV work plan of a decode call (decode_plan.hpp): chunks of DecodeTiles::kChunk tokens per
-// work item, cut from each sequence's cache segments in address order.
+// work item, cut from each sequence's cache segments in address order; the sequence's tail (its
+// last 1/kTailShare, at most kTailTokens) in chunks of DecodeTiles::kTailChunk.
 #include "decode_plan.hpp"
 
 #include <algorithm>
@@ -12,23 +13,31 @@ Plan make_plan(const DecodeArgs& a) {
   Plan p;
   for (size_t b = 0; b < a.seqs.size(); ++b) {
     p.segs.push_back(a.cache->segments(a.seqs[b], a.layer));
+    int64_t total = 0;
+    for (const KVSegment& sg : p.segs.back()) total += sg.n;
     p.held.push_back(a.cache->cached(a.seqs[b], a.layer));
-    int64_t in_item = 0;
+    // Tokens before the sequence's tail, where items become kTailChunk long. The tail is a
+    // function of the sequence's length only, so a sequence's result does not depend on its batch.
+    const int64_t tail = total - std::min(DecodeTiles::kTailTokens, total / DecodeTiles::kTailShare);
+    int64_t in_item = 0, done = 0;  // tokens in the open item; tokens of the sequence planned
     for (size_t s = 0; s < p.segs.back().size(); ++s)
       for (int64_t t = 0; t < p.segs.back()[s].n;) {
-        if (in_item == 0 || in_item == DecodeTiles::kChunk) {
+        int64_t limit = done >= tail ? DecodeTiles::kTailChunk : DecodeTiles::kChunk;
+        if (in_item == 0 || in_item >= limit || done == tail) {
           p.items.push_back({int64_t(b), int64_t(p.runs.size()), int64_t(p.runs.size())});
           in_item = 0;
         }
-        const int64_t count = std::min(p.segs.back()[s].n - t, DecodeTiles::kChunk - in_item);
+        // An item ends where the tail begins.
+        if (done < tail) limit = std::min(limit, in_item + tail - done);
+        const int64_t count = std::min(p.segs.back()[s].n - t, limit - in_item);
         p.runs.push_back({int64_t(s), t, count});
         p.items.back().run_end = int64_t(p.runs.size());
         in_item += count;
+        done += count;
         t += count;
       }
   }
   return p;
 }
-
 
 }  // namespace attnkit::decode

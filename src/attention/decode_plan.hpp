@@ -1,7 +1,8 @@
 #pragma once
 // The split-KV work plan of one decode call: each sequence's cache segments cut into work items
-// of at most DecodeTiles::kChunk tokens, read in address order. The cut depends on the cache
-// contents only, never on the thread count. Internal header.
+// of at most DecodeTiles::kChunk tokens (kTailChunk in the sequence's tail), read in address
+// order. The cut depends on each sequence's cache contents only, never on the thread count or the
+// rest of the batch. Internal header.
 #include <cstdint>
 #include <vector>
 

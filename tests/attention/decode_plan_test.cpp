@@ -1,6 +1,7 @@
 // The split-KV plan of a decode call (attention/decode_plan.hpp): its items cover every cached
-// token of every sequence once, in address order, a sequence's items consecutive and of
-// DecodeTiles::kChunk tokens but the last. Dense and paged caches (pages cut an item into several
+// token of every sequence once, in address order, a sequence's items consecutive; of
+// DecodeTiles::kChunk tokens up to the sequence's tail (the last item before it ends where it
+// starts), of kTailChunk tokens within it. Dense and paged caches (pages cut an item into several
 // runs, never its size).
 #include "attention/decode_plan.hpp"
 
@@ -15,6 +16,13 @@
 
 namespace attnkit {
 namespace {
+
+// Tokens of the item that starts at token `first` of a sequence of `len` tokens.
+int64_t expected_item(int64_t first, int64_t len) {
+  const int64_t tail = len - std::min(DecodeTiles::kTailTokens, len / DecodeTiles::kTailShare);
+  return first < tail ? std::min(DecodeTiles::kChunk, tail - first)
+                      : std::min(DecodeTiles::kTailChunk, len - first);
+}
 
 // Checks the plan of sequences `ids` of `cache` (lengths `lens`); returns its number of runs.
 size_t expect_plan_covers(const KVCache& cache, const std::vector<int64_t>& ids,
@@ -39,7 +47,7 @@ size_t expect_plan_covers(const KVCache& cache, const std::vector<int64_t>& ids,
         EXPECT_GT(run.count, 0) << what;
         next += run.count;
       }
-      EXPECT_EQ(next - first, std::min(DecodeTiles::kChunk, lens[b] - first))
+      EXPECT_EQ(next - first, expected_item(first, lens[b]))
           << what << ": item " << item << " at token " << first;
     }
     EXPECT_EQ(next, lens[b]) << what << ": sequence " << b;
@@ -51,13 +59,14 @@ size_t expect_plan_covers(const KVCache& cache, const std::vector<int64_t>& ids,
 TEST(DecodePlan, ItemsCoverTheCacheInChunks) {
   const int64_t hkv = 2, d = 4;
   for (const KVPolicy policy : {KVPolicy::dense, KVPolicy::paged}) {
-    KVCache cache({.kv_heads = hkv, .head_dim = d, .capacity = 3000, .dtype = DType::f32,
-                   .policy = policy, .block_size = 48, .max_sequences = 3});
-    const std::vector<int64_t> lens{700, 2999, 1100};
+    KVCache cache({.kv_heads = hkv, .head_dim = d, .capacity = 17000, .dtype = DType::f32,
+                   .policy = policy, .block_size = 48, .max_sequences = 4});
+    // 1100: an 8-token item ends where the 68-token tail starts; 17000: the tail is kTailTokens.
+    const std::vector<int64_t> lens{700, 2999, 1100, 17000};
     std::vector<int64_t> ids;
     for (size_t s = 0; s < lens.size(); ++s) ids.push_back(cache.add_sequence());
     const auto k = randn(101 * hkv * d, 3);
-    for (int64_t step = 0; step < 3000; step += 101)  // interleaved appends: pages alternate
+    for (int64_t step = 0; step < 17000; step += 101)  // interleaved appends: pages alternate
       for (size_t s = 0; s < lens.size(); ++s) {
         const int64_t n = std::min<int64_t>(101, lens[s] - step);
         if (n <= 0) continue;
@@ -66,7 +75,7 @@ TEST(DecodePlan, ItemsCoverTheCacheInChunks) {
       }
     const std::string name = policy == KVPolicy::paged ? "paged" : "dense";
     const size_t runs = expect_plan_covers(cache, ids, lens, name);
-    // 4799 tokens in 11 items; paged, about one run per 48-token page.
+    // Paged: about one run per 48-token page.
     if (policy == KVPolicy::paged) EXPECT_GT(runs, 100u);
     expect_plan_covers(cache, {ids[0]}, {lens[0]}, name + ", one sequence of 700");
     expect_plan_covers(cache, {ids[2], ids[1]}, {lens[2], lens[1]}, name + ", reordered");

@@ -321,6 +321,28 @@ TEST(Decode, GroupedKernelsSameBitsForAnyThreadCount) {
   }
 }
 
+// A sequence's result does not depend on the batch: decoded alone and first of two sequences
+// (several work items each, tails of 128-token items), the same bits.
+TEST(Decode, SameBitsAloneAndInABatch) {
+  const int64_t h = 8, hkv = 2, d = 64;
+  const int64_t lens[2] = {2500, 3300};
+  KVCache cache({.kv_heads = hkv, .head_dim = d, .capacity = 3300, .dtype = DType::f16,
+                 .max_sequences = 2});
+  for (int64_t s = 0; s < 2; ++s) {
+    cache.add_sequence();
+    const auto k = randn(lens[s] * hkv * d, 20 + uint32_t(s)), v = randn(lens[s] * hkv * d, 22 + uint32_t(s));
+    cache.append(s, 0, ConstView3::contiguous(k.data(), {lens[s], hkv, d}),
+                 ConstView3::contiguous(v.data(), {lens[s], hkv, d}));
+  }
+  const auto q = randn(2 * h * d, 24);  // one query per sequence; the first is sequence 1's
+  const std::vector<int64_t> both{1, 0}, alone{1};
+  const auto batch = run(true, {}, cache, both, q, h, d);
+  const std::vector<float> q1(q.begin(), q.begin() + h * d);
+  const auto one = run(true, {}, cache, alone, q1, h, d);
+  EXPECT_EQ(std::vector<float>(batch.out.begin(), batch.out.begin() + h * d), one.out);
+  for (int64_t i = 0; i < h; ++i) EXPECT_EQ(batch.lse[size_t(i * 2)], one.lse[size_t(i)]) << i;
+}
+
 TEST(Decode, RejectsBadArguments) {
   KVCache cache({.kv_heads = 2, .head_dim = 8, .capacity = 10, .dtype = DType::f32, .max_sequences = 2});
   cache.add_sequence();

@@ -34,7 +34,12 @@ struct DecodeArgs {
 };
 
 struct DecodeTiles {
-  static constexpr int64_t kChunk = 512;          // cache tokens per work item (split-KV)
+  static constexpr int64_t kChunk = 1024;         // cache tokens per work item (split-KV)
+  // A sequence's last 1/kTailShare of cached tokens, at most kTailTokens, go in items of kTailChunk
+  // tokens: the items handed out last are short, so threads finish together.
+  static constexpr int64_t kTailTokens = 1024;
+  static constexpr int64_t kTailShare = 16;
+  static constexpr int64_t kTailChunk = 128;
   static constexpr int64_t kBlockTokens = 64;          // tokens per online-softmax block, at most
   static constexpr int64_t kStageBytes = 128 * 1024;   // cache bytes of K (and of V) per block
   // Cache bytes per sub-block (all heads): 1/32 of the core's L2, 16–32 KiB (measured best:
