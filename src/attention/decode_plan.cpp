@@ -1,6 +1,5 @@
-// Split-KV work plan of a decode call (decode_plan.hpp): chunks of DecodeTiles::kChunk tokens per
-// work item, cut from each sequence's cache segments in address order; the sequence's tail (its
-// last 1/kTailShare, at most kTailTokens) in chunks of DecodeTiles::kTailChunk.
+// Split-KV work plan of a decode call (decode_plan.hpp): work items cut from each sequence's
+// cache segments in address order, their sizes (DecodeTiles) a function of the sequence's length.
 #include "decode_plan.hpp"
 
 #include <algorithm>
@@ -8,6 +7,23 @@
 #include "attnkit/kv/kv_cache.hpp"
 
 namespace attnkit::decode {
+namespace {
+
+struct Cuts {
+  int64_t tail;   // tokens before the tail, where items become kTailChunk long
+  int64_t chunk;  // tokens per item before the tail
+};
+
+// Item sizes of a sequence of `total` cached tokens. They depend on its length only, so a
+// sequence's result depends on neither the thread count nor the rest of its batch.
+Cuts cuts(int64_t total) {
+  using T = DecodeTiles;
+  const int64_t tail = total - std::min(T::kTailTokens, total / T::kTailShare) / T::kTailChunk * T::kTailChunk;
+  const int64_t half = ((tail + 1) / 2 + T::kBlockTokens - 1) / T::kBlockTokens * T::kBlockTokens;
+  return {tail, std::clamp(half, T::kMinChunk, T::kChunk)};
+}
+
+}  // namespace
 
 Plan make_plan(const DecodeArgs& a) {
   Plan p;
@@ -16,13 +32,11 @@ Plan make_plan(const DecodeArgs& a) {
     int64_t total = 0;
     for (const KVSegment& sg : p.segs.back()) total += sg.n;
     p.held.push_back(a.cache->cached(a.seqs[b], a.layer));
-    // Tokens before the sequence's tail, where items become kTailChunk long. The tail is a
-    // function of the sequence's length only, so a sequence's result does not depend on its batch.
-    const int64_t tail = total - std::min(DecodeTiles::kTailTokens, total / DecodeTiles::kTailShare);
+    const auto [tail, chunk] = cuts(total);
     int64_t in_item = 0, done = 0;  // tokens in the open item; tokens of the sequence planned
     for (size_t s = 0; s < p.segs.back().size(); ++s)
       for (int64_t t = 0; t < p.segs.back()[s].n;) {
-        int64_t limit = done >= tail ? DecodeTiles::kTailChunk : DecodeTiles::kChunk;
+        int64_t limit = done >= tail ? DecodeTiles::kTailChunk : chunk;
         if (in_item == 0 || in_item >= limit || done == tail) {
           p.items.push_back({int64_t(b), int64_t(p.runs.size()), int64_t(p.runs.size())});
           in_item = 0;

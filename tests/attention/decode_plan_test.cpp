@@ -1,8 +1,7 @@
 // The split-KV plan of a decode call (attention/decode_plan.hpp): its items cover every cached
-// token of every sequence once, in address order, a sequence's items consecutive; of
-// DecodeTiles::kChunk tokens up to the sequence's tail (the last item before it ends where it
-// starts), of kTailChunk tokens within it. Dense and paged caches (pages cut an item into several
-// runs, never its size).
+// token of every sequence once, in address order, a sequence's items consecutive and of the sizes
+// DecodeTiles' rules give its length. Dense and paged caches (pages cut an item into several runs,
+// never its size).
 #include "attention/decode_plan.hpp"
 
 #include <gtest/gtest.h>
@@ -17,11 +16,22 @@
 namespace attnkit {
 namespace {
 
-// Tokens of the item that starts at token `first` of a sequence of `len` tokens.
-int64_t expected_item(int64_t first, int64_t len) {
-  const int64_t tail = len - std::min(DecodeTiles::kTailTokens, len / DecodeTiles::kTailShare);
-  return first < tail ? std::min(DecodeTiles::kChunk, tail - first)
-                      : std::min(DecodeTiles::kTailChunk, len - first);
+// Item sizes (tokens) of a sequence of `len` cached tokens, worked out by hand from DecodeTiles'
+// rules: a tail of min(len / 16, 1024) rounded down to 128 in 128-token items; before it, items of
+// half the tokens rounded up to 64, within [512, 1024].
+std::vector<int64_t> expected_items(int64_t len) {
+  std::vector<int64_t> v;
+  auto add = [&](int64_t n, int64_t size) { v.insert(v.end(), size_t(n), size); };
+  switch (len) {
+    case 700: add(1, 512), add(1, 188); break;                        // no tail
+    case 1024: add(2, 512); break;                                    // 64 → no tail
+    case 1100: add(1, 576), add(1, 524); break;                       // 550 → 576
+    case 2048: add(2, 960), add(1, 128); break;                       // tail 128
+    case 2999: add(2, 1024), add(1, 823), add(1, 128); break;         // 187 → tail 128
+    case 17000: add(15, 1024), add(1, 616), add(8, 128); break;       // tail 1024
+    default: ADD_FAILURE() << "no expected items for " << len;
+  }
+  return v;
 }
 
 // Checks the plan of sequences `ids` of `cache` (lengths `lens`); returns its number of runs.
@@ -38,6 +48,7 @@ size_t expect_plan_covers(const KVCache& cache, const std::vector<int64_t>& ids,
     std::vector<int64_t> seg_start{0};  // tokens of the sequence before each segment
     for (const KVSegment& sg : p.segs[b]) seg_start.push_back(seg_start.back() + sg.n);
     int64_t next = 0;  // the sequence's next token, counted over its segments in address order
+    std::vector<int64_t> sizes;
     for (; item < p.items.size() && p.items[item].b == int64_t(b); ++item) {
       const decode::Item& it = p.items[item];
       const int64_t first = next;
@@ -47,9 +58,9 @@ size_t expect_plan_covers(const KVCache& cache, const std::vector<int64_t>& ids,
         EXPECT_GT(run.count, 0) << what;
         next += run.count;
       }
-      EXPECT_EQ(next - first, expected_item(first, lens[b]))
-          << what << ": item " << item << " at token " << first;
+      sizes.push_back(next - first);
     }
+    EXPECT_EQ(sizes, expected_items(lens[b])) << what << ": sequence " << b;
     EXPECT_EQ(next, lens[b]) << what << ": sequence " << b;
   }
   EXPECT_EQ(item, p.items.size()) << what;
@@ -60,9 +71,8 @@ TEST(DecodePlan, ItemsCoverTheCacheInChunks) {
   const int64_t hkv = 2, d = 4;
   for (const KVPolicy policy : {KVPolicy::dense, KVPolicy::paged}) {
     KVCache cache({.kv_heads = hkv, .head_dim = d, .capacity = 17000, .dtype = DType::f32,
-                   .policy = policy, .block_size = 48, .max_sequences = 4});
-    // 1100: an 8-token item ends where the 68-token tail starts; 17000: the tail is kTailTokens.
-    const std::vector<int64_t> lens{700, 2999, 1100, 17000};
+                   .policy = policy, .block_size = 48, .max_sequences = 6});
+    const std::vector<int64_t> lens{700, 2999, 1100, 17000, 1024, 2048};
     std::vector<int64_t> ids;
     for (size_t s = 0; s < lens.size(); ++s) ids.push_back(cache.add_sequence());
     const auto k = randn(101 * hkv * d, 3);

@@ -34,9 +34,13 @@ struct DecodeArgs {
 };
 
 struct DecodeTiles {
-  static constexpr int64_t kChunk = 1024;         // cache tokens per work item (split-KV)
-  // A sequence's last 1/kTailShare of cached tokens, at most kTailTokens, go in items of kTailChunk
-  // tokens: the items handed out last are short, so threads finish together.
+  // Cache tokens per work item (split-KV), per sequence: half the tokens before its tail, rounded
+  // up to kBlockTokens, within [kMinChunk, kChunk] (so a short sequence still gives two items).
+  static constexpr int64_t kChunk = 1024;
+  static constexpr int64_t kMinChunk = 512;
+  // A sequence's tail, its last 1/kTailShare of cached tokens rounded down to kTailChunk (at most
+  // kTailTokens), goes in items of kTailChunk tokens: the items handed out last are short, so
+  // threads finish together.
   static constexpr int64_t kTailTokens = 1024;
   static constexpr int64_t kTailShare = 16;
   static constexpr int64_t kTailChunk = 128;
