@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Compares `attnkit bench decode` between two or more attnkit binaries in alternating rounds.
+
+Each round runs every binary once (`bench decode --json` plus the arguments given after `--`), in
+forward order on even rounds and reverse order on odd ones, so slow minutes on a shared machine hit
+all binaries alike. Prints, per binary and per KV-head count, the median and best ms per token and
+the median fraction of the FMA peak and of the read bandwidth (each run measures its own peaks).
+
+    bench/decode_ab.py old/attnkit new/attnkit --rounds 8 -- --kv-heads 32,8,1 --context 16384
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+
+def run_once(binary, args):
+    """One `bench decode --json` run of `binary`; returns its rows (dicts), one per KV-head count."""
+    cmd = [binary, "bench", "decode", "--json", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ValueError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip()}")
+    rows = json.loads(done.stdout)
+    return rows if isinstance(rows, list) else [rows]
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="Arguments after -- go to `attnkit bench decode`.")
+    ap.add_argument("binaries", nargs="+", help="attnkit executables to compare (at least two)")
+    ap.add_argument("--rounds", type=int, default=6, help="alternating rounds (default 6)")
+    own, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    opts = ap.parse_args(own)
+    if len(opts.binaries) < 2:
+        ap.error("give at least two binaries")
+    if opts.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    for b in opts.binaries:
+        if not (os.path.isfile(b) and os.access(b, os.X_OK)):
+            ap.error(f"not an executable file: {b}")
+    runs = {b: [] for b in opts.binaries}
+    try:
+        for r in range(opts.rounds):
+            for b in opts.binaries if r % 2 == 0 else opts.binaries[::-1]:
+                runs[b].append(run_once(b, rest))
+    except ValueError as e:
+        print(f"decode_ab: {e}", file=sys.stderr)
+        return 1
+    print(f"{opts.rounds} alternating rounds of `bench decode {' '.join(rest)}`; medians over rounds")
+    print(f"{'binary':<32} {'Hkv':>4} {'ms/token':>9} {'best':>9} {'of FMA':>7} {'of bw':>7}")
+    for b, rounds in runs.items():
+        for i, row in enumerate(rounds[0]):
+            ms = [rr[i]["ms_per_token"] for rr in rounds]
+            fma = statistics.median(rr[i]["fraction_of_fma_peak"] for rr in rounds)
+            bw = statistics.median(rr[i]["fraction_of_bandwidth"] for rr in rounds)
+            print(f"{b:<32} {row['kv_heads']:>4} {statistics.median(ms):>9.4f} {min(ms):>9.4f} "
+                  f"{100 * fma:>6.1f}% {100 * bw:>6.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
