@@ -155,3 +155,23 @@ def test_wide_groups_match_torch(hkv, n, window):
     pt = torch_decode(q, k16, v16, torch.float32, window=(window, 0))
     ta.assert_within_bar(out, ref[0], pt[0], 2, "out")
     ta.assert_within_bar(lse, ref[1], pt[1], 2, "lse")
+
+
+@pytest.mark.parametrize("hkv", [1, 8])
+def test_long_cache_in_several_items_and_a_tail_matches_torch(hkv):
+    """A 2237-token cache is decoded in several work items (1024, 1024, 61) and a 128-token tail
+    item, merged by logsumexp: against PyTorch over the stored f16 history (MQA: the wide-group
+    kernels; G = 4: the row kernels), within the 2x bar of torch float32's error."""
+    rng = np.random.default_rng(7)
+    h, d, total = 32, 64, 2237
+    k = rng.standard_normal((total, hkv, d), dtype=np.float32)
+    v = rng.standard_normal((total, hkv, d), dtype=np.float32)
+    q = rng.standard_normal((1, h, d), dtype=np.float32)
+    cache = attnkit.KVCache(1, hkv, d, capacity=total, dtype="f16")
+    cache.append(k, v)
+    out, lse = attnkit.decode_attention(q, cache, return_lse=True)
+    k16, v16 = (torch.tensor(x).half().float().numpy() for x in (k, v))
+    ref = torch_decode(q, k16, v16, torch.float64, window=(-1, 0))
+    pt = torch_decode(q, k16, v16, torch.float32, window=(-1, 0))
+    ta.assert_within_bar(out, ref[0], pt[0], 2, "out")
+    ta.assert_within_bar(lse, ref[1], pt[1], 2, "lse")
