@@ -55,7 +55,8 @@ struct DecodeTiles {
   static constexpr int64_t kPrefetchBytes = 24 * 1024;
 };
 
-// Fast path: split-KV over (sequence, chunk), results independent of the thread count.
+// Fast path: split-KV over (sequence, chunk); a sequence's result is independent of the thread
+// count and of the other sequences in args.seqs.
 void decode_attention(const DecodeOptions& opts, const DecodeArgs& args);
 // Reference: gathers the cache to float32 in cache order, applies rope, calls attention_reference.
 void decode_attention_reference(const DecodeOptions& opts, const DecodeArgs& args);
