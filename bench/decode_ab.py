@@ -10,20 +10,35 @@ the median fraction of the FMA peak and of the read bandwidth (each run measures
 """
 import argparse
 import json
-import os
+import shutil
 import statistics
 import subprocess
 import sys
 
 
+KEYS = ("kv_heads", "ms_per_token", "fraction_of_fma_peak", "fraction_of_bandwidth")
+
+
 def run_once(binary, args):
-    """One `bench decode --json` run of `binary`; returns its rows (dicts), one per KV-head count."""
+    """One `bench decode --json` run of `binary`; returns its rows (dicts), one per KV-head count.
+    Raises ValueError naming the command when it cannot run, fails or prints something else."""
     cmd = [binary, "bench", "decode", "--json", *args]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        raise ValueError(f"cannot run {binary}: {e}") from e
     if done.returncode != 0:
         raise ValueError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip()}")
-    rows = json.loads(done.stdout)
-    return rows if isinstance(rows, list) else [rows]
+    try:
+        rows = json.loads(done.stdout)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{' '.join(cmd)} did not print JSON: {e}") from e
+    rows = rows if isinstance(rows, list) else [rows]
+    for row in rows:
+        missing = [k for k in KEYS if not isinstance(row, dict) or k not in row]
+        if missing:
+            raise ValueError(f"{' '.join(cmd)}: its JSON lacks {', '.join(missing)}")
+    return rows
 
 
 def main(argv):
@@ -37,14 +52,20 @@ def main(argv):
         ap.error("give at least two binaries")
     if opts.rounds < 1:
         ap.error("--rounds must be at least 1")
+    if len(set(opts.binaries)) != len(opts.binaries):
+        ap.error("each binary may be given once")
     for b in opts.binaries:
-        if not (os.path.isfile(b) and os.access(b, os.X_OK)):
-            ap.error(f"not an executable file: {b}")
+        if shutil.which(b) is None:
+            ap.error(f"not an executable: {b}")
     runs = {b: [] for b in opts.binaries}
     try:
         for r in range(opts.rounds):
             for b in opts.binaries if r % 2 == 0 else opts.binaries[::-1]:
-                runs[b].append(run_once(b, rest))
+                rows = run_once(b, rest)
+                first = next(iter(runs.values()))
+                if first and len(rows) != len(first[0]):
+                    raise ValueError(f"{b} printed {len(rows)} rows, the first run {len(first[0])}")
+                runs[b].append(rows)
     except ValueError as e:
         print(f"decode_ab: {e}", file=sys.stderr)
         return 1

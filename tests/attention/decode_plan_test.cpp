@@ -18,7 +18,8 @@ namespace {
 
 // Item sizes (tokens) of a sequence of `len` cached tokens, worked out by hand from DecodeTiles'
 // rules: a tail of min(len / 16, 1024) rounded down to 128 in 128-token items; before it, items of
-// half the tokens rounded up to 64, within [512, 1024].
+// half the tokens before the tail rounded up to 64, within [512, 1024], the last of them ending
+// where the tail begins.
 std::vector<int64_t> expected_items(int64_t len) {
   std::vector<int64_t> v;
   auto add = [&](int64_t n, int64_t size) { v.insert(v.end(), size_t(n), size); };
@@ -29,6 +30,11 @@ std::vector<int64_t> expected_items(int64_t len) {
     case 2048: add(2, 960), add(1, 128); break;                       // tail 128
     case 2999: add(2, 1024), add(1, 823), add(1, 128); break;         // 187 → tail 128
     case 17000: add(15, 1024), add(1, 616), add(8, 128); break;       // tail 1024
+    case 2237: add(2, 1024), add(1, 61), add(1, 128); break;          // short item before the tail
+    case 1153: add(1, 640), add(1, 513); break;                       // 577 → 640 (rounded up)
+    case 16: add(1, 16); break;
+    case 1: add(1, 1); break;
+    case 0: break;                                                    // no items
     default: ADD_FAILURE() << "no expected items for " << len;
   }
   return v;
@@ -71,8 +77,8 @@ TEST(DecodePlan, ItemsCoverTheCacheInChunks) {
   const int64_t hkv = 2, d = 4;
   for (const KVPolicy policy : {KVPolicy::dense, KVPolicy::paged}) {
     KVCache cache({.kv_heads = hkv, .head_dim = d, .capacity = 17000, .dtype = DType::f32,
-                   .policy = policy, .block_size = 48, .max_sequences = 6});
-    const std::vector<int64_t> lens{700, 2999, 1100, 17000, 1024, 2048};
+                   .policy = policy, .block_size = 48, .max_sequences = 11});
+    const std::vector<int64_t> lens{700, 2999, 1100, 17000, 1024, 2048, 2237, 1153, 16, 1, 0};
     std::vector<int64_t> ids;
     for (size_t s = 0; s < lens.size(); ++s) ids.push_back(cache.add_sequence());
     const auto k = randn(101 * hkv * d, 3);

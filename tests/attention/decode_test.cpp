@@ -321,8 +321,8 @@ TEST(Decode, GroupedKernelsSameBitsForAnyThreadCount) {
   }
 }
 
-// A sequence's result does not depend on the batch: decoded alone and first of two sequences
-// (several work items each, tails of 128-token items), the same bits.
+// A sequence's result does not depend on the batch: each of two sequences decoded alone and in a
+// batch of both (several work items each, tails of 128-token items), the same bits.
 TEST(Decode, SameBitsAloneAndInABatch) {
   const int64_t h = 8, hkv = 2, d = 64;
   const int64_t lens[2] = {2500, 3300};
@@ -334,13 +334,18 @@ TEST(Decode, SameBitsAloneAndInABatch) {
     cache.append(s, 0, ConstView3::contiguous(k.data(), {lens[s], hkv, d}),
                  ConstView3::contiguous(v.data(), {lens[s], hkv, d}));
   }
-  const auto q = randn(2 * h * d, 24);  // one query per sequence; the first is sequence 1's
-  const std::vector<int64_t> both{1, 0}, alone{1};
+  const auto q = randn(2 * h * d, 24);  // one query per sequence: row 0 sequence 1's, row 1 sequence 0's
+  const std::vector<int64_t> both{1, 0};
   const auto batch = run(true, {}, cache, both, q, h, d);
-  const std::vector<float> q1(q.begin(), q.begin() + h * d);
-  const auto one = run(true, {}, cache, alone, q1, h, d);
-  EXPECT_EQ(std::vector<float>(batch.out.begin(), batch.out.begin() + h * d), one.out);
-  for (int64_t i = 0; i < h; ++i) EXPECT_EQ(batch.lse[size_t(i * 2)], one.lse[size_t(i)]) << i;
+  for (int64_t row = 0; row < 2; ++row) {
+    const std::vector<int64_t> alone{both[size_t(row)]};
+    const std::vector<float> qr(q.begin() + row * h * d, q.begin() + (row + 1) * h * d);
+    const auto one = run(true, {}, cache, alone, qr, h, d);
+    EXPECT_EQ(std::vector<float>(batch.out.begin() + row * h * d, batch.out.begin() + (row + 1) * h * d),
+              one.out) << "row " << row;
+    for (int64_t i = 0; i < h; ++i)
+      EXPECT_EQ(batch.lse[size_t(i * 2 + row)], one.lse[size_t(i)]) << "row " << row << " head " << i;
+  }
 }
 
 TEST(Decode, RejectsBadArguments) {

@@ -35,7 +35,9 @@ struct DecodeArgs {
 
 struct DecodeTiles {
   // Cache tokens per work item (split-KV), per sequence: half the tokens before its tail, rounded
-  // up to kBlockTokens, within [kMinChunk, kChunk] (so a short sequence still gives two items).
+  // up to kBlockTokens, within [kMinChunk, kChunk]; the last item before the tail ends where the
+  // tail starts. (513–2048 tokens before the tail give two items, for two threads; 512 or fewer
+  // one.)
   static constexpr int64_t kChunk = 1024;
   static constexpr int64_t kMinChunk = 512;
   // A sequence's tail, its last 1/kTailShare of cached tokens rounded down to kTailChunk (at most
@@ -45,6 +47,8 @@ struct DecodeTiles {
   static constexpr int64_t kTailShare = 16;
   static constexpr int64_t kTailChunk = 128;
   static constexpr int64_t kBlockTokens = 64;          // tokens per online-softmax block, at most
+  static_assert(kMinChunk <= kChunk && kMinChunk % kBlockTokens == 0 && kChunk % kBlockTokens == 0);
+  static_assert(kTailTokens % kTailChunk == 0 && kTailChunk <= kMinChunk && kTailShare >= 2);
   static constexpr int64_t kStageBytes = 128 * 1024;   // cache bytes of K (and of V) per block
   // Cache bytes per sub-block (all heads): 1/32 of the core's L2, 16–32 KiB (measured best:
   // 16 KiB with a 512 KiB L2, 32 KiB with 1 MiB; 16–64 KiB alike with 2 MiB). Only the order in
