@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "attnkit/kv/kv_cache.hpp"
+#include "flash_tile_kernels.hpp"
 
 namespace attnkit::decode {
 namespace {
@@ -19,7 +20,7 @@ struct Cuts {
 Cuts cuts(int64_t total) {
   using T = DecodeTiles;
   const int64_t tail = total - std::min(T::kTailTokens, total / T::kTailShare) / T::kTailChunk * T::kTailChunk;
-  const int64_t half = ((tail + 1) / 2 + T::kBlockTokens - 1) / T::kBlockTokens * T::kBlockTokens;
+  const int64_t half = flash::round_up((tail + 1) / 2, T::kBlockTokens);
   return {tail, std::clamp(half, T::kMinChunk, T::kChunk)};
 }
 
@@ -33,20 +34,17 @@ Plan make_plan(const DecodeArgs& a) {
     for (const KVSegment& sg : p.segs.back()) total += sg.n;
     p.held.push_back(a.cache->cached(a.seqs[b], a.layer));
     const auto [tail, chunk] = cuts(total);
-    int64_t in_item = 0, done = 0;  // tokens in the open item; tokens of the sequence planned
+    int64_t left = 0, done = 0;  // tokens the open item still takes; tokens of the sequence planned
     for (size_t s = 0; s < p.segs.back().size(); ++s)
       for (int64_t t = 0; t < p.segs.back()[s].n;) {
-        int64_t limit = done >= tail ? DecodeTiles::kTailChunk : chunk;
-        if (in_item == 0 || in_item >= limit || done == tail) {
+        if (left == 0) {  // a new item; the last one before the tail ends where the tail begins
           p.items.push_back({int64_t(b), int64_t(p.runs.size()), int64_t(p.runs.size())});
-          in_item = 0;
+          left = done < tail ? std::min(chunk, tail - done) : DecodeTiles::kTailChunk;
         }
-        // An item ends where the tail begins.
-        if (done < tail) limit = std::min(limit, in_item + tail - done);
-        const int64_t count = std::min(p.segs.back()[s].n - t, limit - in_item);
+        const int64_t count = std::min(p.segs.back()[s].n - t, left);
         p.runs.push_back({int64_t(s), t, count});
         p.items.back().run_end = int64_t(p.runs.size());
-        in_item += count;
+        left -= count;
         done += count;
         t += count;
       }
