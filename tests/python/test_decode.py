@@ -138,12 +138,11 @@ def test_bad_use_raises_and_keeps_other_sequences():
     np.testing.assert_array_equal(cache.gather(seq=b)[0], x)
 
 
-@pytest.mark.parametrize("hkv,n,window", [(1, 1, -1), (1, 3, 200), (2, 2, -1)])
-def test_wide_groups_match_torch(hkv, n, window):
-    """MQA-like groups (n·G query rows per KV head fill whole vectors): the wide-group kernels,
-    against PyTorch over the stored f16 history, within the 2x bar of torch float32's error."""
-    rng = np.random.default_rng(5)
-    h, d, total = 32, 128, 777
+def expect_f16_decode_matches_torch(seed, h, hkv, d, total, n, window):
+    """n random queries of h heads against `total` random tokens in an f16 cache: decode_attention
+    against PyTorch over the stored (f16-rounded) history with a left window (-1: none), within
+    the 2x bar of torch float32's error."""
+    rng = np.random.default_rng(seed)
     k = rng.standard_normal((total, hkv, d), dtype=np.float32)
     v = rng.standard_normal((total, hkv, d), dtype=np.float32)
     q = rng.standard_normal((n, h, d), dtype=np.float32)
@@ -157,21 +156,16 @@ def test_wide_groups_match_torch(hkv, n, window):
     ta.assert_within_bar(lse, ref[1], pt[1], 2, "lse")
 
 
+@pytest.mark.parametrize("hkv,n,window", [(1, 1, -1), (1, 3, 200), (2, 2, -1)])
+def test_wide_groups_match_torch(hkv, n, window):
+    """MQA-like groups (n·G query rows per KV head fill whole vectors): the wide-group kernels,
+    against PyTorch over the stored f16 history, within the 2x bar of torch float32's error."""
+    expect_f16_decode_matches_torch(5, h=32, hkv=hkv, d=128, total=777, n=n, window=window)
+
+
 @pytest.mark.parametrize("hkv", [1, 8])
 def test_long_cache_in_several_items_and_a_tail_matches_torch(hkv):
     """A 2237-token cache is decoded in several work items (1024, 1024, 61) and a 128-token tail
     item, merged by logsumexp: against PyTorch over the stored f16 history (MQA: the wide-group
     kernels; G = 4: the row kernels), within the 2x bar of torch float32's error."""
-    rng = np.random.default_rng(7)
-    h, d, total = 32, 64, 2237
-    k = rng.standard_normal((total, hkv, d), dtype=np.float32)
-    v = rng.standard_normal((total, hkv, d), dtype=np.float32)
-    q = rng.standard_normal((1, h, d), dtype=np.float32)
-    cache = attnkit.KVCache(1, hkv, d, capacity=total, dtype="f16")
-    cache.append(k, v)
-    out, lse = attnkit.decode_attention(q, cache, return_lse=True)
-    k16, v16 = (torch.tensor(x).half().float().numpy() for x in (k, v))
-    ref = torch_decode(q, k16, v16, torch.float64, window=(-1, 0))
-    pt = torch_decode(q, k16, v16, torch.float32, window=(-1, 0))
-    ta.assert_within_bar(out, ref[0], pt[0], 2, "out")
-    ta.assert_within_bar(lse, ref[1], pt[1], 2, "lse")
+    expect_f16_decode_matches_torch(7, h=32, hkv=hkv, d=64, total=2237, n=1, window=-1)
