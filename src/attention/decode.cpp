@@ -26,6 +26,7 @@
 #include "decode_plan.hpp"
 #include "decode_wide.hpp"
 #include "flash_common.hpp"
+#include "flash_tile_kernels.hpp"
 
 namespace attnkit {
 namespace {
@@ -317,7 +318,7 @@ class Decoder {
       const int64_t i = r / g_;
       const flash::RowBias bias{alibi_slope(b, hk * g_ + r % g_), i + held - n_};
       flash::online_softmax_row(s + r * bt_, bt, o_.attention.softcap, bias, masked, pos0,
-                                vis(i, held), m[r], l[r], o + r * d_, d_);
+                                vis(i, held), m[r], l[r], o + r * d_, d_, flash::tile_exp_sum);
     }
   }
 
