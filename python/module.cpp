@@ -47,7 +47,7 @@ PYBIND11_MODULE(_attnkit, m) {
         attnkit::set_conv2d_engine(e);
       },
       pybind11::arg("engine"),
-      "Which convolution conv2d uses: 'auto' (oneDNN on the layer classes where it measured faster), "
+      "Which convolution conv2d uses: 'auto' (on CPUs with AMX, oneDNN on the layer classes where it measured faster there), "
       "'builtin' (im2col + sgemm, Winograd) or 'onednn' (everywhere it applies; needs a oneDNN build).");
   m.def(
       "conv2d_engine",

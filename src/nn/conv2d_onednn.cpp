@@ -283,6 +283,15 @@ void run_chunks(ConvPass pass, View4 out, ConstView4 a, const float* w, const Co
   });
 }
 
+// Whether kAuto gives oneDNN its layer classes on this CPU. oneDNN's direct convolutions measured
+// faster than the built-in paths only on the Xeon with AMX; an Ice Lake Xeon ran them at 0.55–0.99×
+// per pass with AVX-512 and with AVX2, and Zen 5 trained as fast either way (docs/performance.md).
+// oneDNN's own ISA detection decides, so ONEDNN_MAX_CPU_ISA caps it too.
+bool onednn_convolutions_preferred() {
+  static const bool amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
+  return amx;
+}
+
 }  // namespace
 
 bool onednn_applies(ConvPass pass, const Conv2dGeometry& g) {
@@ -293,8 +302,9 @@ bool onednn_applies(ConvPass pass, const Conv2dGeometry& g) {
                          right_padding(g.w, g.ow, g.kw, g.stride, g.pad) >= 0;
   if (!supported) return false;
   if (e == Conv2dEngine::kOneDnn) return true;
-  // kAuto: the classes measured faster by oneDNN (bench/conv_bench.cpp, the CNN's layers; the
-  // table is in docs/performance.md). 3×3 same-size layers with >= 16 channels each way: d_w on
+  if (!onednn_convolutions_preferred()) return false;
+  // kAuto on a CPU with AMX: the classes measured faster by oneDNN there (bench/conv_bench.cpp,
+  // the CNN's layers; the table is in docs/performance.md). 3×3 same-size layers with >= 16 channels each way: d_w on
   // every plane (1.0–1.7× the built-in Winograd or column path); y and d_x on planes smaller than
   // 12×12 (1.0–1.35× Winograd's one-vector path), while on 14×14 planes Winograd's 2.25× fewer
   // multiplies win (oneDNN 0.35–0.8×). 1×1 layers (0.5–1.16×, unsteady across runs), the

@@ -32,8 +32,9 @@ struct Conv2dOptions {
   int64_t padding = 0;  // zeros on every side, >= 0
 };
 
-// Which implementation conv2d_forward and conv2d_backward use. kAuto: oneDNN's convolution for
-// the layer classes where it measured faster, the built-in paths elsewhere; kBuiltin: im2col +
+// Which implementation conv2d_forward and conv2d_backward use. kAuto: on CPUs with AMX, oneDNN's
+// convolution for the layer classes where it measured faster there, the built-in paths elsewhere
+// and on every other CPU (where oneDNN's measured slower or equal); kBuiltin: im2col +
 // sgemm and Winograd only; kOneDnn: oneDNN for every layer it supports. The process-wide default
 // is kAuto, or the environment variable ATTNKIT_CONV_ENGINE (auto, builtin, onednn) read once.
 enum class Conv2dEngine { kAuto, kBuiltin, kOneDnn };
