@@ -413,9 +413,11 @@ void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs&
   const int64_t pair_rows = flash::round_up(longest * c.g, mr);
   const bool fuse_dq =
       nseq * c.hkv >= kFusedMinPairs && 3 * pair_rows * flash::padded_dim(d) <= kFusedBudget;
-  // Rows a QueryRows holds: a whole pair when fused, one block of positions otherwise.
-  const BufferPlan plan{fuse_dq ? pair_rows : flash::round_up(positions * c.g, mr),
-                        flash::round_up(positions * c.g, mr), d, ldo, packed};
+  // Rows a QueryRows holds: a whole pair when fused, one block of positions otherwise. A block
+  // holds at most min(positions, longest) positions: short sequences (a ViT's patches) get small
+  // buffers, which every item zeroes in part (BufferPlan::take).
+  const int64_t block_rows = flash::round_up(std::min(positions, longest) * c.g, mr);
+  const BufferPlan plan{fuse_dq ? pair_rows : block_rows, block_rows, d, ldo, packed};
   auto& spaces = thread_workspaces(plan.bytes());
   auto buffers = [&]() { return plan.take(spaces[size_t(thread_index())]); };
   BlasThreadsScope blas(1);
