@@ -144,11 +144,9 @@ void pack_keys(const float* k, int64_t ld, int64_t s, int64_t d, float* kp) {
   for (int64_t p0 = 0; p0 < s; p0 += kKeyPanel) {
     float* panel = kp + p0 * d;
     const int64_t nk = std::min(kKeyPanel, s - p0);
-    for (int64_t j = 0; j < kKeyPanel; ++j)
-      if (j < nk)
-        for (int64_t e = 0; e < d; ++e) panel[e * kKeyPanel + j] = k[(p0 + j) * ld + e];
-      else
-        for (int64_t e = 0; e < d; ++e) panel[e * kKeyPanel + j] = 0.0f;
+    if (nk < kKeyPanel) std::fill(panel, panel + d * kKeyPanel, 0.0f);  // contiguous, then the keys
+    for (int64_t j = 0; j < nk; ++j)
+      for (int64_t e = 0; e < d; ++e) panel[e * kKeyPanel + j] = k[(p0 + j) * ld + e];
   }
 }
 
