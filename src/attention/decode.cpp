@@ -5,6 +5,8 @@
 //     for each sub-block, each KV head hk:  S[n·G, sub] = Q_hk·K[sub, hk]ᵀ   (decode_scores.cpp)
 //     for each KV head hk:                  softcap; ALiBi bias; mask; online softmax
 //     for each sub-block, each KV head hk:  O_hk[n·G, D] += P·V[sub, hk]     (decode_values.cpp)
+// Sub-blocks run in address order, or, when several tokens share a 4 KiB page and the block
+// needs no positions, one page phase at a time (run_item), so each page is read forward.
 // Stored K/V are converted in registers (no float32 copy of the cache). Each kernel prefetches
 // the rows it reads `ahead` tokens further on, interleaved with its FMAs (see run_item).
 // The G query heads of a KV head share each converted K/V vector, so arithmetic intensity grows
@@ -43,6 +45,12 @@ using decode::value_kernel;
 using decode::ValueKernel;
 using flash::kNegInf;
 
+// Tokens of token_bytes per 4 KiB page when they tile it exactly (more than one), else 1.
+int64_t page_phases(int64_t token_bytes) {
+  constexpr int64_t kPage = 4096;
+  return token_bytes < kPage && kPage % token_bytes == 0 ? kPage / token_bytes : 1;
+}
+
 class Decoder {
  public:
   Decoder(const DecodeOptions& o, const DecodeArgs& a, const Plan& p)
@@ -53,6 +61,7 @@ class Decoder {
                                 DecodeTiles::kBlockTokens)),
         sub_(std::clamp<int64_t>(DecodeTiles::sub_block_bytes() / (hkv_ * d_ * elem_), 4, bt_)),
         ahead_(std::max<int64_t>(DecodeTiles::kPrefetchBytes / (hkv_ * d_ * elem_), sub_)),
+        phases_(page_phases(hkv_ * d_ * elem_)),
         scale_(effective_scale(o.attention, d_)),
         wide_(decode::wide_supported(rows_, d_) && o.attention.softcap == 0 && a.alibi_slopes.empty()) {
     if (o.rope_theta > 0) {
@@ -177,31 +186,42 @@ class Decoder {
           k = {reinterpret_cast<const std::byte*>(rotated), hkv_ * d_ * 4, nullptr, 0};
         }
         const int64_t k_head = rotated ? d_ * 4 : d_ * elem_;
-        // Sub-blocks of `sub_` tokens, all heads each: the cache is consumed close to address
-        // order, so the hardware prefetchers see forward streams.
-        for (int64_t u0 = 0; u0 < bt; u0 += sub_) {
-          const int64_t u = std::min(sub_, bt - u0);
-          for (int64_t hk = 0; hk < hkv_; ++hk) {
-            const Rows kh{k.base + u0 * k.stride + hk * k_head, k.stride,
-                          k.scale ? k.scale + u0 * k.scale_stride + hk : nullptr, k.scale_stride,
-                          k.pf, k.pf_end};
-            kn.scores(q + hk * rows_ * d_, rows_, kh, u, d_, s + hk * rows_ * bt_ + u0, bt_);
+        // Phases: with `ph` tokens per 4 KiB page, a block whose scores need no positions (no
+        // mask, no ALiBi) and whose keys are not rotated is read one phase at a time, tokens
+        // ph·i + phase, so each page is read in address order (head by head through its first
+        // token, then its second...) and the hardware prefetchers follow; score columns are then
+        // in phase order, and the value pass reads V in the same order. Otherwise ph = 1.
+        const int64_t ph = !masked && !rotated && a_.alibi_slopes.empty() && bt % phases_ == 0
+                               ? phases_ : 1;
+        const int64_t per = bt / ph;  // tokens per phase
+        // Sub-blocks of `sub_` tokens of a phase, all heads each: the cache is consumed close to
+        // address order, so the hardware prefetchers see forward streams.
+        for (int64_t phase = 0; phase < ph; ++phase)
+          for (int64_t u0 = 0; u0 < per; u0 += sub_) {
+            const int64_t u = std::min(sub_, per - u0), t = phase + u0 * ph;
+            for (int64_t hk = 0; hk < hkv_; ++hk) {
+              const Rows kh{k.base + t * k.stride + hk * k_head, ph * k.stride,
+                            k.scale ? k.scale + t * k.scale_stride + hk : nullptr,
+                            ph * k.scale_stride, k.pf, k.pf_end};
+              kn.scores(q + hk * rows_ * d_, rows_, kh, u, d_, s + hk * rows_ * bt_ + phase * per + u0,
+                        bt_);
+            }
           }
-        }
         for (int64_t hk = 0; hk < hkv_; ++hk)
           online_softmax(s + hk * rows_ * bt_, bt, pos0, masked, it.b, hk, held, m + hk * rows_,
                          l + hk * rows_, o + hk * rows_ * d_);
-        for (int64_t u0 = 0; u0 < bt; u0 += sub_) {
-          const int64_t u = std::min(sub_, bt - u0);
-          for (int64_t hk = 0; hk < hkv_; ++hk) {
-            const Rows vh{vb + u0 * token_bytes + hk * d_ * elem_, token_bytes,
-                          sg.v_scale ? sg.v_scale + (t0 + u0) * hkv_ + hk : nullptr, hkv_,
-                          pf, v_end};
-            const float* p = s + hk * rows_ * bt_ + u0;
-            float* oh = o + hk * rows_ * d_;
-            kn.values(p, bt_, rows_, vh, u, d_, oh);
+        for (int64_t phase = 0; phase < ph; ++phase)
+          for (int64_t u0 = 0; u0 < per; u0 += sub_) {
+            const int64_t u = std::min(sub_, per - u0), t = phase + u0 * ph;
+            for (int64_t hk = 0; hk < hkv_; ++hk) {
+              const Rows vh{vb + t * token_bytes + hk * d_ * elem_, ph * token_bytes,
+                            sg.v_scale ? sg.v_scale + (t0 + t) * hkv_ + hk : nullptr, ph * hkv_,
+                            pf, v_end};
+              const float* p = s + hk * rows_ * bt_ + phase * per + u0;
+              float* oh = o + hk * rows_ * d_;
+              kn.values(p, bt_, rows_, vh, u, d_, oh);
+            }
           }
-        }
       }
     }
   }
@@ -335,6 +355,7 @@ class Decoder {
   const KVCacheConfig& cfg_;
   int64_t n_, h_, hkv_, g_, d_, rows_, elem_, bt_, sub_;
   int64_t ahead_;  // prefetch distance in tokens
+  int64_t phases_;  // tokens per 4 KiB page when a token's rows divide a page, else 1 (run_item)
   float scale_;
   std::shared_ptr<const RopeTable> rope_;
   bool wide_;  // the wide-group kernels serve this call (decode_wide.hpp)
