@@ -194,34 +194,33 @@ class Decoder {
         const int64_t ph = !masked && !rotated && a_.alibi_slopes.empty() && bt % phases_ == 0
                                ? phases_ : 1;
         const int64_t per = bt / ph;  // tokens per phase
-        // Sub-blocks of `sub_` tokens of a phase, all heads each: the cache is consumed close to
-        // address order, so the hardware prefetchers see forward streams.
-        for (int64_t phase = 0; phase < ph; ++phase)
-          for (int64_t u0 = 0; u0 < per; u0 += sub_) {
-            const int64_t u = std::min(sub_, per - u0), t = phase + u0 * ph;
-            for (int64_t hk = 0; hk < hkv_; ++hk) {
-              const Rows kh{k.base + t * k.stride + hk * k_head, ph * k.stride,
-                            k.scale ? k.scale + t * k.scale_stride + hk : nullptr,
-                            ph * k.scale_stride, k.pf, k.pf_end};
-              kn.scores(q + hk * rows_ * d_, rows_, kh, u, d_, s + hk * rows_ * bt_ + phase * per + u0,
-                        bt_);
-            }
+        // Calls f(t, u, col) for the block's sub-blocks in reading order: `sub_` tokens (u) of a
+        // phase, t, t + ph, ..., whose scores sit in columns [col, col + u). Each sub-block serves
+        // all heads, so the cache is consumed close to address order.
+        auto each_sub_block = [&](auto&& f) {
+          for (int64_t phase = 0; phase < ph; ++phase)
+            for (int64_t u0 = 0; u0 < per; u0 += sub_)
+              f(phase + u0 * ph, std::min(sub_, per - u0), phase * per + u0);
+        };
+        each_sub_block([&](int64_t t, int64_t u, int64_t col) {
+          for (int64_t hk = 0; hk < hkv_; ++hk) {
+            const Rows kh{k.base + t * k.stride + hk * k_head, ph * k.stride,
+                          k.scale ? k.scale + t * k.scale_stride + hk : nullptr,
+                          ph * k.scale_stride, k.pf, k.pf_end};
+            kn.scores(q + hk * rows_ * d_, rows_, kh, u, d_, s + hk * rows_ * bt_ + col, bt_);
           }
+        });
         for (int64_t hk = 0; hk < hkv_; ++hk)
           online_softmax(s + hk * rows_ * bt_, bt, pos0, masked, it.b, hk, held, m + hk * rows_,
                          l + hk * rows_, o + hk * rows_ * d_);
-        for (int64_t phase = 0; phase < ph; ++phase)
-          for (int64_t u0 = 0; u0 < per; u0 += sub_) {
-            const int64_t u = std::min(sub_, per - u0), t = phase + u0 * ph;
-            for (int64_t hk = 0; hk < hkv_; ++hk) {
-              const Rows vh{vb + t * token_bytes + hk * d_ * elem_, ph * token_bytes,
-                            sg.v_scale ? sg.v_scale + (t0 + t) * hkv_ + hk : nullptr, ph * hkv_,
-                            pf, v_end};
-              const float* p = s + hk * rows_ * bt_ + phase * per + u0;
-              float* oh = o + hk * rows_ * d_;
-              kn.values(p, bt_, rows_, vh, u, d_, oh);
-            }
+        each_sub_block([&](int64_t t, int64_t u, int64_t col) {
+          for (int64_t hk = 0; hk < hkv_; ++hk) {
+            const Rows vh{vb + t * token_bytes + hk * d_ * elem_, ph * token_bytes,
+                          sg.v_scale ? sg.v_scale + (t0 + t) * hkv_ + hk : nullptr, ph * hkv_,
+                          pf, v_end};
+            kn.values(s + hk * rows_ * bt_ + col, bt_, rows_, vh, u, d_, o + hk * rows_ * d_);
           }
+        });
       }
     }
   }

@@ -304,11 +304,12 @@ bool onednn_applies(ConvPass pass, const Conv2dGeometry& g) {
   if (e == Conv2dEngine::kOneDnn) return true;
   if (!onednn_convolutions_preferred()) return false;
   // kAuto on a CPU with AMX: the classes measured faster by oneDNN there (bench/conv_bench.cpp,
-  // the CNN's layers; the table is in docs/performance.md). 3×3 same-size layers with >= 16 channels each way: d_w on
-  // every plane (1.0–1.7× the built-in Winograd or column path); y and d_x on planes smaller than
-  // 12×12 (1.0–1.35× Winograd's one-vector path), while on 14×14 planes Winograd's 2.25× fewer
-  // multiplies win (oneDNN 0.35–0.8×). 1×1 layers (0.5–1.16×, unsteady across runs), the
-  // 1-channel stem (0.04–0.94×) and CBAM's 2 → 1 gate (0.1–1.6×, under 1 ms a pass) stay built-in.
+  // the CNN's layers; the table is in docs/performance.md). 3×3 same-size layers with >= 16
+  // channels each way: d_w on every plane (1.0–1.7× the built-in Winograd or column path); y and
+  // d_x on planes smaller than 12×12 (1.0–1.35× Winograd's one-vector path), while on 14×14
+  // planes Winograd's 2.25× fewer multiplies win (oneDNN 0.35–0.8×). 1×1 layers (0.5–1.16×,
+  // unsteady across runs), the 1-channel stem (0.04–0.94×) and CBAM's 2 → 1 gate (0.1–1.6×,
+  // under 1 ms a pass) stay built-in.
   const bool square3 = g.kh == 3 && g.kw == 3 && g.stride == 1 && g.pad == 1 && g.c >= 16 && g.o >= 16;
   if (pass == ConvPass::kBackwardWeights) return square3;
   return square3 && g.h * g.w < 144;
