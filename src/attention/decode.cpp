@@ -5,8 +5,9 @@
 //     for each sub-block, each KV head hk:  S[n·G, sub] = Q_hk·K[sub, hk]ᵀ   (decode_scores.cpp)
 //     for each KV head hk:                  softcap; ALiBi bias; mask; online softmax
 //     for each sub-block, each KV head hk:  O_hk[n·G, D] += P·V[sub, hk]     (decode_values.cpp)
-// Sub-blocks run in address order, or, when several tokens share a 4 KiB page and the block
-// needs no positions, one page phase at a time (run_item), so each page is read forward.
+// Sub-blocks run in address order, or, with decode_page_order() (on Intel CPUs by default), when
+// several tokens share a 4 KiB page and the block needs no positions, one page phase at a time
+// (run_item), so each page is read forward.
 // Stored K/V are converted in registers (no float32 copy of the cache). Each kernel prefetches
 // the rows it reads `ahead` tokens further on, interleaved with its FMAs (see run_item).
 // The G query heads of a KV head share each converted K/V vector, so arithmetic intensity grows
@@ -61,7 +62,7 @@ class Decoder {
                                 DecodeTiles::kBlockTokens)),
         sub_(std::clamp<int64_t>(DecodeTiles::sub_block_bytes() / (hkv_ * d_ * elem_), 4, bt_)),
         ahead_(std::max<int64_t>(DecodeTiles::kPrefetchBytes / (hkv_ * d_ * elem_), sub_)),
-        phases_(page_phases(hkv_ * d_ * elem_)),
+        phases_(decode_page_order() ? page_phases(hkv_ * d_ * elem_) : 1),
         scale_(effective_scale(o.attention, d_)),
         wide_(decode::wide_supported(rows_, d_) && o.attention.softcap == 0 && a.alibi_slopes.empty()) {
     if (o.rope_theta > 0) {
@@ -354,7 +355,8 @@ class Decoder {
   const KVCacheConfig& cfg_;
   int64_t n_, h_, hkv_, g_, d_, rows_, elem_, bt_, sub_;
   int64_t ahead_;  // prefetch distance in tokens
-  int64_t phases_;  // tokens per 4 KiB page when a token's rows divide a page, else 1 (run_item)
+  int64_t phases_;  // with decode_page_order(): tokens per 4 KiB page when a token's rows divide a
+                   // page; else 1 (run_item)
   float scale_;
   std::shared_ptr<const RopeTable> rope_;
   bool wide_;  // the wide-group kernels serve this call (decode_wide.hpp)

@@ -204,6 +204,37 @@ TEST(Decode, BenchmarkShapesWithPartialSubBlocksEqualTheReference) {
                                      "hkv=" + std::to_string(hkv) + " " + std::string(dtype_name(dt)));
 }
 
+// Both reading orders (decode_page_order): tokens of 256 B–8 KiB, so 16, 4, 2 and 1 tokens per
+// 4 KiB page, unmasked blocks read by page phase and windowed blocks in address order; each order
+// equals the reference and gives the same bits on one and two threads.
+TEST(Decode, EitherReadingOrderEqualsTheReference) {
+  for (const bool page_order : {false, true}) {
+    DecodePageOrderScope order(page_order);
+    const std::string which = page_order ? "page order: " : "address order: ";
+    const AttentionOptions window{.window_left = 300, .window_right = 0};
+    for (const auto& [hkv, d] : {std::pair<int64_t, int64_t>{2, 64}, {8, 64}, {8, 128}, {32, 128}})
+      for (const DType dt : {DType::f16, DType::i8})
+        for (const DecodeOptions& o : {DecodeOptions{}, DecodeOptions{.attention = window}})
+          expect_decode_equals_reference({32, hkv, d, 1, 1337, dt, 71}, o,
+                                         which + "hkv=" + std::to_string(hkv) + " d=" +
+                                             std::to_string(d) + " " + std::string(dtype_name(dt)) +
+                                             " window=" + std::to_string(o.attention.window_left));
+  }
+  // The switch reaches the kernels: the two orders sum in different orders (hkv 8, D 128, f16:
+  // two tokens per page), so their last bits differ.
+  KVCache c({.kv_heads = 8, .head_dim = 128, .capacity = 1337, .dtype = DType::f16});
+  c.add_sequence();
+  const auto k = randn(1337 * 8 * 128, 72), q = randn(32 * 128, 73);
+  c.append(0, 0, ConstView3::contiguous(k.data(), {1337, 8, 128}), ConstView3::contiguous(k.data(), {1337, 8, 128}));
+  const std::vector<int64_t> seqs{0};
+  Decoded by_order[2];
+  for (const bool page_order : {false, true}) {
+    DecodePageOrderScope order(page_order);
+    by_order[page_order] = run(true, {}, c, seqs, q, 32, 128);
+  }
+  EXPECT_NE(by_order[0].out, by_order[1].out);
+}
+
 // Wide query groups (n·G rows filling whole vectors: MQA and G = 16), served by the wide-group
 // kernels: every dtype, several queries per sequence (causal edge inside a block), a window,
 // rope, and cache lengths that leave partial blocks and register blocks.
@@ -306,18 +337,20 @@ TEST(Decode, SameBitsForAnyThreadCount) {
 }
 
 // The same for MQA (the wide-group kernels) and GQA with G = 4 (4-row register blocks), several
-// work items per sequence.
+// work items per sequence, in either reading order.
 TEST(Decode, GroupedKernelsSameBitsForAnyThreadCount) {
   const int64_t h = 32, d = 128, len = 3000;
+  for (const bool page_order : {false, true})
   for (const int64_t hkv : {1, 8}) {
+    DecodePageOrderScope order(page_order);
     KVCache cache({.kv_heads = hkv, .head_dim = d, .capacity = len, .dtype = DType::f16});
     cache.add_sequence();
     const auto k = randn(len * hkv * d, 14), v = randn(len * hkv * d, 15), q = randn(h * d, 16);
     cache.append(0, 0, ConstView3::contiguous(k.data(), {len, hkv, d}),
                  ConstView3::contiguous(v.data(), {len, hkv, d}));
     const auto [one, two] = run_on_one_and_two_threads(cache, q, h, d);
-    EXPECT_EQ(one.out, two.out) << "hkv=" << hkv;
-    EXPECT_EQ(one.lse, two.lse) << "hkv=" << hkv;
+    EXPECT_EQ(one.out, two.out) << "hkv=" << hkv << " page order " << page_order;
+    EXPECT_EQ(one.lse, two.lse) << "hkv=" << hkv << " page order " << page_order;
   }
 }
 
