@@ -8,8 +8,9 @@ epoch line reports images/s of the training steps); PyTorch runs the same networ
 torch.nn.functional on pre-loaded float32 tensors (no augmentation cost), its forward, backward
 and torch.optim.AdamW step. Both use OpenBLAS with the AVX-512 kernels: attnkit selects them
 itself on CPUs OpenBLAS 0.3.21 does not know; PyTorch's process gets OPENBLAS_CORETYPE=SkylakeX
-when the CPU has AVX-512 (its default there is the SSE3 Prescott kernels), so neither side is
-handicapped by OpenBLAS's CPU table. PyTorch's convolutions run through oneDNN (MKL-DNN).
+when the CPU has AVX-512 and the caller set none (its default there is the SSE3 Prescott
+kernels), so neither side is handicapped by OpenBLAS's CPU table. The module is build/python's
+unless PYTHONPATH names another (e.g. build-avx2/python); --in-process prints the one it loaded. PyTorch's convolutions run through oneDNN (MKL-DNN).
 
 attnkit's rate includes its first (cold) step, PyTorch's excludes a warm-up step: the default of
 50 steps (6 400 images) keeps that difference near 2 %.
@@ -116,6 +117,8 @@ def with_engine(engine):
         step_attnkit(i)
     return run
 order = ([("attnkit_" + e, with_engine(e)) for e in engines] or [("attnkit", step_attnkit)]) + [("torch", step_torch)]
+import os
+print(json.dumps({"module": attnkit.__file__, "openblas": os.environ.get("OPENBLAS_CORETYPE", "")}), flush=True)
 for i in range(warmup):
     for _, run in order:
         run(i)
@@ -166,10 +169,13 @@ PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.execu
 
 
 def child_env(threads):
+    """The children's environment: the caller's, with the thread counts; OPENBLAS_CORETYPE=SkylakeX
+    on AVX-512 CPUs unless the caller set one; build/python after the caller's PYTHONPATH, so
+    PYTHONPATH=build-avx2/python times that build's module."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
     if avx512():
-        env["OPENBLAS_CORETYPE"] = "SkylakeX"
-    env["PYTHONPATH"] = str(ROOT / "build" / "python")
+        env.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT / "build" / "python")) if p)
     return env
 
 
@@ -182,7 +188,10 @@ def in_process(a, cfg):
     names = ["attnkit_" + e for e in a.engines.split(",")] if a.engines else ["attnkit"]
     rates = {n: [] for n in names + ["torch"]}
     ratios = {n: [] for n in names}
-    for r, line in enumerate(proc.stdout):
+    lines = iter(proc.stdout)
+    setup = json.loads(next(lines))
+    print(f"attnkit module {setup['module']}; OPENBLAS_CORETYPE {setup['openblas'] or '(unset)'}", flush=True)
+    for r, line in enumerate(lines):
         rate = json.loads(line)
         for n in rates:
             rates[n].append(rate[n])

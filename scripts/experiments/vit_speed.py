@@ -15,7 +15,8 @@ Usage: scripts/experiments/vit_speed.py [--threads 2] [--batch 128] [--steps 3] 
                                          [--warmup 2] [--compare-packed]
                                          [--patch 4] [--dim 96] [--layers 6] [--heads 4]
                                          [--mlp-dim 192] [--pool cls]
-Run from the repository root after building (build/python on sys.path is added here)."""
+Run from the repository root after building; the module is build/python's unless PYTHONPATH
+names another (e.g. build-avx2/python), and the summary names the one loaded."""
 import argparse
 import json
 import os
@@ -50,7 +51,7 @@ def parse():
 ARGS = parse()
 os.environ["OPENBLAS_NUM_THREADS"] = str(ARGS.threads)  # torch's BLAS ignores set_num_threads
 os.environ.setdefault("OMP_NUM_THREADS", str(ARGS.threads))
-sys.path.insert(0, str(ROOT / "build" / "python"))
+sys.path.append(str(ROOT / "build" / "python"))  # after PYTHONPATH: PYTHONPATH=build-avx2/python wins
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -181,7 +182,7 @@ def main():
     print(f"ViT patch {a.patch} dim {a.dim} layers {a.layers} heads {a.heads} mlp {a.mlp_dim} "
           f"pool {a.pool}: {n_ours} parameters; {a.image}x{a.image}x{a.channels} images, batch "
           f"{a.batch}; {a.threads} threads; OpenBLAS core {blas_core()}; {a.rounds} rounds of "
-          f"{a.steps} training steps after {a.warmup} warm-up steps")
+          f"{a.steps} training steps after {a.warmup} warm-up steps; attnkit module {attnkit.__file__}")
     for k in ("torch", "attnkit"):
         label = f"torch {torch.__version__}" if k == "torch" else "attnkit"
         print(f"{label}: {med[k]:.1f} images/s median, {best[k]:.1f} best (rounds "
