@@ -29,6 +29,7 @@ namespace attnkit {
 namespace {
 
 using flash::Context;
+using flash::kMinItemCost;
 using flash::kNegInf;
 constexpr int64_t kLs = flash::kBwdScoreStride;  // row stride of P, dS and t
 constexpr int64_t kFusedMinPairs = 8;            // (sequence, KV head) pairs needed to fuse dQ
@@ -421,11 +422,23 @@ void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs&
   auto& spaces = thread_workspaces(plan.bytes());
   auto buffers = [&]() { return plan.take(spaces[size_t(thread_index())]); };
   BlasThreadsScope blas(1);
+  // Items of tiny sequences (a ViT's 16 patches) run in groups of at least kMinItemCost
+  // query-key pairs (parallel_for_grouped); cost of an item: its rows times its keys.
+  const auto pair_cost = [&](int64_t b, int64_t lo, int64_t hi, bool key_range) {
+    const SeqSpan s = sequence_span(args, b);
+    return double(hi - lo) * double(key_range ? s.q_end - s.q_begin : s.k_end - s.k_begin) * double(c.g);
+  };
   if (fuse_dq) {  // one item per (sequence, KV head): walks its key tiles in order
-    parallel_for(nseq * c.hkv, [&](int64_t idx) {
-      Buffers w = buffers();
-      bwd.pair(idx / c.hkv, idx % c.hkv, w);
-    });
+    parallel_for_grouped(
+        nseq * c.hkv,
+        [&](int64_t idx) {
+          const SeqSpan s = sequence_span(args, idx / c.hkv);
+          return pair_cost(idx / c.hkv, 0, s.q_end - s.q_begin, false);
+        },
+        kMinItemCost, [&](int64_t idx) {
+          Buffers w = buffers();
+          bwd.pair(idx / c.hkv, idx % c.hkv, w);
+        });
     return;
   }
   struct Item {
@@ -441,16 +454,24 @@ void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs&
         query_items.push_back({b, hk, i0, std::min(i0 + positions, s.q_end - s.q_begin)});
     }
   }
-  parallel_for(int64_t(key_items.size()), [&](int64_t idx) {
-    Buffers w = buffers();
-    const Item& it = key_items[size_t(idx)];
-    bwd.key_tile(it.b, it.hk, it.lo, it.hi, w);
-  });
-  parallel_for(int64_t(query_items.size()), [&](int64_t idx) {
-    Buffers w = buffers();
-    const Item& it = query_items[size_t(idx)];
-    bwd.query_tile(it.b, it.hk, it.lo, it.hi, w);
-  });
+  const auto cost_of = [&](const std::vector<Item>& items, bool key_range) {
+    return [&items, &pair_cost, key_range](int64_t idx) {
+      const Item& it = items[size_t(idx)];
+      return pair_cost(it.b, it.lo, it.hi, key_range);
+    };
+  };
+  parallel_for_grouped(int64_t(key_items.size()), cost_of(key_items, true), kMinItemCost,
+                       [&](int64_t idx) {
+                         Buffers w = buffers();
+                         const Item& it = key_items[size_t(idx)];
+                         bwd.key_tile(it.b, it.hk, it.lo, it.hi, w);
+                       });
+  parallel_for_grouped(int64_t(query_items.size()), cost_of(query_items, false), kMinItemCost,
+                       [&](int64_t idx) {
+                         Buffers w = buffers();
+                         const Item& it = query_items[size_t(idx)];
+                         bwd.query_tile(it.b, it.hk, it.lo, it.hi, w);
+                       });
 }
 
 }  // namespace attnkit

@@ -7,6 +7,7 @@
 // once per (sequence, KV head), shared by all its query tiles); OpenBLAS sgemm on each tile
 // remains as a forced alternative (FlashProductsScope) for comparison.
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -22,6 +23,7 @@ namespace attnkit {
 namespace {
 
 using flash::Context;
+using flash::kMinItemCost;
 using flash::kNegInf;
 
 struct QueryTile {
@@ -202,15 +204,17 @@ void flash_attention(const AttentionOptions& opts, const AttentionArgs& args) {
   auto& spaces = thread_workspaces(bytes);
   BlasThreadsScope blas(1);
   auto run_tiles = [&](const std::vector<QueryTile>& list, auto&& head_of) {
-    parallel_for(int64_t(list.size()), [&](int64_t idx) {
-      Workspace& ws = spaces[size_t(thread_index())];
-      ws.reset();
-      auto f = [&](int64_t n) { return ws.alloc<float>(size_t(n)); };
-      ForwardState st{f(rows * c.d), packed ? f(rows_pad * c.d) : nullptr, f(rows * ldo),
-                      f(score_floats), f(rows), f(rows)};
-      const QueryTile& t = list[size_t(idx)];
-      ForwardTile(c, t, st, head_of(t)).run();
-    });
+    parallel_for_grouped(
+        int64_t(list.size()), [&](int64_t i) { return list[size_t(i)].cost; }, kMinItemCost,
+        [&](int64_t i) {
+          Workspace& ws = spaces[size_t(thread_index())];
+          ws.reset();
+          auto f = [&](int64_t n) { return ws.alloc<float>(size_t(n)); };
+          ForwardState st{f(rows * c.d), packed ? f(rows_pad * c.d) : nullptr, f(rows * ldo),
+                          f(score_floats), f(rows), f(rows)};
+          const QueryTile& t = list[size_t(i)];
+          ForwardTile(c, t, st, head_of(t)).run();
+        });
   };
   if (!packed) {
     run_tiles(tiles, [](const QueryTile&) { return PackedHead{}; });
@@ -247,7 +251,11 @@ void flash_attention(const AttentionOptions& opts, const AttentionArgs& args) {
       float* k = buf + (offset[size_t(pair)] - base);
       return std::pair<float*, float*>{k, k + flash::packed_keys_size(lk, c.d)};
     };
-    parallel_for(last - first, [&](int64_t idx) {
+    const auto keys = [&](int64_t idx) {  // cost of packing a pair: its keys, each D wide
+      const SeqSpan sp = sequence_span(args, (first + idx) / c.hkv);
+      return double(sp.k_end - sp.k_begin);
+    };
+    parallel_for_grouped(last - first, keys, kMinItemCost / 16, [&](int64_t idx) {
       const int64_t pair = first + idx, b = pair / c.hkv, hk = pair % c.hkv;
       const SeqSpan sp = sequence_span(args, b);
       if (sp.k_end == sp.k_begin) return;

@@ -6,10 +6,12 @@
 #include <omp.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <vector>
 
 namespace attnkit {
 namespace {
@@ -78,6 +80,34 @@ void parallel_for(int64_t n, const std::function<void(int64_t)>& body) {
     }
   }
   if (error) std::rethrow_exception(error);
+}
+
+std::vector<int64_t> group_bounds(int64_t n, const std::function<double(int64_t)>& cost,
+                                  double min_cost, int threads) {
+  std::vector<int64_t> bounds{0};
+  if (n <= 0) return bounds;
+  std::vector<double> costs(static_cast<size_t>(n));
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += costs[size_t(i)] = cost(i);
+  // At least 4 groups per thread when the items allow it, so the threads stay balanced.
+  const double closes_at = std::min(min_cost, total / (4.0 * std::max(threads, 1)));
+  double acc = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    acc += costs[size_t(i)];
+    if (acc >= closes_at || i + 1 == n) {
+      bounds.push_back(i + 1);
+      acc = 0;
+    }
+  }
+  return bounds;
+}
+
+void parallel_for_grouped(int64_t n, const std::function<double(int64_t)>& cost, double min_cost,
+                          const std::function<void(int64_t)>& body) {
+  const std::vector<int64_t> bounds = group_bounds(n, cost, min_cost, num_threads());
+  parallel_for(int64_t(bounds.size()) - 1, [&](int64_t g) {
+    for (int64_t i = bounds[size_t(g)]; i < bounds[size_t(g) + 1]; ++i) body(i);
+  });
 }
 
 int openmp_threads() { return omp_get_max_threads(); }

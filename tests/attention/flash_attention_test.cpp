@@ -89,6 +89,9 @@ std::vector<FlashCase> grid() {
   cases.push_back({"strided", {{50}, {60}, 4, 2, 16, false, 24}, causal});
   cases.push_back({"mha fused dq", {{100}, {100}, 8, 8, 16}, causal});
   cases.push_back({"G=32 tile of 32 positions", {{70}, {70}, 32, 1, 8}, causal});
+  // A ViT's batch: 40 sequences of 16 tokens, D 24, whose tiny items run in groups.
+  cases.push_back({"40 short sequences, grouped items",
+                   {std::vector<int32_t>(40, 16), std::vector<int32_t>(40, 16), 4, 4, 24}, {}});
   // ALiBi: shared [H] slopes over MHA/GQA/MQA and tile tails, then with every other option.
   for (int l : {1, 7, 17, 65, 113})
     for (int hkv : {4, 2, 1}) {
@@ -134,11 +137,12 @@ TEST(FlashAttention, ForcedTileProductsMatchReference) {
 
 TEST(FlashAttention, BitwiseIdenticalForAnyThreadCount) {
   for (FlashProducts products : {FlashProducts::packed, FlashProducts::blas})
-  for (const char* name : {"fused", "split"}) {
+  for (const char* name : {"fused", "split", "grouped"}) {
     FlashProductsScope force(products);
-    const ProblemShape shape = std::string(name) == "fused"
-                                   ? ProblemShape{{300, 200}, {300, 250}, 8, 4, 32, true}
-                                   : ProblemShape{{700}, {700}, 4, 1, 32, true};
+    const ProblemShape shape =
+        std::string(name) == "fused"   ? ProblemShape{{300, 200}, {300, 250}, 8, 4, 32, true}
+        : std::string(name) == "split" ? ProblemShape{{700}, {700}, 4, 1, 32, true}
+                                       : ProblemShape{std::vector<int32_t>(40, 16), std::vector<int32_t>(40, 16), 4, 2, 24, true};
     Problem one(shape, 5), three(shape, 5);
     const auto opts = AttentionOptions::causal();
     {

@@ -90,6 +90,13 @@ def test_varlen_with_empty_sequences():
     assert np.all(out[40:45] == 0) and np.all(np.isneginf(lse[:, 40:45]))
 
 
+def test_many_short_sequences_in_grouped_items():
+    """A ViT's batch: 48 sequences of 16 tokens, D 24; their tiny work items run in groups."""
+    rng = np.random.default_rng(4)
+    cu = np.arange(0, 48 * 16 + 1, 16, dtype=np.int32)
+    check(*ta.random_inputs(rng, 48 * 16, 48 * 16, 4, 4, 24), cu_q=cu, cu_k=cu)
+
+
 def test_dropout_against_torch_with_the_same_mask():
     rng = np.random.default_rng(3)
     check(*ta.random_inputs(rng, 70, 90, 4, 2, 16), causal=True, dropout_p=0.25, seed=11)

@@ -3,6 +3,7 @@
 // callers write results to disjoint places so results never depend on the thread count.
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "attnkit/core/scoped_setting.hpp"
 
@@ -24,6 +25,17 @@ int num_threads_override();
 int thread_index();
 // Calls body(i) for every i in [0, n), spread over the threads with dynamic scheduling.
 void parallel_for(int64_t n, const std::function<void(int64_t)>& body);
+// The same, handing out groups of consecutive indices: a group closes once the cost(i) of its
+// indices add up to min_cost (any unit), or to 1/(4·num_threads()) of the total if that is less,
+// so each thread still gets about four groups; the last group may cost less. For many small
+// items, which one at a time would each pay the scheduler and interleave neighbouring writes
+// between threads.
+void parallel_for_grouped(int64_t n, const std::function<double(int64_t)>& cost, double min_cost,
+                          const std::function<void(int64_t)>& body);
+// parallel_for_grouped's groups for `threads` threads: boundaries 0 = b_0 < b_1 < ... < b_k = n,
+// group g being [b_g, b_{g+1}); {0} when n <= 0.
+std::vector<int64_t> group_bounds(int64_t n, const std::function<double(int64_t)>& cost,
+                                  double min_cost, int threads);
 
 // Scoped process-wide override of the thread count (set_num_threads), restored on destruction.
 using ThreadCountScope = ScopedSetting<int, num_threads_override, set_num_threads>;
