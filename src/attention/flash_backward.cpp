@@ -88,11 +88,6 @@ struct BufferPlan {
   Buffers take(Workspace& ws) const {
     ws.reset();
     auto f = [&](int64_t n) { return ws.alloc<float>(size_t(n)); };
-    auto zeros = [&](int64_t n) {  // read past their written part (never stored): keep finite
-      float* x = f(n);
-      std::fill(x, x + n, 0.0f);
-      return x;
-    };
     Buffers w;
     w.rows.q = f(row_cap * flash::padded_dim(d));
     w.rows.dout = f(row_cap * flash::padded_dim(d));
@@ -104,7 +99,7 @@ struct BufferPlan {
     w.keys.kc = packed ? f(kKeyTile * flash::padded_dim(d)) : nullptr;
     w.keys.dk = f(key_rows() * ldo);
     w.keys.dv = f(key_rows() * ldo);
-    w.sc = {zeros(block_rows * kLs), zeros(block_rows * kLs), f(block_rows * kLs)};
+    w.sc = {f(block_rows * kLs), f(block_rows * kLs), f(block_rows * kLs)};
     return w;
   }
 
@@ -226,6 +221,14 @@ class Backward {
                                 kLs);
       flash::tile_scores_panels(q.dout + r0 * flash::kValuePanel, q.stride, rows, kb.vp, n, d,
                                 sc.ds, kLs);
+      // tile_accumulate_transposed reads P and dS up to column round_up(n, MR), past the panels
+      // written (round_up(n, NK)) for some n: zeros there (their products are never stored).
+      const int64_t written = flash::round_up(n, flash::kKeyPanel);
+      const int64_t read = flash::round_up(n, flash::kRowBlock);
+      for (int64_t r = 0; written < read && r < flash::round_up(rows, flash::kRowBlock); ++r) {
+        std::fill(sc.p + r * kLs + written, sc.p + r * kLs + read, 0.0f);
+        std::fill(sc.ds + r * kLs + written, sc.ds + r * kLs + read, 0.0f);
+      }
     } else {
       sgemm(false, true, rows, n, d, 1.0f, q.q + r0 * d, d, k, c_.ld(a.k), 0.0f, sc.p, kLs);
       sgemm(false, true, rows, n, d, 1.0f, q.dout + r0 * d, d, a.v.ptr(s.k_begin + kb.j0, hk),
@@ -416,7 +419,7 @@ void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs&
       nseq * c.hkv >= kFusedMinPairs && 3 * pair_rows * flash::padded_dim(d) <= kFusedBudget;
   // Rows a QueryRows holds: a whole pair when fused, one block of positions otherwise. A block
   // holds at most min(positions, longest) positions: short sequences (a ViT's patches) get small
-  // buffers, which every item zeroes in part (BufferPlan::take).
+  // buffers.
   const int64_t block_rows = flash::round_up(std::min(positions, longest) * c.g, mr);
   const BufferPlan plan{fuse_dq ? pair_rows : block_rows, block_rows, d, ldo, packed};
   auto& spaces = thread_workspaces(plan.bytes());
