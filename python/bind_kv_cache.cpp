@@ -65,6 +65,12 @@ void bind_kv_cache(py::module_& m) {
       .def_property_readonly("dtype", [](const KVCache& c) { return std::string(dtype_name(c.config().dtype)); })
       .def_property_readonly("num_blocks", [](const KVCache& c) { return c.config().num_blocks; });
 
+  m.def("set_decode_page_order", &set_decode_page_order, "on"_a,
+        "Whether decode_attention reads each 4 KiB page of the cache forward, one page phase at a "
+        "time (True), or in address order (False); only the summation order changes. Default: on "
+        "for Intel CPUs, off otherwise (ATTNKIT_DECODE_PAGE_ORDER=0/1 overrides it).");
+  m.def("decode_page_order", &decode_page_order,
+        "Whether decode_attention reads by page phase (set_decode_page_order).");
   m.def(
       "_decode_attention",
       [](const py::object& q_obj, const KVCache& cache, int64_t layer, std::vector<int64_t> seqs,

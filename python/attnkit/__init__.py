@@ -12,7 +12,7 @@ from ._attnkit import (Error, ImageModel, build_info, conv2d_engine, dropout_kee
                        load_safetensors,
                        load_safetensors_metadata, num_threads, packed_gemm, save_safetensors,
                        set_conv2d_engine, set_num_threads, set_packed_gemm, set_matmul_precision,
-                       matmul_precision, bf16_available)
+                       matmul_precision, bf16_available, decode_page_order, set_decode_page_order)
 
 __all__ = [
     "Error", "ImageModel", "build_info", "num_threads", "set_num_threads", "conv2d_engine", "set_conv2d_engine",
@@ -22,7 +22,7 @@ __all__ = [
     "load_fashion_mnist",
     "attention_reference", "attention_reference_backward",
     "flash_attention", "flash_attention_backward",
-    "KVCache", "decode_attention", "Model", "load_model", "load", "model_type", "convert_gqa",
+    "KVCache", "decode_attention", "decode_page_order", "set_decode_page_order", "Model", "load_model", "load", "model_type", "convert_gqa",
     "ms_deform_attn", "ms_deform_attn_backward", "BertModel", "load_bert",
 ]
 

@@ -169,3 +169,16 @@ def test_long_cache_in_several_items_and_a_tail_matches_torch(hkv):
     item, merged by logsumexp: against PyTorch over the stored f16 history (MQA: the wide-group
     kernels; G = 4: the row kernels), within the 2x bar of torch float32's error."""
     expect_f16_decode_matches_torch(7, h=32, hkv=hkv, d=64, total=2237, n=1, window=-1)
+
+
+@pytest.mark.parametrize("page_order", [False, True])
+def test_either_reading_order_matches_torch(page_order):
+    """Both reading orders of decode (set_decode_page_order): G = 4 with 2 KiB tokens (two per 4 KiB
+    page) over several work items, against PyTorch over the stored f16 history."""
+    before = attnkit.decode_page_order()
+    attnkit.set_decode_page_order(page_order)
+    try:
+        assert attnkit.decode_page_order() is page_order
+        expect_f16_decode_matches_torch(9, h=32, hkv=8, d=128, total=1500, n=1, window=-1)
+    finally:
+        attnkit.set_decode_page_order(before)
