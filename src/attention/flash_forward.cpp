@@ -7,7 +7,6 @@
 // once per (sequence, KV head), shared by all its query tiles); OpenBLAS sgemm on each tile
 // remains as a forced alternative (FlashProductsScope) for comparison.
 #include <algorithm>
-#include <cstdlib>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -251,7 +250,9 @@ void flash_attention(const AttentionOptions& opts, const AttentionArgs& args) {
       float* k = buf + (offset[size_t(pair)] - base);
       return std::pair<float*, float*>{k, k + flash::packed_keys_size(lk, c.d)};
     };
-    const auto keys = [&](int64_t idx) {  // cost of packing a pair: its keys, each D wide
+    // Packing groups of at least kMinItemCost / 16 = 1024 keys: a ViT's 16-key pairs pack 64 to
+    // a group (or fewer, so that each thread gets four groups), long sequences one pair each.
+    const auto keys = [&](int64_t idx) {
       const SeqSpan sp = sequence_span(args, (first + idx) / c.hkv);
       return double(sp.k_end - sp.k_begin);
     };
