@@ -3,33 +3,23 @@
 // 2 threads): faster on an Intel Ice Lake (3.20 -> 2.99 ms), slower on AMD Zen 5 (1.71 -> 2.00 ms
 // AVX-512, 2.07 -> 2.70 ms AVX2), so the default is on for Intel CPUs only.
 #include <atomic>
-#include <cstdlib>
-#include <string_view>
 
 #include "attnkit/attention/decode.hpp"
+#include "core/env_switch.hpp"
 
 namespace attnkit {
 namespace {
 
 std::atomic<int> g_page_order{-1};  // -1 = not decided yet, else 0/1
 
-bool default_page_order() {
-  if (const char* env = std::getenv("ATTNKIT_DECODE_PAGE_ORDER")) return std::string_view(env) != "0";
+bool on_intel() {
   __builtin_cpu_init();
   return __builtin_cpu_is("intel");
 }
 
 }  // namespace
 
-bool decode_page_order() {
-  int v = g_page_order.load();
-  if (v < 0) {
-    int unset = -1;
-    g_page_order.compare_exchange_strong(unset, default_page_order() ? 1 : 0);
-    v = g_page_order.load();
-  }
-  return v == 1;
-}
+bool decode_page_order() { return env_switch(g_page_order, "ATTNKIT_DECODE_PAGE_ORDER", on_intel); }
 
 void set_decode_page_order(bool on) { g_page_order.store(on ? 1 : 0); }
 

@@ -225,10 +225,11 @@ class Backward {
       // written (round_up(n, NK)) for some n: zeros there (their products are never stored).
       const int64_t written = flash::round_up(n, flash::kKeyPanel);
       const int64_t read = flash::round_up(n, flash::kRowBlock);
-      for (int64_t r = 0; written < read && r < flash::round_up(rows, flash::kRowBlock); ++r) {
-        std::fill(sc.p + r * kLs + written, sc.p + r * kLs + read, 0.0f);
-        std::fill(sc.ds + r * kLs + written, sc.ds + r * kLs + read, 0.0f);
-      }
+      if (read > written)
+        for (int64_t r = 0; r < flash::round_up(rows, flash::kRowBlock); ++r) {
+          std::fill(sc.p + r * kLs + written, sc.p + r * kLs + read, 0.0f);
+          std::fill(sc.ds + r * kLs + written, sc.ds + r * kLs + read, 0.0f);
+        }
     } else {
       sgemm(false, true, rows, n, d, 1.0f, q.q + r0 * d, d, k, c_.ld(a.k), 0.0f, sc.p, kLs);
       sgemm(false, true, rows, n, d, 1.0f, q.dout + r0 * d, d, a.v.ptr(s.k_begin + kb.j0, hk),
@@ -426,55 +427,48 @@ void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs&
   auto buffers = [&]() { return plan.take(spaces[size_t(thread_index())]); };
   BlasThreadsScope blas(1);
   // Items of tiny sequences (a ViT's 16 patches) run in groups of at least kMinItemCost
-  // query-key pairs (parallel_for_grouped); cost of an item: its rows times its keys.
-  const auto pair_cost = [&](int64_t b, int64_t lo, int64_t hi, bool key_range) {
-    const SeqSpan s = sequence_span(args, b);
-    return double(hi - lo) * double(key_range ? s.q_end - s.q_begin : s.k_end - s.k_begin) * double(c.g);
-  };
+  // query-key pairs (parallel_for_grouped); an item's cost is its query rows times its keys.
   if (fuse_dq) {  // one item per (sequence, KV head): walks its key tiles in order
-    parallel_for_grouped(
-        nseq * c.hkv,
-        [&](int64_t idx) {
-          const SeqSpan s = sequence_span(args, idx / c.hkv);
-          return pair_cost(idx / c.hkv, 0, s.q_end - s.q_begin, false);
-        },
-        kMinItemCost, [&](int64_t idx) {
-          Buffers w = buffers();
-          bwd.pair(idx / c.hkv, idx % c.hkv, w);
-        });
+    const auto pair_cost = [&](int64_t idx) {
+      const SeqSpan s = sequence_span(args, idx / c.hkv);
+      return double((s.q_end - s.q_begin) * c.g) * double(s.k_end - s.k_begin);
+    };
+    parallel_for_grouped(nseq * c.hkv, pair_cost, kMinItemCost, [&](int64_t idx) {
+      Buffers w = buffers();
+      bwd.pair(idx / c.hkv, idx % c.hkv, w);
+    });
     return;
   }
   struct Item {
     int64_t b, hk, lo, hi;
+    double cost;
   };
   std::vector<Item> key_items, query_items;
   for (int64_t b = 0; b < nseq; ++b) {
     const SeqSpan s = sequence_span(args, b);
+    const int64_t lq = s.q_end - s.q_begin, lk = s.k_end - s.k_begin;
     for (int64_t hk = 0; hk < c.hkv; ++hk) {
-      for (int64_t j0 = 0; j0 < s.k_end - s.k_begin; j0 += kt)
-        key_items.push_back({b, hk, j0, std::min(j0 + kt, s.k_end - s.k_begin)});
-      for (int64_t i0 = 0; i0 < s.q_end - s.q_begin; i0 += positions)
-        query_items.push_back({b, hk, i0, std::min(i0 + positions, s.q_end - s.q_begin)});
+      for (int64_t j0 = 0; j0 < lk; j0 += kt) {
+        const int64_t j1 = std::min(j0 + kt, lk);
+        key_items.push_back({b, hk, j0, j1, double(j1 - j0) * double(lq * c.g)});
+      }
+      for (int64_t i0 = 0; i0 < lq; i0 += positions) {
+        const int64_t i1 = std::min(i0 + positions, lq);
+        query_items.push_back({b, hk, i0, i1, double((i1 - i0) * c.g) * double(lk)});
+      }
     }
   }
-  const auto cost_of = [&](const std::vector<Item>& items, bool key_range) {
-    return [&items, &pair_cost, key_range](int64_t idx) {
-      const Item& it = items[size_t(idx)];
-      return pair_cost(it.b, it.lo, it.hi, key_range);
-    };
+  const auto run_items = [&](const std::vector<Item>& items, auto tile) {
+    parallel_for_grouped(
+        int64_t(items.size()), [&](int64_t idx) { return items[size_t(idx)].cost; }, kMinItemCost,
+        [&](int64_t idx) {
+          Buffers w = buffers();
+          const Item& it = items[size_t(idx)];
+          (bwd.*tile)(it.b, it.hk, it.lo, it.hi, w);
+        });
   };
-  parallel_for_grouped(int64_t(key_items.size()), cost_of(key_items, true), kMinItemCost,
-                       [&](int64_t idx) {
-                         Buffers w = buffers();
-                         const Item& it = key_items[size_t(idx)];
-                         bwd.key_tile(it.b, it.hk, it.lo, it.hi, w);
-                       });
-  parallel_for_grouped(int64_t(query_items.size()), cost_of(query_items, false), kMinItemCost,
-                       [&](int64_t idx) {
-                         Buffers w = buffers();
-                         const Item& it = query_items[size_t(idx)];
-                         bwd.query_tile(it.b, it.hk, it.lo, it.hi, w);
-                       });
+  run_items(key_items, &Backward::key_tile);
+  run_items(query_items, &Backward::query_tile);
 }
 
 }  // namespace attnkit

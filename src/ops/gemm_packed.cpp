@@ -22,13 +22,12 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
-#include <cstdlib>
-#include <string_view>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm.hpp"
 #include "attnkit/ops/gemm_wgrad.hpp"
+#include "core/env_switch.hpp"
 
 #if ATTNKIT_HAVE_DNNL
 #include <map>
@@ -47,23 +46,13 @@ namespace {
 std::atomic<int> g_enabled{-1};
 std::atomic<int> g_wgrad_enabled{-1};
 
-// The switch's value: read from the environment variable `name` on first use ("0" = off).
-bool env_switch(std::atomic<int>& flag, const char* name) {
-  int e = flag.load();
-  if (e < 0) {
-    const char* env = std::getenv(name);
-    int unset = -1;
-    flag.compare_exchange_strong(unset, env && std::string_view(env) == "0" ? 0 : 1);
-    e = flag.load();
-  }
-  return e == 1;
-}
+bool on_by_default() { return true; }
 
 constexpr int64_t kMinRows = 128, kMinSide = 32;  // below these the reorder does not repay
 
 }  // namespace
 
-bool packed_gemm_enabled() { return env_switch(g_enabled, "ATTNKIT_PACKED_GEMM"); }
+bool packed_gemm_enabled() { return env_switch(g_enabled, "ATTNKIT_PACKED_GEMM", on_by_default); }
 
 void set_packed_gemm_enabled(bool on) { g_enabled.store(on ? 1 : 0); }
 
@@ -72,7 +61,7 @@ bool packed_gemm_applies(int64_t m, int64_t n, int64_t k) {
          k >= kMinSide;
 }
 
-bool wgrad_gemm_enabled() { return env_switch(g_wgrad_enabled, "ATTNKIT_WGRAD_GEMM"); }
+bool wgrad_gemm_enabled() { return env_switch(g_wgrad_enabled, "ATTNKIT_WGRAD_GEMM", on_by_default); }
 
 void set_wgrad_gemm_enabled(bool on) { g_wgrad_enabled.store(on ? 1 : 0); }
 
