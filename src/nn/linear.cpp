@@ -15,7 +15,6 @@
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm.hpp"
 #include "attnkit/ops/gemm_bf16.hpp"
-#include "attnkit/ops/gemm_wgrad.hpp"
 #include "attnkit/ops/matmul_precision.hpp"
 
 #include "nn_common.hpp"
@@ -64,7 +63,7 @@ namespace {
 // such a d_w, one tile, on one thread however long T is, so T is split into fixed chunks instead:
 // each chunk's product and column sums (double) go to a partial buffer in parallel, and the
 // partials are added in chunk order. Chunks depend only on (T, out, in): bitwise identical for
-// any thread count. Each chunk's product runs on oneDNN where wgrad_gemm_applies, else OpenBLAS.
+// any thread count. Each chunk's product is a one-thread sgemm call (oneDNN where it applies).
 // Returns false (nothing done) for shapes that do not qualify.
 bool chunked_weight_gradient(View2 d_w, std::span<float> d_b, ConstView2 d_y, ConstView2 x) {
   constexpr int64_t kMinChunk = 512, kMaxChunks = 16, kMaxElems = 256 * 512;
@@ -78,19 +77,12 @@ bool chunked_weight_gradient(View2 d_w, std::span<float> d_b, ConstView2 d_y, Co
   if (partial_b.size() < size_t(chunks * out)) partial_b.resize(size_t(chunks * out));
   float* pw = partial.data();
   double* pb = partial_b.data();
-  // Chunks of at most `per` tokens: the last is never shorter than the others by a whole chunk,
-  // so one shape check decides for every chunk (ops/gemm_wgrad.hpp).
-  const bool wgrad = wgrad_gemm_applies(out, in, t - (chunks - 1) * per);
   {
     BlasThreadsScope blas(1);
     parallel_for(chunks, [&](int64_t c) {
       const int64_t t0 = c * per, t1 = std::min(t, t0 + per);
-      if (wgrad)
-        sgemm_tn_onednn(out, in, t1 - t0, d_y.ptr(t0), nn::ld(d_y), x.ptr(t0), nn::ld(x), 0.0f,
-                        pw + c * out * in, in);
-      else
-        sgemm(true, false, out, in, t1 - t0, 1.0f, d_y.ptr(t0), nn::ld(d_y), x.ptr(t0), nn::ld(x),
-              0.0f, pw + c * out * in, in);
+      sgemm(true, false, out, in, t1 - t0, 1.0f, d_y.ptr(t0), nn::ld(d_y), x.ptr(t0), nn::ld(x),
+            0.0f, pw + c * out * in, in);
       if (d_b.empty()) return;
       double* acc = pb + c * out;
       std::fill_n(acc, out, 0.0);

@@ -8,7 +8,6 @@
 
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm.hpp"
-#include "attnkit/ops/gemm_wgrad.hpp"
 #include "hwy/highway.h"
 
 namespace attnkit::nn {
@@ -83,10 +82,6 @@ void parallel_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alp
     else break;
   }
   const int64_t tiles_m = (m + tm - 1) / tm, tiles_n = (n + tn - 1) / tn;
-  // Aᵀ·B with alpha 1 and beta 0 or 1 (the weight-gradient products) runs its tiles on oneDNN
-  // where that applies; the choice depends on the tile shape only, never on the thread count.
-  const bool wgrad = ta && !tb && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) &&
-                     wgrad_gemm_applies(std::min(m, tm), std::min(n, tn), k);
   BlasThreadsScope blas(1);
   parallel_for(tiles_m * tiles_n, [&](int64_t idx) {
     const int64_t i0 = (idx / tiles_n) * tm, j0 = (idx % tiles_n) * tn;
@@ -95,10 +90,7 @@ void parallel_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alp
     // column j at b + j·ldb (transpose) or b + j.
     const float* a0 = ta ? a + i0 : a + i0 * lda;
     const float* b0 = tb ? b + j0 * ldb : b + j0;
-    if (wgrad)  // a weight gradient Aᵀ·B (+ C): oneDNN's matmul (ops/gemm_wgrad.hpp)
-      sgemm_tn_onednn(i1 - i0, j1 - j0, k, a0, lda, b0, ldb, beta, c + i0 * ldc + j0, ldc);
-    else
-      sgemm(ta, tb, i1 - i0, j1 - j0, k, alpha, a0, lda, b0, ldb, beta, c + i0 * ldc + j0, ldc);
+    sgemm(ta, tb, i1 - i0, j1 - j0, k, alpha, a0, lda, b0, ldb, beta, c + i0 * ldc + j0, ldc);
     if (epilogue) epilogue(i0, i1, j0, j1);
   });
 }

@@ -66,8 +66,8 @@ constexpr int64_t kColumnBlock = 64;
 void parallel_columns(int64_t cols, const std::function<void(int64_t, int64_t)>& body);
 
 // C[m, n] = alpha·op(A)·op(B) + beta·C like sgemm, split into fixed tiles of C that parallel_for
-// computes with BLAS single-threaded (Aᵀ·B with alpha 1, beta 0 or 1, a weight gradient: on
-// sgemm_tn_onednn where wgrad_gemm_applies, ops/gemm_wgrad.hpp); epilogue(i0, i1, j0, j1), if set,
+// computes with one-thread sgemm calls (on oneDNN's matmul where sgemm_onednn_applies,
+// ops/gemm_onednn.hpp); epilogue(i0, i1, j0, j1), if set,
 // runs on each finished tile. Tiles (of equal size; at least 4 for products of >= 2^24
 // multiply-adds) depend only on (m, n, k): bitwise identical for any thread count.
 void parallel_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "attnkit/ops/gemm.hpp"
+#include "ops/blas_kernels.hpp"
 
 extern "C" {
 extern void* gotoblas __attribute__((weak));               // gotoblas_t* of the kernel table
@@ -29,9 +30,22 @@ bool pre_avx_core(const char* name) {
   return false;
 }
 
+// OpenBLAS kernel tables with 512-bit kernels.
+bool avx512_core(const char* name) {
+  for (const char* wide : {"SkylakeX", "Cooperlake", "SapphireRapids"})
+    if (std::strcmp(name, wide) == 0) return true;
+  return false;
+}
+
 struct Selection {
   std::string note;
+  bool avx512 = false;  // the kernel table in use has AVX-512 kernels
   Selection() {
+    select();
+    const char* in_use = openblas_get_corename ? openblas_get_corename() : nullptr;
+    avx512 = in_use && avx512_core(in_use);
+  }
+  void select() {
     const char* detected = openblas_get_corename ? openblas_get_corename() : nullptr;
     if (!detected) {
       note = "OpenBLAS core unknown (no openblas_get_corename)";
@@ -69,5 +83,7 @@ const Selection& selection() {
 }  // namespace
 
 const std::string& blas_kernels() { return selection().note; }
+
+bool blas_kernels_avx512() { return selection().avx512; }
 
 }  // namespace attnkit

@@ -1,4 +1,5 @@
-// sgemm through OpenBLAS (cblas, row-major) and its scalar reference.
+// sgemm through OpenBLAS (cblas, row-major), its one-thread calls through oneDNN's matmul where that
+// applies (ops/gemm_onednn.hpp), and its scalar reference.
 //
 // Thread count: OpenBLAS's OpenMP build sizes each call from omp_get_max_threads() of the calling
 // thread, a value any library in the process may change (importing PyTorch sets it to 1). sgemm
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "attnkit/core/parallel.hpp"
+#include "attnkit/ops/gemm_onednn.hpp"
 
 namespace attnkit {
 namespace {
@@ -42,6 +44,14 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
   if (k == 0) {  // BLAS may skip beta scaling when k = 0; make the result defined
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
+  // One thread's tile of a kernel's own parallel split (inside a parallel region, or under
+  // BlasThreadsScope(1) even when the split ran on one thread): the same library for any thread
+  // count, so the kernels' results stay independent of it.
+  const bool one_thread_tile = omp_in_parallel() || t_blas_threads == 1;
+  if (one_thread_tile && sgemm_onednn_applies(ta, tb, m, n, k, alpha, beta)) {
+    sgemm_onednn(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
     return;
   }
   const int want = blas_threads();

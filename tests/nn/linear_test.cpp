@@ -7,7 +7,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm.hpp"
-#include "attnkit/ops/gemm_wgrad.hpp"
+#include "attnkit/ops/gemm_onednn.hpp"
 #include "nn/nn_testing.hpp"
 #include "test_errors.hpp"
 
@@ -95,12 +95,12 @@ TEST(NnLinear, LongProductsInEvenTilesMatchReferenceAndThreadCounts) {
 }
 
 // Shapes where y and d_x run on the packed GEMM (T >= 128, in and out >= 32), with the packed path
-// (and d_W's oneDNN path) on and off: the same bars on both, and bitwise the same for 1 and 2 threads on the packed path.
+// (and sgemm's oneDNN path) on and off: the same bars on both, and bitwise the same for 1 and 2 threads on the packed path.
 TEST(NnLinear, PackedAndBlasPathsMatchReference) {
   for (bool packed : {true, false}) {
     SCOPED_TRACE(::testing::Message() << "packed " << packed);
     const PackedGemmScope scope(packed);
-    const WgradGemmScope wgrad(packed);  // d_W on oneDNN (ops/gemm_wgrad.hpp) or OpenBLAS
+    const OnednnSgemmScope onednn(packed);  // d_W on oneDNN (ops/gemm_onednn.hpp) or OpenBLAS
     expect_matches_reference(128, 32, 32, false);
     expect_matches_reference(257, 65, 113, true);
     expect_matches_reference(1100, 64, 17, true);  // chunked d_W

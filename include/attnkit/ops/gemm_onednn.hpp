@@ -1,0 +1,39 @@
+#pragma once
+// sgemm's one-thread products on oneDNN's matmul: C[m, n] = op(A)·op(B) + beta·C with any
+// transposes given by strides, one thread per call. sgemm (ops/gemm.hpp) sends its one-thread
+// calls here where sgemm_onednn_applies: the calls made inside attnkit's own parallel regions or
+// under BlasThreadsScope(1), i.e. the fixed tiles and chunks of the flash, linear, convolution and
+// cross-entropy kernels. A call's result depends on its shape only, so a caller that splits C into
+// fixed tiles gets results independent of the thread count (docs/performance.md has the
+// measurements behind the rule of sgemm_onednn_applies).
+// PyTorch: C = op(A) @ op(B) + beta * C.
+#include <cstdint>
+
+#include "attnkit/core/scoped_setting.hpp"
+
+namespace attnkit {
+
+// True when sgemm_onednn serves this product: a oneDNN build, the path switched on
+// (onednn_sgemm_enabled), alpha 1, beta 0 or 1, m·n·k of at least 32³ (below that a call's fixed
+// cost outweighs the kernel), and either Aᵀ·B with k >= m, n (a weight gradient over tokens: oneDNN
+// takes the transposed A in place) or any product when oneDNN runs AVX-512 kernels and OpenBLAS
+// does not (an
+// OPENBLAS_CORETYPE=Haswell environment on an AVX-512 CPU). A function of the arguments, the
+// switch and the process's kernel choices only, never of the thread count.
+bool sgemm_onednn_applies(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                          float beta);
+// C[m, n] = op(A)·op(B) + beta·C (beta 0 or 1; row-major A stored [m, k], or [k, m] when trans_a,
+// with row stride lda; B [k, n], or [n, k] when trans_b, with ldb; C with ldc), on the calling
+// thread only. Throws attnkit::Error when oneDNN is unavailable or beta is neither 0 nor 1.
+void sgemm_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// Whether sgemm's one-thread calls run on oneDNN (default on; ATTNKIT_ONEDNN_SGEMM=0 in the
+// environment turns it off for the process: they then run on OpenBLAS). Process-wide.
+bool onednn_sgemm_enabled();
+// Switches the oneDNN path of sgemm on or off for the whole process.
+void set_onednn_sgemm_enabled(bool on);
+// Turns the path on or off for the scope's lifetime (tests, benchmarks).
+using OnednnSgemmScope = ScopedSetting<bool, onednn_sgemm_enabled, set_onednn_sgemm_enabled>;
+
+}  // namespace attnkit

@@ -1,0 +1,110 @@
+// sgemm_onednn: sgemm's one-thread products on oneDNN's matmul (oneDNN 2.x, OpenMP runtime), every
+// operand in place with its strides, transposes as strides, beta = 1 as a sum post-op.
+// Threads and determinism: each primitive is created and executed under OpenMpThreadsScope(1)
+// (onednn_matmul.hpp), so a call is one thread's work and its result depends on its arguments only.
+// Primitives are cached per (transposes, shape, strides, beta): none is created per call once a
+// thread has seen a shape.
+// Measured (bench/gemm_libs, Zen 5, 1 thread): the CNN's convolution GEMMs 155–206 GFLOP/s against
+// 90–104 for OpenBLAS's Haswell kernels but 144–193 for its SkylakeX ones, which the CNN's training
+// steps ran 1.0–1.1× faster than oneDNN (also with only the convolutions' Aᵀ·B column gradients on
+// oneDNN); the GPT-small weight gradients (Aᵀ·B over 2048 tokens) 177–188 against 101–103 (Haswell)
+// and 140–155 (SkylakeX). Hence the rule of sgemm_onednn_applies.
+#include <algorithm>
+#include <atomic>
+
+#include "attnkit/core/error.hpp"
+#include "attnkit/ops/gemm_onednn.hpp"
+#include "core/env_switch.hpp"
+#include "ops/blas_kernels.hpp"
+
+#if ATTNKIT_HAVE_DNNL
+#include <dnnl.hpp>
+
+#include "ops/onednn_matmul.hpp"
+#endif
+
+namespace attnkit {
+namespace {
+
+std::atomic<int> g_onednn_sgemm{-1};  // -1 = not read yet, else 0/1
+
+bool onednn_sgemm_default() { return true; }
+
+constexpr double kMinFlops = 32.0 * 32.0 * 32.0;  // m·n·k below which OpenBLAS keeps the call
+
+#if ATTNKIT_HAVE_DNNL
+// True when oneDNN's kernels are AVX-512 ones (its effective ISA, which ONEDNN_MAX_CPU_ISA caps)
+// while OpenBLAS's are not.
+bool onednn_wider_than_blas() {
+  static const bool wider = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    return (isa & avx512) == avx512 && !blas_kernels_avx512();
+  }();
+  return wider;
+}
+#else
+bool onednn_wider_than_blas() { return false; }
+#endif
+
+}  // namespace
+
+bool onednn_sgemm_enabled() { return env_switch(g_onednn_sgemm, "ATTNKIT_ONEDNN_SGEMM", onednn_sgemm_default); }
+
+void set_onednn_sgemm_enabled(bool on) { g_onednn_sgemm.store(on ? 1 : 0); }
+
+bool sgemm_onednn_applies(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                          float beta) {
+  return ATTNKIT_HAVE_DNNL && onednn_sgemm_enabled() && alpha == 1.0f &&
+         (beta == 0.0f || beta == 1.0f) && m > 0 && n > 0 && k > 0 &&
+         double(m) * double(n) * double(k) >= kMinFlops &&
+         ((trans_a && !trans_b && k >= std::max(m, n)) || onednn_wider_than_blas());
+}
+
+#if !ATTNKIT_HAVE_DNNL
+
+void sgemm_onednn(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*,
+                  int64_t, float, float*, int64_t) {
+  fail("sgemm_onednn: attnkit was built without oneDNN (CMake ATTNKIT_WITH_DNNL, libdnnl-dev)");
+}
+
+#else
+
+void sgemm_onednn(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  check(m >= 0 && n >= 0 && k >= 0, "sgemm_onednn: negative size [", m, ", ", n, "] over ", k);
+  check(beta == 0.0f || beta == 1.0f, "sgemm_onednn: beta = ", beta, " (0 or 1 only)");
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (beta == 0.0f)
+      for (int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
+    return;
+  }
+  check(a != nullptr && b != nullptr && c != nullptr, "sgemm_onednn: null A, B or C");
+  check(lda >= (ta ? m : k) && ldb >= (tb ? k : n) && ldc >= n, "sgemm_onednn: lda = ", lda,
+        ", ldb = ", ldb, " or ldc = ", ldc, " is less than the row length (m = ", m, ", n = ", n,
+        ", k = ", k, ")");
+  const bool accumulate = beta == 1.0f;
+  const onednn::Matmul& mm = onednn::cached_matmul(
+      {1, ta, tb, m, n, k, lda, ldb, ldc, accumulate},
+      [&] {
+        dnnl::primitive_attr attr = onednn::user_scratchpad();
+        if (accumulate) {
+          dnnl::post_ops ops;
+          ops.append_sum(1.0f);
+          attr.set_post_ops(ops);
+        }
+        return dnnl::matmul::primitive_desc(
+            dnnl::matmul::desc(onednn::strided(m, k, lda, ta), onednn::strided(k, n, ldb, tb),
+                               onednn::strided(m, n, ldc)),
+            attr, onednn::cpu_engine());
+      },
+      "sgemm_onednn");
+  const dnnl::memory b_mem(onednn::strided(k, n, ldb, tb), onednn::cpu_engine(),
+                           const_cast<float*>(b));
+  onednn::run_matmul(mm, a, b_mem, c, "sgemm_onednn");
+}
+
+#endif
+
+}  // namespace attnkit

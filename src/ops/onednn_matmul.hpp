@@ -1,0 +1,90 @@
+#pragma once
+// What the oneDNN matmul callers (gemm_packed.cpp, gemm_onednn.cpp) share (oneDNN builds only):
+// strided memory descriptors, a cached primitive with its scratchpad size, a one-thread execution
+// with a per-thread scratchpad, and a primitive cache with a per-thread front (no lock once a thread
+// has seen a shape).
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include <dnnl.hpp>
+
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/parallel.hpp"
+#include "ops/onednn_runtime.hpp"
+
+namespace attnkit::onednn {
+
+// A row-major [rows, cols] f32 matrix with row stride ld (or, when trans, the storage of its
+// transpose: [cols, rows] with row stride ld).
+inline dnnl::memory::desc strided(int64_t rows, int64_t cols, int64_t ld, bool trans = false) {
+  return dnnl::memory::desc({rows, cols}, dnnl::memory::data_type::f32,
+                            trans ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1});
+}
+
+// Primitive attributes with a caller-provided (user) scratchpad.
+inline dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// A matmul primitive with its source and destination descriptors and scratchpad bytes.
+struct Matmul {
+  dnnl::matmul prim;
+  dnnl::memory::desc a, c;
+  size_t scratch_bytes = 0;
+};
+
+// Runs mm on the calling thread, single-threaded, with A at a, the weights in b and C at c, using a
+// per-thread scratchpad (who names the caller in errors).
+inline void run_matmul(const Matmul& mm, const float* a, const dnnl::memory& b, float* c,
+                       const char* who) {
+  thread_local AlignedSlot scratch;
+  void* scratch_data = scratch.get(mm.scratch_bytes, who);
+  const OpenMpThreadsScope one(1);
+  const dnnl::memory a_mem(mm.a, cpu_engine(), const_cast<float*>(a));
+  const dnnl::memory c_mem(mm.c, cpu_engine(), c);
+  const dnnl::memory::desc scratch_md({int64_t(std::max<size_t>(mm.scratch_bytes, 1))},
+                                      dnnl::memory::data_type::u8, dnnl::memory::format_tag::x);
+  const dnnl::memory scratch_mem(scratch_md, cpu_engine(), scratch_data);
+  mm.prim.execute(thread_stream(), {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b},
+                                    {DNNL_ARG_DST, c_mem}, {DNNL_ARG_SCRATCHPAD, scratch_mem}});
+  thread_stream().wait();
+}
+
+// Identifies a cached matmul: its kind and shape, strides and flags.
+using MatmulKey = std::array<int64_t, 10>;
+
+// The matmul for key, made by make() (a dnnl::matmul::primitive_desc) under OpenMpThreadsScope(1)
+// on first use (oneDNN splits a primitive's work by the thread count at creation). Entries live
+// for the process; each thread keeps its own index of the ones it has used, so a call takes the
+// process-wide lock only for a shape new to its thread. `who` names the caller in errors.
+template <class Make>
+const Matmul& cached_matmul(const MatmulKey& key, Make make, const char* who) {
+  thread_local std::map<MatmulKey, const Matmul*> seen;
+  if (const auto it = seen.find(key); it != seen.end()) return *it->second;
+  cpu_engine();  // constructed before the cache, so destroyed after what was made on it
+  static std::mutex mu;
+  static std::map<MatmulKey, std::unique_ptr<Matmul>> cache;
+  const std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<Matmul>& entry = cache[key];
+  if (!entry) {
+    const OpenMpThreadsScope one(1);
+    try {
+      const dnnl::matmul::primitive_desc pd = make();
+      entry = std::make_unique<Matmul>(
+          Matmul{dnnl::matmul(pd), pd.src_desc(), pd.dst_desc(), pd.scratchpad_desc().get_size()});
+    } catch (const dnnl::error& e) {
+      cache.erase(key);
+      fail(who, ": oneDNN could not create the matmul: ", e.what());
+    }
+  }
+  seen.emplace(key, entry.get());
+  return *entry;
+}
+
+}  // namespace attnkit::onednn

@@ -1,0 +1,166 @@
+// sgemm_onednn (ops/gemm_onednn.hpp): C = op(A)·op(B) + beta·C against the float64 reference
+// (sgemm_reference) for every transpose, tail sizes and padded row strides with guard columns
+// around C, beta 0 and 1; the shape rule, the switch and the bad-beta error; sgemm's routing of
+// one-thread calls (inside a parallel region or under BlasThreadsScope(1)) to it; linear_backward's
+// d_W on the path for 1 and 2 threads bitwise.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "attnkit/core/error.hpp"
+#include "attnkit/core/parallel.hpp"
+#include "attnkit/nn/linear.hpp"
+#include "attnkit/ops/gemm.hpp"
+#include "attnkit/ops/gemm_onednn.hpp"
+#include "nn/nn_testing.hpp"
+#include "test_errors.hpp"
+#include "test_random.hpp"
+
+namespace attnkit {
+namespace {
+
+bool onednn_available() {
+  const OnednnSgemmScope on(true);
+  return sgemm_onednn_applies(true, false, 64, 64, 64, 1.0f, 0.0f);
+}
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+// C (row stride ldc) against the float64 reference within Higham's bound γ_{k+2}·(Σ|a||b| +
+// |beta·c0|), and the guard columns past n unchanged.
+void expect_within_bound(bool ta, bool tb, const Shape& s, const std::vector<float>& a, int64_t lda,
+                         const std::vector<float>& b, int64_t ldb, float beta,
+                         const std::vector<float>& c0, const std::vector<float>& c, int64_t ldc) {
+  std::vector<float> ref = c0;
+  sgemm_reference(ta, tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, beta, ref.data(), ldc);
+  const double u = std::numeric_limits<float>::epsilon() / 2;
+  const double gk = double(s.k + 2) * u / (1 - double(s.k + 2) * u);
+  int bad = 0;
+  for (int64_t i = 0; i < s.m; ++i) {
+    for (int64_t j = 0; j < s.n; ++j) {
+      const size_t at = size_t(i * ldc + j);
+      double mag = std::fabs(double(beta) * double(c0[at]));
+      for (int64_t p = 0; p < s.k; ++p) {
+        const double x = ta ? a[size_t(p * lda + i)] : a[size_t(i * lda + p)];
+        const double y = tb ? b[size_t(j * ldb + p)] : b[size_t(p * ldb + j)];
+        mag += std::fabs(x * y);
+      }
+      if (std::fabs(double(c[at]) - double(ref[at])) > gk * mag + 1e-30 && ++bad < 4)
+        ADD_FAILURE() << "at (" << i << ", " << j << "): " << c[at] << " vs " << ref[at];
+    }
+    for (int64_t j = s.n; j < ldc; ++j)
+      if (std::memcmp(&c[size_t(i * ldc + j)], &c0[size_t(i * ldc + j)], sizeof(float)) != 0 &&
+          ++bad < 4)
+        ADD_FAILURE() << "wrote outside C at (" << i << ", " << j << ")";
+  }
+}
+
+TEST(SgemmOnednn, MatchesTheFloat64ReferenceOnTransposesTailsStridesAndBeta) {
+  if (!onednn_available()) GTEST_SKIP() << "built without oneDNN";
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.0f, 1.0f})
+        for (const Shape s : {Shape{1, 1, 1}, Shape{17, 33, 47}, Shape{65, 113, 300},
+                              Shape{96, 128, 2048}, Shape{261, 256, 130}, Shape{32, 784, 9}}) {
+          SCOPED_TRACE(::testing::Message() << "ta " << ta << " tb " << tb << " beta " << beta
+                                            << " " << s.m << "×" << s.n << "×" << s.k);
+          const int64_t lda = (ta ? s.m : s.k) + 3, ldb = (tb ? s.k : s.n) + 2, ldc = s.n + 5;
+          const auto a = uniform(size_t((ta ? s.k : s.m) * lda), uint32_t(s.m + s.n));
+          const auto b = uniform(size_t((tb ? s.n : s.k) * ldb), uint32_t(s.k));
+          const auto c0 = uniform(size_t(s.m * ldc), 7);
+          std::vector<float> c = c0;
+          sgemm_onednn(ta, tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+          expect_within_bound(ta, tb, s, a, lda, b, ldb, beta, c0, c, ldc);
+        }
+}
+
+TEST(SgemmOnednn, ShapeRuleSwitchAndBadBeta) {
+  {
+    const OnednnSgemmScope off(false);
+    EXPECT_FALSE(sgemm_onednn_applies(true, false, 64, 64, 64, 1.0f, 0.0f));
+  }
+  if (!onednn_available()) GTEST_SKIP() << "built without oneDNN";
+  const OnednnSgemmScope on(true);
+  EXPECT_TRUE(sgemm_onednn_applies(true, false, 32, 32, 32, 1.0f, 1.0f));
+  EXPECT_TRUE(sgemm_onednn_applies(true, false, 9, 32, 784, 1.0f, 0.0f));
+  EXPECT_FALSE(sgemm_onednn_applies(true, false, 31, 32, 32, 1.0f, 0.0f));  // below 32³
+  EXPECT_FALSE(sgemm_onednn_applies(true, false, 64, 64, 64, 0.5f, 0.0f));  // alpha ≠ 1
+  EXPECT_FALSE(sgemm_onednn_applies(true, false, 64, 64, 64, 1.0f, 0.5f));  // beta not 0 or 1
+  const bool wider = sgemm_onednn_applies(false, false, 64, 64, 64, 1.0f, 0.0f);
+  EXPECT_EQ(sgemm_onednn_applies(true, false, 288, 588, 64, 1.0f, 0.0f), wider);  // k < m: not d_W
+  // Other transposes only when oneDNN's kernels are wider than OpenBLAS's: the same answer for
+  // every one of them.
+  EXPECT_EQ(sgemm_onednn_applies(false, true, 64, 64, 64, 1.0f, 0.0f), wider);
+  EXPECT_EQ(sgemm_onednn_applies(true, true, 64, 64, 64, 1.0f, 0.0f), wider);
+  const bool blas_avx512 = blas_kernels().rfind("SkylakeX", 0) == 0 ||
+                           blas_kernels().rfind("Cooperlake", 0) == 0 ||
+                           blas_kernels().rfind("SapphireRapids", 0) == 0;
+  if (blas_avx512) EXPECT_FALSE(wider) << blas_kernels();
+  std::vector<float> a(16 * 16, 1.0f), b(16 * 16, 1.0f), c(16 * 16, 0.0f);
+  expect_error([&] { sgemm_onednn(true, false, 16, 16, 16, a.data(), 16, b.data(), 16, 0.5f, c.data(), 16); },
+               "sgemm_onednn: beta = 0.5 (0 or 1 only)");
+  expect_error([&] { sgemm_onednn(false, false, 16, 16, 16, a.data(), 8, b.data(), 16, 0.0f, c.data(), 16); },
+               "sgemm_onednn: lda = 8, ldb = 16 or ldc = 16 is less than the row length (m = 16, n = 16, k = 16)");
+}
+
+// sgemm under BlasThreadsScope(1) gives sgemm_onednn's bits when the path is on (and, the path
+// off, OpenBLAS's: the two differ in their rounding on this shape), so the routing is real; a
+// top-level call without the scope stays on OpenBLAS, also at one thread (compared with OpenBLAS at
+// one thread: its bits change with its thread count).
+TEST(SgemmOnednn, OneThreadCallsOfSgemmRunOnIt) {
+  if (!onednn_available()) GTEST_SKIP() << "built without oneDNN";
+  // Aᵀ·B: routed whatever the kernels (A stored [k, m]).
+  const Shape s{96, 200, 700};
+  const auto a = uniform(size_t(s.m * s.k), 1), b = uniform(size_t(s.k * s.n), 2);
+  std::vector<float> direct(size_t(s.m * s.n)), routed(direct.size()), blas(direct.size()),
+      top(direct.size());
+  sgemm_onednn(true, false, s.m, s.n, s.k, a.data(), s.m, b.data(), s.n, 0.0f, direct.data(), s.n);
+  {
+    const OnednnSgemmScope on(true);
+    const BlasThreadsScope one(1);
+    sgemm(true, false, s.m, s.n, s.k, 1.0f, a.data(), s.m, b.data(), s.n, 0.0f, routed.data(), s.n);
+  }
+  {
+    const OnednnSgemmScope off(false);
+    const BlasThreadsScope one(1);
+    sgemm(true, false, s.m, s.n, s.k, 1.0f, a.data(), s.m, b.data(), s.n, 0.0f, blas.data(), s.n);
+  }
+  {
+    const OnednnSgemmScope on(true);
+    const ThreadCountScope threads(1);
+    sgemm(true, false, s.m, s.n, s.k, 1.0f, a.data(), s.m, b.data(), s.n, 0.0f, top.data(), s.n);
+  }
+  const size_t bytes = direct.size() * sizeof(float);
+  EXPECT_EQ(std::memcmp(direct.data(), routed.data(), bytes), 0);
+  ASSERT_NE(std::memcmp(direct.data(), blas.data(), bytes), 0)
+      << "oneDNN and OpenBLAS gave the same bits: this test cannot tell the paths apart";
+  EXPECT_EQ(std::memcmp(blas.data(), top.data(), bytes), 0);
+}
+
+// GPT-small-like d_W shapes (tiled: [688, 256]; chunked: [96, 256] over 1100 tokens) on the
+// oneDNN path: within the linear layer's reference bars (linear_test.cpp runs them on both paths)
+// and bitwise the same for 1 and 2 threads.
+TEST(SgemmOnednn, LinearWeightGradientIsIdenticalForAnyThreadCount) {
+  if (!onednn_available()) GTEST_SKIP() << "built without oneDNN";
+  const OnednnSgemmScope on(true);
+  for (const auto [t, in, out] : {std::array<int64_t, 3>{700, 256, 688}, {1100, 256, 96}}) {
+    SCOPED_TRACE(::testing::Message() << t << " tokens, [" << out << ", " << in << "]");
+    const nn_testing::Mat x = nn_testing::Mat(t, in).randn(3), w = nn_testing::Mat(out, in).randn(4),
+                          d_y = nn_testing::Mat(t, out).randn(5);
+    nn_testing::Mat d_w[2] = {nn_testing::Mat(out, in), nn_testing::Mat(out, in)};
+    for (int threads : {1, 2}) {
+      ThreadCountScope scope(threads);
+      linear_backward({}, d_w[threads - 1].view(), {}, d_y.cview(), x.cview(), w.cview());
+    }
+    EXPECT_TRUE(nn_testing::bitwise_equal(d_w[0], d_w[1]));
+  }
+}
+
+}  // namespace
+}  // namespace attnkit
