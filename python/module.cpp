@@ -9,6 +9,7 @@
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/nn/conv2d.hpp"
 #include "attnkit/ops/gemm.hpp"
+#include "attnkit/ops/gemm_onednn.hpp"
 #include "attnkit/ops/gemm_bf16.hpp"
 #include "attnkit/ops/matmul_precision.hpp"
 #include "attnkit/tools/build_info.hpp"
@@ -61,6 +62,12 @@ PYBIND11_MODULE(_attnkit, m) {
         "weight reordered once (True, the default in a oneDNN build) or on OpenBLAS (False).");
   m.def("packed_gemm", &attnkit::packed_gemm_enabled,
         "Whether the packed-weight GEMM is switched on (set_packed_gemm, ATTNKIT_PACKED_GEMM=0); it applies only in oneDNN builds (build_info()).");
+  m.def("set_onednn_sgemm", &attnkit::set_onednn_sgemm_enabled, pybind11::arg("on"),
+        "Whether the kernels' one-thread GEMM tiles run on oneDNN's matmul where that is faster "
+        "(True, the default in a oneDNN build: weight gradients, and every product when OpenBLAS "
+        "runs narrower kernels than oneDNN) or all on OpenBLAS (False).");
+  m.def("onednn_sgemm", &attnkit::onednn_sgemm_enabled,
+        "Whether sgemm's oneDNN path is switched on (set_onednn_sgemm, ATTNKIT_ONEDNN_SGEMM=0); it applies only in oneDNN builds (build_info()).");
   m.def(
       "set_matmul_precision",
       [](const std::string& name) { attnkit::set_matmul_precision(attnkit::parse_matmul_precision(name)); },

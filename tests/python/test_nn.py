@@ -85,6 +85,23 @@ def test_linear_on_either_gemm_path(packed):
           {"x": x, "w": w, "b": b}, [d_y])
 
 
+@pytest.mark.parametrize("onednn", [True, False])
+def test_linear_on_either_sgemm_path(onednn):
+    """1100 tokens: d_W's chunks are weight gradients over long k, which sgemm's one-thread calls
+    run on oneDNN's matmul when the switch is on (oneDNN builds) and on OpenBLAS when it is off."""
+    rng = np.random.default_rng(13)
+    x, w, d_y, b = randn(rng, 1100, 64), randn(rng, 48, 64), randn(rng, 1100, 48), randn(rng, 48)
+    attnkit.set_onednn_sgemm(onednn)
+    try:
+        assert attnkit.onednn_sgemm() == onednn
+        y = nn.linear(x, w, b)
+        d_x, d_w, d_b = nn.linear_backward(d_y, x, w)
+    finally:
+        attnkit.set_onednn_sgemm(True)
+    check({"out0": y, "d_x": d_x, "d_w": d_w, "d_b": d_b}, lambda x, w, b: F.linear(x, w, b),
+          {"x": x, "w": w, "b": b}, [d_y])
+
+
 @pytest.mark.parametrize("reference", REFERENCE)
 def test_linear_batched_leading_dims(reference):
     rng = np.random.default_rng(3)
