@@ -369,9 +369,8 @@ void winograd_conv3x3(View4 y, ConstView4 x, const float* w, bool flip_transpose
     float* v = scratch(0, 16 * g.c * cols);
     float* m = scratch(1, 16 * g.o * cols);
     transform_inputs(v, x, n0, nb, g, t, small ? idx.data() : nullptr);
-    for (int64_t xi = 0; xi < 16; ++xi)
-      sgemm(false, false, g.o, cols, g.c, 1.0f, u.data() + xi * g.o * g.c, g.c,
-            v + xi * g.c * cols, cols, 0.0f, m + xi * g.o * cols, cols);
+    sgemm_batched(false, false, 16, g.o, cols, g.c, u.data(), g.c, g.o * g.c, v, cols,
+                  g.c * cols, 0.0f, m, cols, g.o * cols);  // M[ξ] = U[ξ]·V[ξ]
     for (int64_t b = 0; b < nb; ++b)
       for (int64_t o = 0; o < g.o; ++o) {
         const float* mo = m + o * cols + b * t.t;
@@ -409,9 +408,9 @@ void winograd_weight_gradient(View4 d_w, ConstView4 d_y, ConstView4 x, const Con
         for (int64_t b = 0; b < nb; ++b)
           for (int64_t o = 0; o < g.o; ++o)
             gradient_transform(dm + o * cols + b * t.t, g.o * cols, d_y.ptr(n0 + b, o), g, t);
-        for (int64_t xi = 0; xi < 16; ++xi)  // dU[ξ] (+)= dM[ξ]·V[ξ]ᵀ
-          sgemm(false, true, g.o, g.c, cols, 1.0f, dm + xi * g.o * cols, cols, v + xi * g.c * cols,
-                cols, n0 == grp * per_group ? 0.0f : 1.0f, partial + grp * uf + xi * g.o * g.c, g.c);
+        sgemm_batched(false, true, 16, g.o, g.c, cols, dm, cols, g.o * cols, v, cols, g.c * cols,
+                      n0 == grp * per_group ? 0.0f : 1.0f, partial + grp * uf, g.c,
+                      g.o * g.c);  // dU[ξ] (+)= dM[ξ]·V[ξ]ᵀ
       }
     });
   }

@@ -62,6 +62,20 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
   if (saved != want) omp_set_num_threads(saved);
 }
 
+void sgemm_batched(bool ta, bool tb, int64_t batch, int64_t m, int64_t n, int64_t k,
+                   const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
+                   int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c) {
+  const bool one_thread_tile = omp_in_parallel() || t_blas_threads == 1;
+  if (one_thread_tile && sgemm_batched_applies(ta, tb, batch, m, n, k, beta)) {
+    sgemm_batched_onednn(ta, tb, batch, m, n, k, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+                         stride_c);
+    return;
+  }
+  for (int64_t e = 0; e < batch; ++e)
+    sgemm(ta, tb, m, n, k, 1.0f, a + e * stride_a, lda, b + e * stride_b, ldb, beta,
+          c + e * stride_c, ldc);
+}
+
 void sgemm_reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                      const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                      float* c, int64_t ldc) {

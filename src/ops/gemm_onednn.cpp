@@ -8,7 +8,10 @@
 // 90–104 for OpenBLAS's Haswell kernels but 144–193 for its SkylakeX ones, which the CNN's training
 // steps ran 1.0–1.1× faster than oneDNN (also with only the convolutions' Aᵀ·B column gradients on
 // oneDNN); the GPT-small weight gradients (Aᵀ·B over 2048 tokens) 177–188 against 101–103 (Haswell)
-// and 140–155 (SkylakeX). Hence the rule of sgemm_onednn_applies.
+// and 140–155 (SkylakeX). Hence the rule of sgemm_onednn_applies. A batch of products (the
+// Winograd convolutions' 16 per chunk) as one batched matmul ran the CNN's training as fast as
+// OpenBLAS's calls one by one with AVX2 kernels on both sides and 0.98–1.10× faster with AVX-512
+// ones, hence sgemm_batched_applies without a kernel condition.
 #include <algorithm>
 #include <atomic>
 
@@ -61,11 +64,22 @@ bool sgemm_onednn_applies(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
          ((trans_a && !trans_b && k >= std::max(m, n)) || onednn_wider_than_blas());
 }
 
+bool sgemm_batched_applies(bool, bool, int64_t batch, int64_t m, int64_t n, int64_t k, float beta) {
+  return ATTNKIT_HAVE_DNNL && onednn_sgemm_enabled() && (beta == 0.0f || beta == 1.0f) &&
+         batch > 0 && m > 0 && n > 0 && k > 0 &&
+         double(batch) * double(m) * double(n) * double(k) >= kMinFlops;
+}
+
 #if !ATTNKIT_HAVE_DNNL
 
 void sgemm_onednn(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*,
                   int64_t, float, float*, int64_t) {
   fail("sgemm_onednn: attnkit was built without oneDNN (CMake ATTNKIT_WITH_DNNL, libdnnl-dev)");
+}
+
+void sgemm_batched_onednn(bool, bool, int64_t, int64_t, int64_t, int64_t, const float*, int64_t,
+                          int64_t, const float*, int64_t, int64_t, float, float*, int64_t, int64_t) {
+  fail("sgemm_batched_onednn: attnkit was built without oneDNN (CMake ATTNKIT_WITH_DNNL, libdnnl-dev)");
 }
 
 #else
@@ -103,6 +117,58 @@ void sgemm_onednn(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
   const dnnl::memory b_mem(onednn::strided(k, n, ldb, tb), onednn::cpu_engine(),
                            const_cast<float*>(b));
   onednn::run_matmul(mm, a, b_mem, c, "sgemm_onednn");
+}
+
+namespace {
+
+// [batch, rows, cols] f32 matrices, entry i at i·stride, each row-major with row stride ld (or,
+// when trans, the storage of its transpose).
+dnnl::memory::desc batched(int64_t batch, int64_t rows, int64_t cols, int64_t ld, int64_t stride,
+                           bool trans = false) {
+  return dnnl::memory::desc({batch, rows, cols}, dnnl::memory::data_type::f32,
+                            trans ? dnnl::memory::dims{stride, 1, ld} : dnnl::memory::dims{stride, ld, 1});
+}
+
+}  // namespace
+
+void sgemm_batched_onednn(bool ta, bool tb, int64_t batch, int64_t m, int64_t n, int64_t k,
+                          const float* a, int64_t lda, int64_t stride_a, const float* b,
+                          int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
+                          int64_t stride_c) {
+  check(batch >= 0 && m >= 0 && n >= 0 && k >= 0, "sgemm_batched_onednn: negative size ", batch,
+        " × [", m, ", ", n, "] over ", k);
+  check(beta == 0.0f || beta == 1.0f, "sgemm_batched_onednn: beta = ", beta, " (0 or 1 only)");
+  if (batch == 0 || m == 0 || n == 0) return;
+  if (k == 0) {
+    if (beta == 0.0f)
+      for (int64_t e = 0; e < batch; ++e)
+        for (int64_t i = 0; i < m; ++i) std::fill_n(c + e * stride_c + i * ldc, n, 0.0f);
+    return;
+  }
+  check(a != nullptr && b != nullptr && c != nullptr, "sgemm_batched_onednn: null A, B or C");
+  check(lda >= (ta ? m : k) && ldb >= (tb ? k : n) && ldc >= n, "sgemm_batched_onednn: lda = ",
+        lda, ", ldb = ", ldb, " or ldc = ", ldc, " is less than the row length (m = ", m,
+        ", n = ", n, ", k = ", k, ")");
+  const bool accumulate = beta == 1.0f;
+  const onednn::Matmul& mm = onednn::cached_matmul(
+      {2, ta, tb, m, n, k, lda, ldb, ldc, accumulate, batch, stride_a, stride_b, stride_c},
+      [&] {
+        dnnl::primitive_attr attr = onednn::user_scratchpad();
+        if (accumulate) {
+          dnnl::post_ops ops;
+          ops.append_sum(1.0f);
+          attr.set_post_ops(ops);
+        }
+        return dnnl::matmul::primitive_desc(
+            dnnl::matmul::desc(batched(batch, m, k, lda, stride_a, ta),
+                               batched(batch, k, n, ldb, stride_b, tb),
+                               batched(batch, m, n, ldc, stride_c)),
+            attr, onednn::cpu_engine());
+      },
+      "sgemm_batched_onednn");
+  const dnnl::memory b_mem(batched(batch, k, n, ldb, stride_b, tb), onednn::cpu_engine(),
+                           const_cast<float*>(b));
+  onednn::run_matmul(mm, a, b_mem, c, "sgemm_batched_onednn");
 }
 
 #endif

@@ -110,7 +110,7 @@ memory::desc packed_desc(int64_t k, int64_t n) {
 const Matmul& matmul_for(int64_t m, int64_t k, int64_t n, int64_t lda, int64_t ldc,
                          const memory::desc& b_md) {
   return cached_matmul(
-      {0, m, k, n, lda, ldc, 0, 0, 0, 0},
+      {0, m, k, n, lda, ldc},
       [&] {
         return dnnl::matmul::primitive_desc(
             dnnl::matmul::desc(strided(m, k, lda), b_md, strided(m, n, ldc)), user_scratchpad(),

@@ -57,7 +57,7 @@ inline void run_matmul(const Matmul& mm, const float* a, const dnnl::memory& b, 
 }
 
 // Identifies a cached matmul: its kind and shape, strides and flags.
-using MatmulKey = std::array<int64_t, 10>;
+using MatmulKey = std::array<int64_t, 14>;
 
 // The matmul for key, made by make() (a dnnl::matmul::primitive_desc) under OpenMpThreadsScope(1)
 // on first use (oneDNN splits a primitive's work by the thread count at creation). Entries live

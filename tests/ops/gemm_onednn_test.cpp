@@ -143,6 +143,54 @@ TEST(SgemmOnednn, OneThreadCallsOfSgemmRunOnIt) {
   EXPECT_EQ(std::memcmp(blas.data(), top.data(), bytes), 0);
 }
 
+// sgemm_batched: every transpose, beta 0 and 1, padded rows and gaps between the entries, on the
+// batched oneDNN matmul and (path off) one sgemm per entry, each entry within the float64 bound;
+// under BlasThreadsScope(1) it gives sgemm_batched_onednn's bits.
+TEST(SgemmOnednn, BatchedMatchesTheFloat64ReferenceOnEitherPath) {
+  if (!onednn_available()) GTEST_SKIP() << "built without oneDNN";
+  const int64_t batch = 3;
+  for (bool onednn : {true, false})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.0f, 1.0f})
+          for (const Shape s : {Shape{17, 33, 47}, Shape{64, 96, 16}}) {
+            SCOPED_TRACE(::testing::Message() << "oneDNN " << onednn << " ta " << ta << " tb " << tb
+                                              << " beta " << beta << " " << s.m << "×" << s.n << "×" << s.k);
+            const OnednnSgemmScope path(onednn);
+            const BlasThreadsScope one(1);
+            ASSERT_EQ(sgemm_batched_applies(ta, tb, batch, s.m, s.n, s.k, beta), onednn);
+            const int64_t lda = (ta ? s.m : s.k) + 3, ldb = (tb ? s.k : s.n) + 2, ldc = s.n + 5;
+            const int64_t sa = (ta ? s.k : s.m) * lda + 7, sb = (tb ? s.n : s.k) * ldb + 1,
+                          sc = s.m * ldc + 9;
+            const auto a = uniform(size_t(batch * sa), uint32_t(s.m + s.n));
+            const auto b = uniform(size_t(batch * sb), uint32_t(s.k));
+            const auto c0 = uniform(size_t(batch * sc), 7);
+            std::vector<float> c = c0;
+            sgemm_batched(ta, tb, batch, s.m, s.n, s.k, a.data(), lda, sa, b.data(), ldb, sb, beta,
+                          c.data(), ldc, sc);
+            if (onednn) {
+              std::vector<float> direct = c0;
+              sgemm_batched_onednn(ta, tb, batch, s.m, s.n, s.k, a.data(), lda, sa, b.data(), ldb,
+                                   sb, beta, direct.data(), ldc, sc);
+              EXPECT_EQ(std::memcmp(c.data(), direct.data(), c.size() * sizeof(float)), 0);
+            }
+            for (int64_t e = 0; e < batch; ++e) {
+              SCOPED_TRACE(::testing::Message() << "entry " << e);
+              auto part = [](const std::vector<float>& x, int64_t at, int64_t len) {
+                return std::vector<float>(x.begin() + at, x.begin() + at + len);
+              };
+              const int64_t rows_c = s.m * ldc;
+              expect_within_bound(ta, tb, s, part(a, e * sa, sa), lda, part(b, e * sb, sb), ldb,
+                                  beta, part(c0, e * sc, rows_c), part(c, e * sc, rows_c), ldc);
+              for (int64_t g = e * sc + rows_c; g < (e + 1) * sc; ++g)  // the gap: never written
+                if (std::memcmp(&c[size_t(g)], &c0[size_t(g)], sizeof(float)) != 0) {
+                  ADD_FAILURE() << "wrote between the entries at " << g;
+                  break;
+                }
+            }
+          }
+}
+
 // GPT-small-like d_W shapes (tiled: [688, 256]; chunked: [96, 256] over 1100 tokens) on the
 // oneDNN path: within the linear layer's reference bars (linear_test.cpp runs them on both paths)
 // and bitwise the same for 1 and 2 threads.

@@ -22,6 +22,14 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
            const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
            int64_t ldc);
 
+// C_e[m, n] = op(A_e)·op(B_e) + beta·C_e for e < batch (A_e at a + e·stride_a, B_e at
+// b + e·stride_b, C_e at c + e·stride_c, each as in sgemm), beta 0 or 1, as one thread's call
+// (inside a parallel region or under BlasThreadsScope(1)): one oneDNN batched matmul where
+// sgemm_batched_applies, else sgemm per entry.
+void sgemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k,
+                   const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
+                   int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c);
+
 // The same product computed with scalar loops in double: the reference for sgemm.
 void sgemm_reference(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const float* a, int64_t lda, const float* b, int64_t ldb, float beta,

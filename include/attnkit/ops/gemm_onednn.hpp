@@ -28,6 +28,19 @@ bool sgemm_onednn_applies(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
 void sgemm_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// True when sgemm_batched sends its batch to sgemm_batched_onednn: a oneDNN build, the path
+// switched on (onednn_sgemm_enabled), beta 0 or 1, batch·m·n·k of at least 32³. Any transposes and
+// any OpenBLAS kernels: one batched call measured at least as fast as the calls one by one.
+bool sgemm_batched_applies(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n,
+                           int64_t k, float beta);
+// C_e = op(A_e)·op(B_e) + beta·C_e for e < batch, A_e at a + e·stride_a, B_e at b + e·stride_b,
+// C_e at c + e·stride_c, each laid out as in sgemm_onednn: one batched matmul on the calling thread.
+// Throws attnkit::Error when oneDNN is unavailable or beta is neither 0 nor 1.
+void sgemm_batched_onednn(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k,
+                          const float* a, int64_t lda, int64_t stride_a, const float* b,
+                          int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
+                          int64_t stride_c);
+
 // Whether sgemm's one-thread calls run on oneDNN (default on; ATTNKIT_ONEDNN_SGEMM=0 in the
 // environment turns it off for the process: they then run on OpenBLAS). Process-wide.
 bool onednn_sgemm_enabled();
