@@ -62,12 +62,16 @@ PYBIND11_MODULE(_attnkit, m) {
         "weight reordered once (True, the default in a oneDNN build) or on OpenBLAS (False).");
   m.def("packed_gemm", &attnkit::packed_gemm_enabled,
         "Whether the packed-weight GEMM is switched on (set_packed_gemm, ATTNKIT_PACKED_GEMM=0); it applies only in oneDNN builds (build_info()).");
-  m.def("set_onednn_sgemm", &attnkit::set_onednn_sgemm_enabled, pybind11::arg("on"),
-        "Whether the kernels' one-thread GEMM tiles run on oneDNN's matmul where that is faster "
-        "(True, the default in a oneDNN build: weight gradients, and every product when OpenBLAS "
-        "runs narrower kernels than oneDNN) or all on OpenBLAS (False).");
-  m.def("onednn_sgemm", &attnkit::onednn_sgemm_enabled,
-        "Whether sgemm's oneDNN path is switched on (set_onednn_sgemm, ATTNKIT_ONEDNN_SGEMM=0); it applies only in oneDNN builds (build_info()).");
+  m.def(
+      "set_sgemm_path",
+      [](const std::string& name) { attnkit::set_sgemm_path(attnkit::parse_sgemm_path(name)); },
+      pybind11::arg("path"),
+      "Which library the kernels' one-thread GEMM tiles use: 'auto' (the default: oneDNN's matmul "
+      "where it measured faster), 'openblas' (all on OpenBLAS) or 'onednn' (every product oneDNN "
+      "takes); 'auto' and 'onednn' act as 'openblas' without oneDNN (build_info()).");
+  m.def(
+      "sgemm_path", [] { return std::string(attnkit::sgemm_path_name(attnkit::sgemm_path())); },
+      "The sgemm path in effect: 'auto', 'openblas' or 'onednn' (set_sgemm_path, ATTNKIT_SGEMM_PATH).");
   m.def(
       "set_matmul_precision",
       [](const std::string& name) { attnkit::set_matmul_precision(attnkit::parse_matmul_precision(name)); },

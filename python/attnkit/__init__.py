@@ -10,14 +10,14 @@ from . import _attnkit
 from . import _checks
 from ._attnkit import (Error, ImageModel, build_info, conv2d_engine, dropout_keep_mask, kv_plan, kv_presets, load_fashion_mnist, load_idx,
                        load_safetensors,
-                       load_safetensors_metadata, num_threads, onednn_sgemm, packed_gemm, save_safetensors,
-                       set_onednn_sgemm,
+                       load_safetensors_metadata, num_threads, packed_gemm, save_safetensors,
+                       set_sgemm_path, sgemm_path,
                        set_conv2d_engine, set_num_threads, set_packed_gemm, set_matmul_precision,
                        matmul_precision, bf16_available, decode_page_order, set_decode_page_order)
 
 __all__ = [
     "Error", "ImageModel", "build_info", "num_threads", "set_num_threads", "conv2d_engine", "set_conv2d_engine",
-    "packed_gemm", "set_packed_gemm", "onednn_sgemm", "set_onednn_sgemm", "matmul_precision", "set_matmul_precision", "bf16_available",
+    "packed_gemm", "set_packed_gemm", "sgemm_path", "set_sgemm_path", "matmul_precision", "set_matmul_precision", "bf16_available",
     "dropout_keep_mask", "kv_plan", "kv_presets",
     "load_safetensors", "load_safetensors_metadata", "save_safetensors", "load_idx",
     "load_fashion_mnist",

@@ -1,6 +1,6 @@
 #pragma once
 // A process-wide on/off setting decided on first use, for switches with a setter and an
-// environment override (packed GEMM, weight-gradient GEMM, decode page order).
+// environment override (packed GEMM, decode page order).
 #include <atomic>
 #include <cstdlib>
 #include <string_view>

@@ -9,6 +9,7 @@
 // references, so builds without DYNAMIC_ARCH simply keep their kernels.
 #include <cstdlib>
 #include <cstring>
+#include <strings.h>
 #include <string>
 
 #include "attnkit/ops/gemm.hpp"
@@ -30,10 +31,10 @@ bool pre_avx_core(const char* name) {
   return false;
 }
 
-// OpenBLAS kernel tables with 512-bit kernels.
+// OpenBLAS kernel tables with 512-bit kernels (builds without DYNAMIC_ARCH report upper case).
 bool avx512_core(const char* name) {
   for (const char* wide : {"SkylakeX", "Cooperlake", "SapphireRapids"})
-    if (std::strcmp(name, wide) == 0) return true;
+    if (strcasecmp(name, wide) == 0) return true;
   return false;
 }
 

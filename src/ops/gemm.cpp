@@ -11,9 +11,11 @@
 #include <dlfcn.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <vector>
 
+#include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm_onednn.hpp"
 
@@ -40,7 +42,12 @@ std::string blas_library() {
 void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   (void)blas_kernels();  // kernel selection happens once, before the first BLAS call
+  check(m >= 0 && n >= 0 && k >= 0, "sgemm: negative size [", m, ", ", n, "] over ", k);
   if (m == 0 || n == 0) return;
+  check(lda >= std::max<int64_t>(1, ta ? m : k) && ldb >= std::max<int64_t>(1, tb ? k : n) &&
+            ldc >= std::max<int64_t>(1, n),
+        "sgemm: lda = ", lda, ", ldb = ", ldb, " or ldc = ", ldc,
+        " is less than the row length (m = ", m, ", n = ", n, ", k = ", k, ")");
   if (k == 0) {  // BLAS may skip beta scaling when k = 0; make the result defined
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.0f : beta * c[i * ldc + j];

@@ -14,10 +14,12 @@
 // ones, hence sgemm_batched_applies without a kernel condition.
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/ops/gemm_onednn.hpp"
-#include "core/env_switch.hpp"
 #include "ops/blas_kernels.hpp"
 
 #if ATTNKIT_HAVE_DNNL
@@ -29,9 +31,8 @@
 namespace attnkit {
 namespace {
 
-std::atomic<int> g_onednn_sgemm{-1};  // -1 = not read yet, else 0/1
-
-bool onednn_sgemm_default() { return true; }
+// -1 = not decided yet, else the SgemmPath's value.
+std::atomic<int> g_sgemm_path{-1};
 
 constexpr double kMinFlops = 32.0 * 32.0 * 32.0;  // m·n·k below which OpenBLAS keeps the call
 
@@ -52,20 +53,53 @@ bool onednn_wider_than_blas() { return false; }
 
 }  // namespace
 
-bool onednn_sgemm_enabled() { return env_switch(g_onednn_sgemm, "ATTNKIT_ONEDNN_SGEMM", onednn_sgemm_default); }
+SgemmPath parse_sgemm_path(std::string_view name) {
+  if (name == "openblas") return SgemmPath::kOpenBlas;
+  if (name == "auto") return SgemmPath::kAuto;
+  if (name == "onednn") return SgemmPath::kOneDnn;
+  fail("sgemm path: expected 'openblas', 'auto' or 'onednn', got '", name, "'");
+}
 
-void set_onednn_sgemm_enabled(bool on) { g_onednn_sgemm.store(on ? 1 : 0); }
+const char* sgemm_path_name(SgemmPath path) {
+  return path == SgemmPath::kOpenBlas ? "openblas" : path == SgemmPath::kOneDnn ? "onednn" : "auto";
+}
+
+SgemmPath sgemm_path() {
+  int p = g_sgemm_path.load();
+  if (p < 0) {
+    const char* env = std::getenv("ATTNKIT_SGEMM_PATH");
+    SgemmPath chosen = SgemmPath::kAuto;
+    if (env) {
+      // Read on first use, which may be inside a parallel region: a bad value is reported, not
+      // thrown (an exception there would end the process).
+      try {
+        chosen = parse_sgemm_path(env);
+      } catch (const Error& e) {
+        std::fprintf(stderr, "attnkit: ignoring ATTNKIT_SGEMM_PATH: %s; using 'auto'\n", e.what());
+      }
+    }
+    int unset = -1;
+    g_sgemm_path.compare_exchange_strong(unset, int(chosen));
+    p = g_sgemm_path.load();
+  }
+  return SgemmPath(p);
+}
+
+void set_sgemm_path(SgemmPath path) { g_sgemm_path.store(int(path)); }
 
 bool sgemm_onednn_applies(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                           float beta) {
-  return ATTNKIT_HAVE_DNNL && onednn_sgemm_enabled() && alpha == 1.0f &&
-         (beta == 0.0f || beta == 1.0f) && m > 0 && n > 0 && k > 0 &&
-         double(m) * double(n) * double(k) >= kMinFlops &&
-         ((trans_a && !trans_b && k >= std::max(m, n)) || onednn_wider_than_blas());
+  if (!ATTNKIT_HAVE_DNNL || alpha != 1.0f || (beta != 0.0f && beta != 1.0f) || m <= 0 || n <= 0 ||
+      k <= 0 || double(m) * double(n) * double(k) < kMinFlops)
+    return false;
+  const SgemmPath path = sgemm_path();
+  return path == SgemmPath::kOneDnn ||
+         (path == SgemmPath::kAuto &&
+          ((trans_a && !trans_b && k >= std::max(m, n)) || onednn_wider_than_blas()));
 }
 
 bool sgemm_batched_applies(bool, bool, int64_t batch, int64_t m, int64_t n, int64_t k, float beta) {
-  return ATTNKIT_HAVE_DNNL && onednn_sgemm_enabled() && (beta == 0.0f || beta == 1.0f) &&
+  return ATTNKIT_HAVE_DNNL && sgemm_path() != SgemmPath::kOpenBlas && (beta == 0.0f || beta == 1.0f) &&
          batch > 0 && m > 0 && n > 0 && k > 0 &&
          double(batch) * double(m) * double(n) * double(k) >= kMinFlops;
 }

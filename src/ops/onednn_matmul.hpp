@@ -1,8 +1,8 @@
 #pragma once
 // What the oneDNN matmul callers (gemm_packed.cpp, gemm_onednn.cpp) share (oneDNN builds only):
 // strided memory descriptors, a cached primitive with its scratchpad size, a one-thread execution
-// with a per-thread scratchpad, and a primitive cache with a per-thread front (no lock once a thread
-// has seen a shape).
+// with a per-thread scratchpad, and bounded primitive caches with a per-thread index (no lock once a
+// thread has seen a shape).
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -59,32 +59,44 @@ inline void run_matmul(const Matmul& mm, const float* a, const dnnl::memory& b, 
 // Identifies a cached matmul: its kind and shape, strides and flags.
 using MatmulKey = std::array<int64_t, 14>;
 
+// Matmuls a cache keeps before it starts afresh (a caller of ever new shapes, such as variable-length
+// attention on the naive path, must not grow it without bound).
+inline constexpr size_t kMaxCachedMatmuls = 1024;
+
 // The matmul for key, made by make() (a dnnl::matmul::primitive_desc) under OpenMpThreadsScope(1)
-// on first use (oneDNN splits a primitive's work by the thread count at creation). Entries live
-// for the process; each thread keeps its own index of the ones it has used, so a call takes the
-// process-wide lock only for a shape new to its thread. `who` names the caller in errors.
+// on first use (oneDNN splits a primitive's work by the thread count at creation). Each caller
+// (each Make type) has its own cache, shared by the threads under a lock, and each thread keeps
+// its own index of the entries it has used, so a call takes the lock only for a shape new to its
+// thread. Either empties itself past kMaxCachedMatmuls entries (entries stay alive while an index
+// holds them); the returned reference is valid until the calling thread's next call. `who` names
+// the caller in errors.
 template <class Make>
 const Matmul& cached_matmul(const MatmulKey& key, Make make, const char* who) {
-  thread_local std::map<MatmulKey, const Matmul*> seen;
+  thread_local std::map<MatmulKey, std::shared_ptr<const Matmul>> seen;
   if (const auto it = seen.find(key); it != seen.end()) return *it->second;
+  if (seen.size() >= kMaxCachedMatmuls) seen.clear();
   cpu_engine();  // constructed before the cache, so destroyed after what was made on it
   static std::mutex mu;
-  static std::map<MatmulKey, std::unique_ptr<Matmul>> cache;
-  const std::lock_guard<std::mutex> lock(mu);
-  std::unique_ptr<Matmul>& entry = cache[key];
-  if (!entry) {
-    const OpenMpThreadsScope one(1);
-    try {
-      const dnnl::matmul::primitive_desc pd = make();
-      entry = std::make_unique<Matmul>(
-          Matmul{dnnl::matmul(pd), pd.src_desc(), pd.dst_desc(), pd.scratchpad_desc().get_size()});
-    } catch (const dnnl::error& e) {
-      cache.erase(key);
-      fail(who, ": oneDNN could not create the matmul: ", e.what());
+  static std::map<MatmulKey, std::shared_ptr<const Matmul>> cache;
+  std::shared_ptr<const Matmul> entry;
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = cache.find(key); it != cache.end()) {
+      entry = it->second;
+    } else {
+      const OpenMpThreadsScope one(1);
+      try {
+        const dnnl::matmul::primitive_desc pd = make();
+        entry = std::make_shared<const Matmul>(
+            Matmul{dnnl::matmul(pd), pd.src_desc(), pd.dst_desc(), pd.scratchpad_desc().get_size()});
+      } catch (const dnnl::error& e) {
+        fail(who, ": oneDNN could not create the matmul: ", e.what());
+      }
+      if (cache.size() >= kMaxCachedMatmuls) cache.clear();
+      cache.emplace(key, entry);
     }
   }
-  seen.emplace(key, entry.get());
-  return *entry;
+  return *seen.emplace(key, std::move(entry)).first->second;
 }
 
 }  // namespace attnkit::onednn

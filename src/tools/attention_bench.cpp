@@ -16,6 +16,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm.hpp"
+#include "attnkit/ops/gemm_onednn.hpp"
 #include "attnkit/tools/roofline.hpp"
 
 namespace attnkit {
@@ -94,6 +95,7 @@ AttentionBenchResult run_attention_bench(const AttentionBenchConfig& c) {
   double sgemm_best_ms = 1e300;
   auto sgemm_round = [&] {
     BlasThreadsScope blas(num_threads());
+    const SgemmPathScope openblas(SgemmPath::kOpenBlas);  // the OpenBLAS rate at 1 thread too
     sgemm_best_ms = std::min(sgemm_best_ms, best_ms(
         1, c.cpu_time,
         [&] { sgemm(false, false, n, n, n, 1.0f, ga.data(), n, gb.data(), n, 0.0f, gc.data(), n); },

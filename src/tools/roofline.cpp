@@ -7,6 +7,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm.hpp"
+#include "attnkit/ops/gemm_onednn.hpp"
 #include "attnkit/tools/decode_bench.hpp"
 #include "hwy/highway.h"
 
@@ -93,6 +94,7 @@ double measure_read_gbps(int threads, int64_t bytes, int streams) {
 double measure_sgemm_gflops(int threads, int64_t n) {
   std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(a.size(), 0.25f), c(a.size());
   BlasThreadsScope blas(threads);
+  const SgemmPathScope openblas(SgemmPath::kOpenBlas);  // the OpenBLAS rate at 1 thread too
   sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm-up
   const double t = best_of(3, [&] {
     sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);

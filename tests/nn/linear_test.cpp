@@ -100,7 +100,7 @@ TEST(NnLinear, PackedAndBlasPathsMatchReference) {
   for (bool packed : {true, false}) {
     SCOPED_TRACE(::testing::Message() << "packed " << packed);
     const PackedGemmScope scope(packed);
-    const OnednnSgemmScope onednn(packed);  // d_W on oneDNN (ops/gemm_onednn.hpp) or OpenBLAS
+    const SgemmPathScope sgemm_path(packed ? SgemmPath::kAuto : SgemmPath::kOpenBlas);  // d_W on oneDNN (ops/gemm_onednn.hpp) or OpenBLAS
     expect_matches_reference(128, 32, 32, false);
     expect_matches_reference(257, 65, 113, true);
     expect_matches_reference(1100, 64, 17, true);  // chunked d_W

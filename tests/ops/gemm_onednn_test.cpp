@@ -24,7 +24,7 @@ namespace attnkit {
 namespace {
 
 bool onednn_available() {
-  const OnednnSgemmScope on(true);
+  const SgemmPathScope on(SgemmPath::kAuto);
   return sgemm_onednn_applies(true, false, 64, 64, 64, 1.0f, 0.0f);
 }
 
@@ -82,11 +82,11 @@ TEST(SgemmOnednn, MatchesTheFloat64ReferenceOnTransposesTailsStridesAndBeta) {
 
 TEST(SgemmOnednn, ShapeRuleSwitchAndBadBeta) {
   {
-    const OnednnSgemmScope off(false);
+    const SgemmPathScope off(SgemmPath::kOpenBlas);
     EXPECT_FALSE(sgemm_onednn_applies(true, false, 64, 64, 64, 1.0f, 0.0f));
   }
   if (!onednn_available()) GTEST_SKIP() << "built without oneDNN";
-  const OnednnSgemmScope on(true);
+  const SgemmPathScope on(SgemmPath::kAuto);
   EXPECT_TRUE(sgemm_onednn_applies(true, false, 32, 32, 32, 1.0f, 1.0f));
   EXPECT_TRUE(sgemm_onednn_applies(true, false, 9, 32, 784, 1.0f, 0.0f));
   EXPECT_FALSE(sgemm_onednn_applies(true, false, 31, 32, 32, 1.0f, 0.0f));  // below 32³
@@ -109,6 +109,26 @@ TEST(SgemmOnednn, ShapeRuleSwitchAndBadBeta) {
                "sgemm_onednn: lda = 8, ldb = 16 or ldc = 16 is less than the row length (m = 16, n = 16, k = 16)");
 }
 
+// The path's names, the forced kOneDnn (every product the path takes, whatever the kernels) and
+// kOpenBlas (none).
+TEST(SgemmOnednn, PathNamesAndForcedPaths) {
+  for (SgemmPath p : {SgemmPath::kOpenBlas, SgemmPath::kAuto, SgemmPath::kOneDnn})
+    EXPECT_EQ(parse_sgemm_path(sgemm_path_name(p)), p);
+  expect_error([] { parse_sgemm_path("mkl"); },
+               "sgemm path: expected 'openblas', 'auto' or 'onednn', got 'mkl'");
+  if (!onednn_available()) GTEST_SKIP() << "built without oneDNN";
+  {
+    const SgemmPathScope all(SgemmPath::kOneDnn);
+    EXPECT_TRUE(sgemm_onednn_applies(false, false, 64, 64, 64, 1.0f, 0.0f));
+    EXPECT_TRUE(sgemm_onednn_applies(true, false, 288, 588, 64, 1.0f, 1.0f));
+    EXPECT_FALSE(sgemm_onednn_applies(false, false, 64, 64, 64, 2.0f, 0.0f));
+    EXPECT_TRUE(sgemm_batched_applies(false, true, 16, 32, 32, 32, 0.0f));
+  }
+  const SgemmPathScope none(SgemmPath::kOpenBlas);
+  EXPECT_FALSE(sgemm_onednn_applies(true, false, 64, 64, 640, 1.0f, 0.0f));
+  EXPECT_FALSE(sgemm_batched_applies(false, true, 16, 32, 32, 32, 0.0f));
+}
+
 // sgemm under BlasThreadsScope(1) gives sgemm_onednn's bits when the path is on (and, the path
 // off, OpenBLAS's: the two differ in their rounding on this shape), so the routing is real; a
 // top-level call without the scope stays on OpenBLAS, also at one thread (compared with OpenBLAS at
@@ -122,17 +142,17 @@ TEST(SgemmOnednn, OneThreadCallsOfSgemmRunOnIt) {
       top(direct.size());
   sgemm_onednn(true, false, s.m, s.n, s.k, a.data(), s.m, b.data(), s.n, 0.0f, direct.data(), s.n);
   {
-    const OnednnSgemmScope on(true);
+    const SgemmPathScope on(SgemmPath::kAuto);
     const BlasThreadsScope one(1);
     sgemm(true, false, s.m, s.n, s.k, 1.0f, a.data(), s.m, b.data(), s.n, 0.0f, routed.data(), s.n);
   }
   {
-    const OnednnSgemmScope off(false);
+    const SgemmPathScope off(SgemmPath::kOpenBlas);
     const BlasThreadsScope one(1);
     sgemm(true, false, s.m, s.n, s.k, 1.0f, a.data(), s.m, b.data(), s.n, 0.0f, blas.data(), s.n);
   }
   {
-    const OnednnSgemmScope on(true);
+    const SgemmPathScope on(SgemmPath::kAuto);
     const ThreadCountScope threads(1);
     sgemm(true, false, s.m, s.n, s.k, 1.0f, a.data(), s.m, b.data(), s.n, 0.0f, top.data(), s.n);
   }
@@ -156,7 +176,7 @@ TEST(SgemmOnednn, BatchedMatchesTheFloat64ReferenceOnEitherPath) {
           for (const Shape s : {Shape{17, 33, 47}, Shape{64, 96, 16}}) {
             SCOPED_TRACE(::testing::Message() << "oneDNN " << onednn << " ta " << ta << " tb " << tb
                                               << " beta " << beta << " " << s.m << "×" << s.n << "×" << s.k);
-            const OnednnSgemmScope path(onednn);
+            const SgemmPathScope path(onednn ? SgemmPath::kAuto : SgemmPath::kOpenBlas);
             const BlasThreadsScope one(1);
             ASSERT_EQ(sgemm_batched_applies(ta, tb, batch, s.m, s.n, s.k, beta), onednn);
             const int64_t lda = (ta ? s.m : s.k) + 3, ldb = (tb ? s.k : s.n) + 2, ldc = s.n + 5;
@@ -196,7 +216,7 @@ TEST(SgemmOnednn, BatchedMatchesTheFloat64ReferenceOnEitherPath) {
 // and bitwise the same for 1 and 2 threads.
 TEST(SgemmOnednn, LinearWeightGradientIsIdenticalForAnyThreadCount) {
   if (!onednn_available()) GTEST_SKIP() << "built without oneDNN";
-  const OnednnSgemmScope on(true);
+  const SgemmPathScope on(SgemmPath::kAuto);
   for (const auto [t, in, out] : {std::array<int64_t, 3>{700, 256, 688}, {1100, 256, 96}}) {
     SCOPED_TRACE(::testing::Message() << t << " tokens, [" << out << ", " << in << "]");
     const nn_testing::Mat x = nn_testing::Mat(t, in).randn(3), w = nn_testing::Mat(out, in).randn(4),

@@ -12,6 +12,7 @@
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm.hpp"
 #include "ops/gemm_operands.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
@@ -80,6 +81,19 @@ TEST(Sgemm, MatchesTheFloat64ReferenceOnTailsTransposesAlphaBeta) {
     expect_matches_reference({false, true, 600, 530, 96, 1.0f, 1.0f});
     expect_matches_reference({false, false, 530, 700, 72, -0.25f, 0.5f});
   }
+}
+
+// Bad sizes and strides are typed errors on every path (OpenBLAS would only print a message and
+// return with C untouched).
+TEST(Sgemm, BadSizesAndStridesAreErrors) {
+  std::vector<float> a(64, 1.0f), b(64, 1.0f), c(64, 0.0f);
+  expect_error([&] { sgemm(false, false, -1, 4, 4, 1.0f, a.data(), 4, b.data(), 4, 0.0f, c.data(), 4); },
+               "sgemm: negative size [-1, 4] over 4");
+  expect_error([&] { sgemm(false, false, 4, 4, 8, 1.0f, a.data(), 4, b.data(), 4, 0.0f, c.data(), 4); },
+               "sgemm: lda = 4, ldb = 4 or ldc = 4 is less than the row length (m = 4, n = 4, k = 8)");
+  expect_error([&] { sgemm(true, true, 4, 8, 4, 1.0f, a.data(), 4, b.data(), 4, 0.0f, c.data(), 4); },
+               "sgemm: lda = 4, ldb = 4 or ldc = 4 is less than the row length (m = 4, n = 8, k = 4)");
+  EXPECT_EQ(c, std::vector<float>(64, 0.0f));
 }
 
 }  // namespace

@@ -85,21 +85,36 @@ def test_linear_on_either_gemm_path(packed):
           {"x": x, "w": w, "b": b}, [d_y])
 
 
-@pytest.mark.parametrize("onednn", [True, False])
-def test_linear_on_either_sgemm_path(onednn):
-    """1100 tokens: d_W's chunks are weight gradients over long k, which sgemm's one-thread calls
-    run on oneDNN's matmul when the switch is on (oneDNN builds) and on OpenBLAS when it is off."""
+@pytest.mark.parametrize("path", ["auto", "openblas", "onednn"])
+def test_linear_on_every_sgemm_path(path):
+    """1100 tokens: d_W's chunks are weight gradients over long k, which the kernels' one-thread
+    sgemm calls run on oneDNN's matmul under 'auto' and 'onednn' (oneDNN builds), on OpenBLAS under
+    'openblas'; 'onednn' also takes the products 'auto' leaves to OpenBLAS."""
     rng = np.random.default_rng(13)
     x, w, d_y, b = randn(rng, 1100, 64), randn(rng, 48, 64), randn(rng, 1100, 48), randn(rng, 48)
-    attnkit.set_onednn_sgemm(onednn)
+    saved = attnkit.sgemm_path()
+    attnkit.set_sgemm_path(path)
     try:
-        assert attnkit.onednn_sgemm() == onednn
+        assert attnkit.sgemm_path() == path
         y = nn.linear(x, w, b)
         d_x, d_w, d_b = nn.linear_backward(d_y, x, w)
     finally:
-        attnkit.set_onednn_sgemm(True)
+        attnkit.set_sgemm_path(saved)
     check({"out0": y, "d_x": d_x, "d_w": d_w, "d_b": d_b}, lambda x, w, b: F.linear(x, w, b),
           {"x": x, "w": w, "b": b}, [d_y])
+
+
+def test_sgemm_path_names():
+    saved = attnkit.sgemm_path()
+    try:
+        for path in ["openblas", "onednn", "auto"]:
+            attnkit.set_sgemm_path(path)
+            assert attnkit.sgemm_path() == path
+        with pytest.raises(ValueError, match="expected 'openblas', 'auto' or 'onednn', got 'mkl'"):
+            attnkit.set_sgemm_path("mkl")
+        assert attnkit.sgemm_path() == "auto"
+    finally:
+        attnkit.set_sgemm_path(saved)
 
 
 @pytest.mark.parametrize("reference", REFERENCE)

@@ -1,6 +1,7 @@
 #pragma once
 // Single-precision GEMM (gemm_bf16.hpp has the bf16 products). sgemm: OpenBLAS (OpenMP
-// build), the only BLAS call. sgemm_packed: products with a weight as B, the weight reordered once into oneDNN's
+// build), the only BLAS call; its one-thread calls and sgemm_batched go to oneDNN's matmul where
+// gemm_onednn.hpp's rules say it is faster. sgemm_packed: products with a weight as B, the weight reordered once into oneDNN's
 // matmul layout (gemm_packed.cpp; oneDNN builds, ATTNKIT_WITH_DNNL).
 // PyTorch: C = alpha · op(A) @ op(B) + beta · C, row-major, op(X) = X or X.T.
 #include <cstdint>

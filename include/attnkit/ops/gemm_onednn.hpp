@@ -8,14 +8,15 @@
 // measurements behind the rule of sgemm_onednn_applies).
 // PyTorch: C = op(A) @ op(B) + beta * C.
 #include <cstdint>
+#include <string_view>
 
 #include "attnkit/core/scoped_setting.hpp"
 
 namespace attnkit {
 
-// True when sgemm_onednn serves this product: a oneDNN build, the path switched on
-// (onednn_sgemm_enabled), alpha 1, beta 0 or 1, m·n·k of at least 32³ (below that a call's fixed
-// cost outweighs the kernel), and either Aᵀ·B with k >= m, n (a weight gradient over tokens: oneDNN
+// True when sgemm_onednn serves this product: a oneDNN build, sgemm_path() not kOpenBlas, alpha 1,
+// beta 0 or 1, m·n·k of at least 32³ (below that a call's fixed cost outweighs the kernel), and,
+// under kAuto, either Aᵀ·B with k >= m, n (a weight gradient over tokens: oneDNN
 // takes the transposed A in place) or any product when oneDNN runs AVX-512 kernels and OpenBLAS
 // does not (an
 // OPENBLAS_CORETYPE=Haswell environment on an AVX-512 CPU). A function of the arguments, the
@@ -28,9 +29,9 @@ bool sgemm_onednn_applies(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
 void sgemm_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-// True when sgemm_batched sends its batch to sgemm_batched_onednn: a oneDNN build, the path
-// switched on (onednn_sgemm_enabled), beta 0 or 1, batch·m·n·k of at least 32³. Any transposes and
-// any OpenBLAS kernels: one batched call measured at least as fast as the calls one by one.
+// True when sgemm_batched sends its batch to sgemm_batched_onednn: a oneDNN build, sgemm_path() not
+// kOpenBlas, beta 0 or 1, batch·m·n·k of at least 32³. Any transposes and any OpenBLAS kernels: one
+// batched call measured at least as fast as the calls one by one.
 bool sgemm_batched_applies(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n,
                            int64_t k, float beta);
 // C_e = op(A_e)·op(B_e) + beta·C_e for e < batch, A_e at a + e·stride_a, B_e at b + e·stride_b,
@@ -41,12 +42,21 @@ void sgemm_batched_onednn(bool trans_a, bool trans_b, int64_t batch, int64_t m, 
                           int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
                           int64_t stride_c);
 
-// Whether sgemm's one-thread calls run on oneDNN (default on; ATTNKIT_ONEDNN_SGEMM=0 in the
-// environment turns it off for the process: they then run on OpenBLAS). Process-wide.
-bool onednn_sgemm_enabled();
-// Switches the oneDNN path of sgemm on or off for the whole process.
-void set_onednn_sgemm_enabled(bool on);
-// Turns the path on or off for the scope's lifetime (tests, benchmarks).
-using OnednnSgemmScope = ScopedSetting<bool, onednn_sgemm_enabled, set_onednn_sgemm_enabled>;
+// Which library sgemm's one-thread calls and sgemm_batched use: kOpenBlas (all on OpenBLAS), kAuto
+// (the default: oneDNN where it measured faster, the rules of sgemm_onednn_applies and
+// sgemm_batched_applies), kOneDnn (every product oneDNN's path takes: alpha 1, beta 0 or 1, at
+// least 32³ multiply-adds; for tests and comparisons).
+enum class SgemmPath { kOpenBlas, kAuto, kOneDnn };
+// The process-wide choice: set_sgemm_path's, else ATTNKIT_SGEMM_PATH (openblas, auto, onednn; read
+// on first use; another value is reported on stderr and ignored), else kAuto.
+SgemmPath sgemm_path();
+// Sets the choice for the whole process (kAuto and kOneDnn act as kOpenBlas without oneDNN).
+void set_sgemm_path(SgemmPath path);
+// Sets the choice for the scope's lifetime (tests, benchmarks).
+using SgemmPathScope = ScopedSetting<SgemmPath, sgemm_path, set_sgemm_path>;
+// "openblas" → kOpenBlas, "auto" → kAuto, "onednn" → kOneDnn; anything else throws attnkit::Error.
+SgemmPath parse_sgemm_path(std::string_view name);
+// The name parse_sgemm_path takes for path.
+const char* sgemm_path_name(SgemmPath path);
 
 }  // namespace attnkit
