@@ -118,6 +118,21 @@ void sgemm_batched_onednn(bool, bool, int64_t, int64_t, int64_t, int64_t, const 
 
 #else
 
+namespace {
+
+// A user scratchpad, and with accumulate a sum post-op (C += product).
+dnnl::primitive_attr attr_for(bool accumulate) {
+  dnnl::primitive_attr attr = onednn::user_scratchpad();
+  if (accumulate) {
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
+  }
+  return attr;
+}
+
+}  // namespace
+
 void sgemm_onednn(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                   const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   check(m >= 0 && n >= 0 && k >= 0, "sgemm_onednn: negative size [", m, ", ", n, "] over ", k);
@@ -136,16 +151,10 @@ void sgemm_onednn(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
   const onednn::Matmul& mm = onednn::cached_matmul(
       {1, ta, tb, m, n, k, lda, ldb, ldc, accumulate},
       [&] {
-        dnnl::primitive_attr attr = onednn::user_scratchpad();
-        if (accumulate) {
-          dnnl::post_ops ops;
-          ops.append_sum(1.0f);
-          attr.set_post_ops(ops);
-        }
         return dnnl::matmul::primitive_desc(
             dnnl::matmul::desc(onednn::strided(m, k, lda, ta), onednn::strided(k, n, ldb, tb),
                                onednn::strided(m, n, ldc)),
-            attr, onednn::cpu_engine());
+            attr_for(accumulate), onednn::cpu_engine());
       },
       "sgemm_onednn");
   const dnnl::memory b_mem(onednn::strided(k, n, ldb, tb), onednn::cpu_engine(),
@@ -187,17 +196,11 @@ void sgemm_batched_onednn(bool ta, bool tb, int64_t batch, int64_t m, int64_t n,
   const onednn::Matmul& mm = onednn::cached_matmul(
       {2, ta, tb, m, n, k, lda, ldb, ldc, accumulate, batch, stride_a, stride_b, stride_c},
       [&] {
-        dnnl::primitive_attr attr = onednn::user_scratchpad();
-        if (accumulate) {
-          dnnl::post_ops ops;
-          ops.append_sum(1.0f);
-          attr.set_post_ops(ops);
-        }
         return dnnl::matmul::primitive_desc(
             dnnl::matmul::desc(batched(batch, m, k, lda, stride_a, ta),
                                batched(batch, k, n, ldb, stride_b, tb),
                                batched(batch, m, n, ldc, stride_c)),
-            attr, onednn::cpu_engine());
+            attr_for(accumulate), onednn::cpu_engine());
       },
       "sgemm_batched_onednn");
   const dnnl::memory b_mem(batched(batch, k, n, ldb, stride_b, tb), onednn::cpu_engine(),
