@@ -35,6 +35,10 @@ namespace {
 std::atomic<int> g_sgemm_path{-1};
 
 constexpr double kMinFlops = 32.0 * 32.0 * 32.0;  // m·n·k below which OpenBLAS keeps the call
+// m·n·k below which OpenBLAS keeps a product that only the wider kernels would send to oneDNN: the
+// GPT's LM-head tiles (64 × 261 × 256, 4.3 M) trained about 10 % slower on oneDNN, the CNN's
+// convolution products (10.8 M and up) faster.
+constexpr double kMinWideFlops = double(1 << 23);
 
 #if ATTNKIT_HAVE_DNNL
 // True when oneDNN's kernels are AVX-512 ones (its effective ISA, which ONEDNN_MAX_CPU_ISA caps)
@@ -95,7 +99,7 @@ bool sgemm_onednn_applies(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   const SgemmPath path = sgemm_path();
   return path == SgemmPath::kOneDnn ||
          (path == SgemmPath::kAuto &&
-          ((trans_a && !trans_b && k >= std::max(m, n)) || onednn_wider_than_blas()));
+          ((trans_a && !trans_b && k >= std::max(m, n)) || (onednn_wider_than_blas() && double(m) * double(n) * double(k) >= kMinWideFlops)));
 }
 
 bool sgemm_batched_applies(bool, bool, int64_t batch, int64_t m, int64_t n, int64_t k, float beta) {

@@ -92,12 +92,13 @@ TEST(SgemmOnednn, ShapeRuleSwitchAndBadBeta) {
   EXPECT_FALSE(sgemm_onednn_applies(true, false, 31, 32, 32, 1.0f, 0.0f));  // below 32³
   EXPECT_FALSE(sgemm_onednn_applies(true, false, 64, 64, 64, 0.5f, 0.0f));  // alpha ≠ 1
   EXPECT_FALSE(sgemm_onednn_applies(true, false, 64, 64, 64, 1.0f, 0.5f));  // beta not 0 or 1
-  const bool wider = sgemm_onednn_applies(false, false, 64, 64, 64, 1.0f, 0.0f);
+  const bool wider = sgemm_onednn_applies(false, false, 256, 256, 256, 1.0f, 0.0f);
   EXPECT_EQ(sgemm_onednn_applies(true, false, 288, 588, 64, 1.0f, 0.0f), wider);  // k < m: not d_W
   // Other transposes only when oneDNN's kernels are wider than OpenBLAS's: the same answer for
   // every one of them.
-  EXPECT_EQ(sgemm_onednn_applies(false, true, 64, 64, 64, 1.0f, 0.0f), wider);
-  EXPECT_EQ(sgemm_onednn_applies(true, true, 64, 64, 64, 1.0f, 0.0f), wider);
+  EXPECT_EQ(sgemm_onednn_applies(false, true, 256, 256, 256, 1.0f, 0.0f), wider);
+  EXPECT_EQ(sgemm_onednn_applies(true, true, 256, 256, 256, 1.0f, 0.0f), wider);
+  EXPECT_FALSE(sgemm_onednn_applies(false, true, 64, 261, 256, 1.0f, 0.0f));  // below 2²³
   const bool blas_avx512 = blas_kernels().rfind("SkylakeX", 0) == 0 ||
                            blas_kernels().rfind("Cooperlake", 0) == 0 ||
                            blas_kernels().rfind("SapphireRapids", 0) == 0;

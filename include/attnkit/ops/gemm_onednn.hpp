@@ -17,10 +17,9 @@ namespace attnkit {
 // True when sgemm_onednn serves this product: a oneDNN build, sgemm_path() not kOpenBlas, alpha 1,
 // beta 0 or 1, m·n·k of at least 32³ (below that a call's fixed cost outweighs the kernel), and,
 // under kAuto, either Aᵀ·B with k >= m, n (a weight gradient over tokens: oneDNN
-// takes the transposed A in place) or any product when oneDNN runs AVX-512 kernels and OpenBLAS
-// does not (an
-// OPENBLAS_CORETYPE=Haswell environment on an AVX-512 CPU). A function of the arguments, the
-// switch and the process's kernel choices only, never of the thread count.
+// takes the transposed A in place) or any product of at least 2²³ when oneDNN runs AVX-512 kernels
+// and OpenBLAS does not (an OPENBLAS_CORETYPE=Haswell environment on an AVX-512 CPU). A function of
+// the arguments, sgemm_path() and the process's kernel choices only, never of the thread count.
 bool sgemm_onednn_applies(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                           float beta);
 // C[m, n] = op(A)·op(B) + beta·C (beta 0 or 1; row-major A stored [m, k], or [k, m] when trans_a,
