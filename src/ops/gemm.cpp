@@ -22,6 +22,11 @@
 namespace attnkit {
 namespace {
 thread_local int t_blas_threads = 0;  // BlasThreadsScope's value on this thread; 0 = num_threads()
+
+// True for one thread's tile of a kernel's own parallel split (inside a parallel region, or under
+// BlasThreadsScope(1) even when the split ran on one thread): such calls take the same library for
+// any thread count, so the kernels' results stay independent of it.
+bool one_thread_tile() { return omp_in_parallel() || t_blas_threads == 1; }
 }  // namespace
 
 int blas_threads() {
@@ -53,11 +58,7 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.0f : beta * c[i * ldc + j];
     return;
   }
-  // One thread's tile of a kernel's own parallel split (inside a parallel region, or under
-  // BlasThreadsScope(1) even when the split ran on one thread): the same library for any thread
-  // count, so the kernels' results stay independent of it.
-  const bool one_thread_tile = omp_in_parallel() || t_blas_threads == 1;
-  if (one_thread_tile && sgemm_onednn_applies(ta, tb, m, n, k, alpha, beta)) {
+  if (one_thread_tile() && sgemm_onednn_applies(ta, tb, m, n, k, alpha, beta)) {
     sgemm_onednn(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
     return;
   }
@@ -72,8 +73,7 @@ void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const
 void sgemm_batched(bool ta, bool tb, int64_t batch, int64_t m, int64_t n, int64_t k,
                    const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
                    int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c) {
-  const bool one_thread_tile = omp_in_parallel() || t_blas_threads == 1;
-  if (one_thread_tile && sgemm_batched_applies(ta, tb, batch, m, n, k, beta)) {
+  if (one_thread_tile() && sgemm_batched_applies(batch, m, n, k, beta)) {
     sgemm_batched_onednn(ta, tb, batch, m, n, k, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
                          stride_c);
     return;

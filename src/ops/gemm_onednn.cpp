@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include "attnkit/core/error.hpp"
@@ -93,16 +94,17 @@ void set_sgemm_path(SgemmPath path) { g_sgemm_path.store(int(path)); }
 
 bool sgemm_onednn_applies(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                           float beta) {
+  const double flops = double(m) * double(n) * double(k);
   if (!ATTNKIT_HAVE_DNNL || alpha != 1.0f || (beta != 0.0f && beta != 1.0f) || m <= 0 || n <= 0 ||
-      k <= 0 || double(m) * double(n) * double(k) < kMinFlops)
+      k <= 0 || flops < kMinFlops)
     return false;
   const SgemmPath path = sgemm_path();
-  return path == SgemmPath::kOneDnn ||
-         (path == SgemmPath::kAuto &&
-          ((trans_a && !trans_b && k >= std::max(m, n)) || (onednn_wider_than_blas() && double(m) * double(n) * double(k) >= kMinWideFlops)));
+  if (path != SgemmPath::kAuto) return path == SgemmPath::kOneDnn;
+  const bool weight_gradient = trans_a && !trans_b && k >= std::max(m, n);
+  return weight_gradient || (onednn_wider_than_blas() && flops >= kMinWideFlops);
 }
 
-bool sgemm_batched_applies(bool, bool, int64_t batch, int64_t m, int64_t n, int64_t k, float beta) {
+bool sgemm_batched_applies(int64_t batch, int64_t m, int64_t n, int64_t k, float beta) {
   return ATTNKIT_HAVE_DNNL && sgemm_path() != SgemmPath::kOpenBlas && (beta == 0.0f || beta == 1.0f) &&
          batch > 0 && m > 0 && n > 0 && k > 0 &&
          double(batch) * double(m) * double(n) * double(k) >= kMinFlops;
@@ -124,50 +126,6 @@ void sgemm_batched_onednn(bool, bool, int64_t, int64_t, int64_t, int64_t, const 
 
 namespace {
 
-// A user scratchpad, and with accumulate a sum post-op (C += product).
-dnnl::primitive_attr attr_for(bool accumulate) {
-  dnnl::primitive_attr attr = onednn::user_scratchpad();
-  if (accumulate) {
-    dnnl::post_ops ops;
-    ops.append_sum(1.0f);
-    attr.set_post_ops(ops);
-  }
-  return attr;
-}
-
-}  // namespace
-
-void sgemm_onednn(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  check(m >= 0 && n >= 0 && k >= 0, "sgemm_onednn: negative size [", m, ", ", n, "] over ", k);
-  check(beta == 0.0f || beta == 1.0f, "sgemm_onednn: beta = ", beta, " (0 or 1 only)");
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (beta == 0.0f)
-      for (int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
-    return;
-  }
-  check(a != nullptr && b != nullptr && c != nullptr, "sgemm_onednn: null A, B or C");
-  check(lda >= (ta ? m : k) && ldb >= (tb ? k : n) && ldc >= n, "sgemm_onednn: lda = ", lda,
-        ", ldb = ", ldb, " or ldc = ", ldc, " is less than the row length (m = ", m, ", n = ", n,
-        ", k = ", k, ")");
-  const bool accumulate = beta == 1.0f;
-  const onednn::Matmul& mm = onednn::cached_matmul(
-      {1, ta, tb, m, n, k, lda, ldb, ldc, accumulate},
-      [&] {
-        return dnnl::matmul::primitive_desc(
-            dnnl::matmul::desc(onednn::strided(m, k, lda, ta), onednn::strided(k, n, ldb, tb),
-                               onednn::strided(m, n, ldc)),
-            attr_for(accumulate), onednn::cpu_engine());
-      },
-      "sgemm_onednn");
-  const dnnl::memory b_mem(onednn::strided(k, n, ldb, tb), onednn::cpu_engine(),
-                           const_cast<float*>(b));
-  onednn::run_matmul(mm, a, b_mem, c, "sgemm_onednn");
-}
-
-namespace {
-
 // [batch, rows, cols] f32 matrices, entry i at i·stride, each row-major with row stride ld (or,
 // when trans, the storage of its transpose).
 dnnl::memory::desc batched(int64_t batch, int64_t rows, int64_t cols, int64_t ld, int64_t stride,
@@ -176,40 +134,78 @@ dnnl::memory::desc batched(int64_t batch, int64_t rows, int64_t cols, int64_t ld
                             trans ? dnnl::memory::dims{stride, 1, ld} : dnnl::memory::dims{stride, ld, 1});
 }
 
+// The operands of sgemm_onednn (batch 0: one product, two-dimensional descriptors) or of
+// sgemm_batched_onednn (batch >= 1 entries at the strides).
+struct Operands {
+  bool ta, tb;
+  int64_t batch, m, n, k;
+  const float* a;
+  int64_t lda, stride_a;
+  const float* b;
+  int64_t ldb, stride_b;
+  float beta;
+  float* c;
+  int64_t ldc, stride_c;
+};
+
+// Checks o and runs it as one matmul on the calling thread (who names the caller in errors).
+void run_strided(const Operands& o, const char* who) {
+  const bool one = o.batch == 0;
+  check(o.batch >= 0 && o.m >= 0 && o.n >= 0 && o.k >= 0, who, ": negative size ",
+        one ? "" : std::to_string(o.batch) + " × ", "[", o.m, ", ", o.n, "] over ", o.k);
+  check(o.beta == 0.0f || o.beta == 1.0f, who, ": beta = ", o.beta, " (0 or 1 only)");
+  const int64_t entries = one ? 1 : o.batch;
+  if (entries == 0 || o.m == 0 || o.n == 0) return;
+  if (o.k == 0) {
+    if (o.beta == 0.0f)
+      for (int64_t e = 0; e < entries; ++e)
+        for (int64_t i = 0; i < o.m; ++i) std::fill_n(o.c + e * o.stride_c + i * o.ldc, o.n, 0.0f);
+    return;
+  }
+  check(o.a != nullptr && o.b != nullptr && o.c != nullptr, who, ": null A, B or C");
+  check(o.lda >= (o.ta ? o.m : o.k) && o.ldb >= (o.tb ? o.k : o.n) && o.ldc >= o.n, who,
+        ": lda = ", o.lda, ", ldb = ", o.ldb, " or ldc = ", o.ldc,
+        " is less than the row length (m = ", o.m, ", n = ", o.n, ", k = ", o.k, ")");
+  const auto desc = [&](int64_t rows, int64_t cols, int64_t ld, int64_t stride, bool trans) {
+    return one ? onednn::strided(rows, cols, ld, trans) : batched(o.batch, rows, cols, ld, stride, trans);
+  };
+  const bool accumulate = o.beta == 1.0f;
+  const onednn::Matmul& mm = onednn::cached_matmul(
+      {one ? 1 : 2, o.ta, o.tb, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, accumulate, o.batch,
+       o.stride_a, o.stride_b, o.stride_c},
+      [&] {
+        dnnl::primitive_attr attr = onednn::user_scratchpad();
+        if (accumulate) {  // C += product
+          dnnl::post_ops ops;
+          ops.append_sum(1.0f);
+          attr.set_post_ops(ops);
+        }
+        return dnnl::matmul::primitive_desc(
+            dnnl::matmul::desc(desc(o.m, o.k, o.lda, o.stride_a, o.ta),
+                               desc(o.k, o.n, o.ldb, o.stride_b, o.tb),
+                               desc(o.m, o.n, o.ldc, o.stride_c, false)),
+            attr, onednn::cpu_engine());
+      },
+      who);
+  const dnnl::memory b_mem(desc(o.k, o.n, o.ldb, o.stride_b, o.tb), onednn::cpu_engine(),
+                           const_cast<float*>(o.b));
+  onednn::run_matmul(mm, o.a, b_mem, o.c, who);
+}
+
 }  // namespace
+
+void sgemm_onednn(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  run_strided({ta, tb, 0, m, n, k, a, lda, 0, b, ldb, 0, beta, c, ldc, 0}, "sgemm_onednn");
+}
 
 void sgemm_batched_onednn(bool ta, bool tb, int64_t batch, int64_t m, int64_t n, int64_t k,
                           const float* a, int64_t lda, int64_t stride_a, const float* b,
                           int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
                           int64_t stride_c) {
-  check(batch >= 0 && m >= 0 && n >= 0 && k >= 0, "sgemm_batched_onednn: negative size ", batch,
-        " × [", m, ", ", n, "] over ", k);
-  check(beta == 0.0f || beta == 1.0f, "sgemm_batched_onednn: beta = ", beta, " (0 or 1 only)");
-  if (batch == 0 || m == 0 || n == 0) return;
-  if (k == 0) {
-    if (beta == 0.0f)
-      for (int64_t e = 0; e < batch; ++e)
-        for (int64_t i = 0; i < m; ++i) std::fill_n(c + e * stride_c + i * ldc, n, 0.0f);
-    return;
-  }
-  check(a != nullptr && b != nullptr && c != nullptr, "sgemm_batched_onednn: null A, B or C");
-  check(lda >= (ta ? m : k) && ldb >= (tb ? k : n) && ldc >= n, "sgemm_batched_onednn: lda = ",
-        lda, ", ldb = ", ldb, " or ldc = ", ldc, " is less than the row length (m = ", m,
-        ", n = ", n, ", k = ", k, ")");
-  const bool accumulate = beta == 1.0f;
-  const onednn::Matmul& mm = onednn::cached_matmul(
-      {2, ta, tb, m, n, k, lda, ldb, ldc, accumulate, batch, stride_a, stride_b, stride_c},
-      [&] {
-        return dnnl::matmul::primitive_desc(
-            dnnl::matmul::desc(batched(batch, m, k, lda, stride_a, ta),
-                               batched(batch, k, n, ldb, stride_b, tb),
-                               batched(batch, m, n, ldc, stride_c)),
-            attr_for(accumulate), onednn::cpu_engine());
-      },
-      "sgemm_batched_onednn");
-  const dnnl::memory b_mem(batched(batch, k, n, ldb, stride_b, tb), onednn::cpu_engine(),
-                           const_cast<float*>(b));
-  onednn::run_matmul(mm, a, b_mem, c, "sgemm_batched_onednn");
+  if (batch == 0) return;  // (batch 0 means one product to run_strided)
+  run_strided({ta, tb, batch, m, n, k, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c},
+              "sgemm_batched_onednn");
 }
 
 #endif

@@ -123,11 +123,11 @@ TEST(SgemmOnednn, PathNamesAndForcedPaths) {
     EXPECT_TRUE(sgemm_onednn_applies(false, false, 64, 64, 64, 1.0f, 0.0f));
     EXPECT_TRUE(sgemm_onednn_applies(true, false, 288, 588, 64, 1.0f, 1.0f));
     EXPECT_FALSE(sgemm_onednn_applies(false, false, 64, 64, 64, 2.0f, 0.0f));
-    EXPECT_TRUE(sgemm_batched_applies(false, true, 16, 32, 32, 32, 0.0f));
+    EXPECT_TRUE(sgemm_batched_applies(16, 32, 32, 32, 0.0f));
   }
   const SgemmPathScope none(SgemmPath::kOpenBlas);
   EXPECT_FALSE(sgemm_onednn_applies(true, false, 64, 64, 640, 1.0f, 0.0f));
-  EXPECT_FALSE(sgemm_batched_applies(false, true, 16, 32, 32, 32, 0.0f));
+  EXPECT_FALSE(sgemm_batched_applies(16, 32, 32, 32, 0.0f));
 }
 
 // sgemm under BlasThreadsScope(1) gives sgemm_onednn's bits when the path is on (and, the path
@@ -179,7 +179,7 @@ TEST(SgemmOnednn, BatchedMatchesTheFloat64ReferenceOnEitherPath) {
                                               << " beta " << beta << " " << s.m << "×" << s.n << "×" << s.k);
             const SgemmPathScope path(onednn ? SgemmPath::kAuto : SgemmPath::kOpenBlas);
             const BlasThreadsScope one(1);
-            ASSERT_EQ(sgemm_batched_applies(ta, tb, batch, s.m, s.n, s.k, beta), onednn);
+            ASSERT_EQ(sgemm_batched_applies(batch, s.m, s.n, s.k, beta), onednn);
             const int64_t lda = (ta ? s.m : s.k) + 3, ldb = (tb ? s.k : s.n) + 2, ldc = s.n + 5;
             const int64_t sa = (ta ? s.k : s.m) * lda + 7, sb = (tb ? s.n : s.k) * ldb + 1,
                           sc = s.m * ldc + 9;

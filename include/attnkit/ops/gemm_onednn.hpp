@@ -31,8 +31,7 @@ void sgemm_onednn(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
 // True when sgemm_batched sends its batch to sgemm_batched_onednn: a oneDNN build, sgemm_path() not
 // kOpenBlas, beta 0 or 1, batch·m·n·k of at least 32³. Any transposes and any OpenBLAS kernels: one
 // batched call measured at least as fast as the calls one by one.
-bool sgemm_batched_applies(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n,
-                           int64_t k, float beta);
+bool sgemm_batched_applies(int64_t batch, int64_t m, int64_t n, int64_t k, float beta);
 // C_e = op(A_e)·op(B_e) + beta·C_e for e < batch, A_e at a + e·stride_a, B_e at b + e·stride_b,
 // C_e at c + e·stride_c, each laid out as in sgemm_onednn: one batched matmul on the calling thread.
 // Throws attnkit::Error when oneDNN is unavailable or beta is neither 0 nor 1.
