@@ -21,6 +21,7 @@ struct ImageTrainFlags {
   std::string data_dir;      // MNIST-style IDX directory (default: Debian's Fashion-MNIST)
   uint64_t init_seed = 0;    // weight initialisation (0: use --seed)
   int threads = 0;           // 0: all cores
+  std::string precision = "f32";  // --precision: f32 or bf16 (ops/matmul_precision.hpp)
   bool resume = false;
   bool overwrite = false;    // replace the run --out holds
   bool shape_given = false;  // a model-shape flag was on the command line (see shape_flags_given)
@@ -30,7 +31,7 @@ struct ImageTrainFlags {
 
 // Adds --out, --data-dir, --epochs, --batch, --lr, --min-lr, --warmup-epochs, --weight-decay,
 // --clip, --pad, --no-augment, --max-minutes, --anneal-by-time, --train-limit, --eval-limit, --seed, --threads,
-// --resume, --overwrite, --json to an image-training subcommand, whose callback sets
+// --precision, --resume, --overwrite, --json to an image-training subcommand, whose callback sets
 // f.shape_given (any of cmd's own model-shape flags was given) and calls `run`.
 void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f, std::function<void()> run);
 

@@ -6,6 +6,9 @@
 //   forward:  col[C·KH·KW, nb·OH·OW] = im2col(x[n0 .. n0+nb)); y = w[O, C·KH·KW]·col (+ b),
 //             scattered back to NCHW;
 //   backward: d_col = wᵀ·d_y (chunk), d_x[n] = col2im(d_col); d_w += d_y·colᵀ; d_b += Σ d_y.
+// In the bf16 mixed-precision mode (ops/matmul_precision.hpp) every pass takes the column path
+// and its products run on gemm_bf16 (bf16 operands, float32 accumulation): neither Winograd's
+// transformed products nor oneDNN's f32 convolution.
 // A chunk holds enough images for a GEMM about kChunkColumns wide (small late-stage images give
 // narrow per-image GEMMs that OpenBLAS runs far below its peak). Chunks run in parallel. d_w is
 // reduced over fixed groups of images (nn::weight_gradient_groups; each group sums its chunks in
@@ -20,6 +23,8 @@
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/nn/conv2d.hpp"
 #include "attnkit/ops/gemm.hpp"
+#include "attnkit/ops/gemm_bf16.hpp"
+#include "attnkit/ops/matmul_precision.hpp"
 #include "conv2d_common.hpp"
 #include "hwy/highway.h"
 #include "nn_common.hpp"
@@ -234,6 +239,16 @@ constexpr int64_t kChunkFloats = 256 << 10;  // ... with a column matrix that st
 
 float* scratch(int which, int64_t n) { return nn::conv_scratch(which, n); }
 
+// True in the bf16 mixed-precision mode: products on gemm_bf16, the column path only.
+bool bf16_products() { return matmul_precision() == MatmulPrecision::kBf16; }
+
+// C[m, n] = op(A)·op(B) + beta·C (row-major, as sgemm with alpha 1): gemm_bf16 when bf16, else sgemm.
+void product(bool bf16, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+             const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (bf16) return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
+
 // Images per GEMM: enough that the GEMM is about kChunkColumns wide, but a column matrix of at
 // most kChunkFloats (or one image), and at most `limit`. A function of the geometry only, so
 // results never depend on the thread count.
@@ -265,7 +280,8 @@ namespace {
 
 // y = conv(x, w) without bias, w as [O, C·KH·KW]: one GEMM per chunk of images.
 void forward_chunks(View4 y, ConstView4 x, const float* w, const nn::Conv2dGeometry& g) {
-  if (nn::winograd_applies(g)) return nn::winograd_conv3x3(y, x, w, false, g);
+  const bool bf16 = bf16_products();
+  if (!bf16 && nn::winograd_applies(g)) return nn::winograd_conv3x3(y, x, w, false, g);
   const int64_t k = g.c * g.kh * g.kw, ohw = g.oh * g.ow;
   const int64_t per = images_per_gemm(g, g.n), chunks = (g.n + per - 1) / per;
   BlasThreadsScope blas(1);
@@ -278,11 +294,11 @@ void forward_chunks(View4 y, ConstView4 x, const float* w, const nn::Conv2dGeome
       col = c;
     }
     if (nb == 1) {
-      sgemm(false, false, g.o, ohw, k, 1.0f, w, k, col, ohw, 0.0f, y.ptr(n0), ohw);
+      product(bf16, false, false, g.o, ohw, k, w, k, col, ohw, 0.0f, y.ptr(n0), ohw);
       return;
     }
     float* out = scratch(1, g.o * cols);
-    sgemm(false, false, g.o, cols, k, 1.0f, w, k, col, cols, 0.0f, out, cols);
+    product(bf16, false, false, g.o, cols, k, w, k, col, cols, 0.0f, out, cols);
     for (int64_t bi = 0; bi < nb; ++bi)
       for (int64_t o = 0; o < g.o; ++o) std::copy_n(out + o * cols + bi * ohw, ohw, y.ptr(n0 + bi, o));
   });
@@ -333,7 +349,7 @@ void conv2d_forward(View4 y, ConstView4 x, ConstView4 w, std::span<const float> 
   if (g.n == 0 || g.o == 0 || ohw == 0) return;
   if (k == 0) {
     for (int64_t n = 0; n < g.n; ++n) std::fill(y.ptr(n), y.ptr(n) + g.o * ohw, 0.0f);
-  } else if (nn::onednn_applies(nn::ConvPass::kForward, g)) {
+  } else if (!bf16_products() && nn::onednn_applies(nn::ConvPass::kForward, g)) {
     nn::onednn_conv_forward(y, x, w.data, g);
   } else {
     forward_chunks(y, x, w.data, g);
@@ -367,16 +383,17 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
   if (want_x && (k == 0 || g.o == 0 || ohw == 0))  // nothing reaches x: its gradient is zero
     for (int64_t n = 0; n < g.n; ++n) std::fill(d_x.ptr(n), d_x.ptr(n) + g.c * g.h * g.w, 0.0f);
   if (g.n == 0 || k == 0 || g.o == 0 || ohw == 0) return;
-  const bool x_by_onednn = want_x && nn::onednn_applies(nn::ConvPass::kBackwardData, g);
+  const bool bf16 = bf16_products();
+  const bool x_by_onednn = want_x && !bf16 && nn::onednn_applies(nn::ConvPass::kBackwardData, g);
   if (x_by_onednn) nn::onednn_conv_backward_data(d_x, d_y, w.data, g);
-  const bool x_by_winograd = want_x && !x_by_onednn && input_gradient_is_winograd(g);
+  const bool x_by_winograd = want_x && !bf16 && !x_by_onednn && input_gradient_is_winograd(g);
   if (x_by_winograd) nn::winograd_conv3x3(d_x, d_y, w.data, true, input_gradient_geometry(g));
   const bool x_by_conv = want_x && !x_by_onednn && !x_by_winograd && input_gradient_is_convolution(g);
   if (x_by_conv) input_gradient_by_convolution(d_x, d_y, w, g);
   const bool x_by_columns = want_x && !x_by_onednn && !x_by_conv && !x_by_winograd;
-  const bool w_by_onednn = want_w && nn::onednn_applies(nn::ConvPass::kBackwardWeights, g);
+  const bool w_by_onednn = want_w && !bf16 && nn::onednn_applies(nn::ConvPass::kBackwardWeights, g);
   if (w_by_onednn) nn::onednn_conv_backward_weights(d_w, d_y, x, g);
-  const bool w_by_winograd = want_w && !w_by_onednn && nn::winograd_weight_gradient_applies(g);
+  const bool w_by_winograd = want_w && !bf16 && !w_by_onednn && nn::winograd_weight_gradient_applies(g);
   if (w_by_winograd) nn::winograd_weight_gradient(d_w, d_y, x, g);
   const bool w_by_columns = want_w && !w_by_onednn && !w_by_winograd;
   if (!w_by_columns && !x_by_columns) return;
@@ -406,16 +423,16 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
           gather_columns(c, x, n0, nb, g);
           col = c;
         }
-        sgemm(false, true, g.o, k, cols, 1.0f, dy, cols, col, cols, n0 == grp * per ? 0.0f : 1.0f,
-              partial + grp * g.o * k, k);
+        product(bf16, false, true, g.o, k, cols, dy, cols, col, cols, n0 == grp * per ? 0.0f : 1.0f,
+                partial + grp * g.o * k, k);
       }
       if (!x_by_columns) continue;
       if (g.pointwise()) {  // nb = 1
-        sgemm(true, false, k, ohw, g.o, 1.0f, w.data, k, dy, ohw, 0.0f, d_x.ptr(n0), ohw);
+        product(bf16, true, false, k, ohw, g.o, w.data, k, dy, ohw, 0.0f, d_x.ptr(n0), ohw);
         continue;
       }
       float* dcol = scratch(1, k * cols);
-      sgemm(true, false, k, cols, g.o, 1.0f, w.data, k, dy, cols, 0.0f, dcol, cols);
+      product(bf16, true, false, k, cols, g.o, w.data, k, dy, cols, 0.0f, dcol, cols);
       for (int64_t b = 0; b < nb; ++b) nn::col2im(d_x.ptr(n0 + b), dcol + b * ohw, cols, g);
     }
   });

@@ -10,7 +10,8 @@
 // (OpenMpThreadsScope), whatever OpenMP's global default is: oneDNN sizes its blocking for the
 // threads it sees at creation, and a primitive made for 2 threads left a spinning OpenMP worker
 // behind on 1-thread runs. oneDNN may split K over threads for small m·n (weight gradients),
-// so results are not promised bitwise equal across thread counts.
+// so results are not promised bitwise equal across thread counts. Each call brings its own
+// scratchpad, so one-thread calls may run concurrently (inside attnkit's parallel regions).
 #include "attnkit/ops/gemm_bf16.hpp"
 
 #include <algorithm>
@@ -30,6 +31,7 @@
 
 #include <dnnl.hpp>
 
+#include "ops/onednn_matmul.hpp"
 #include "ops/onednn_runtime.hpp"
 #endif
 
@@ -92,7 +94,7 @@ using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, float, in
 
 struct Plan {
   dnnl::matmul matmul;
-  memory::desc a16, b16, c32;
+  memory::desc a16, b16, c32, scratch;
   std::string impl;
 };
 
@@ -100,7 +102,9 @@ std::shared_ptr<Plan> make_plan(bool ta, bool tb, int64_t m, int64_t n, int64_t 
   auto p = std::make_shared<Plan>();
   p->a16 = compact_bf16(m, k, ta), p->b16 = compact_bf16(k, n, tb);
   p->c32 = memory::desc({m, n}, DataType::f32, memory::dims{ldc, 1});
-  dnnl::primitive_attr attr;
+  // A scratchpad per call (user mode): calls from several threads at once (the convolutions'
+  // one-thread products inside a parallel region) must not share the library's.
+  dnnl::primitive_attr attr = onednn::user_scratchpad();
   if (beta != 0) {
     dnnl::post_ops po;
     po.append_sum(beta);
@@ -109,6 +113,7 @@ std::shared_ptr<Plan> make_plan(bool ta, bool tb, int64_t m, int64_t n, int64_t 
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p->a16, p->b16, p->c32), attr, cpu_engine());
   p->matmul = dnnl::matmul(pd);
   p->impl = pd.impl_info_str();
+  p->scratch = pd.scratchpad_desc();
   return p;
 }
 
@@ -176,8 +181,11 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a
   auto& eng = cpu_engine();
   auto& strm = thread_stream();
   const OpenMpThreadsScope omp(threads);
-  memory a_mem(p.a16, eng, a16), b_mem(p.b16, eng, b16), c_mem(p.c32, eng, c);
-  p.matmul.execute(strm, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+  thread_local onednn::AlignedSlot scratch_buf;
+  void* scratch = scratch_buf.get(std::max<size_t>(p.scratch.get_size(), 1), "gemm_bf16");
+  memory a_mem(p.a16, eng, a16), b_mem(p.b16, eng, b16), c_mem(p.c32, eng, c), s_mem(p.scratch, eng, scratch);
+  p.matmul.execute(strm, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem},
+                          {DNNL_ARG_SCRATCHPAD, s_mem}});
   strm.wait();
 }
 

@@ -1,8 +1,9 @@
 #pragma once
-// The precision of the linear layers' matrix products: float32 (the default) or the opt-in bf16
-// mixed-precision mode, where linear_forward and linear_backward compute y, d_x and d_W with
-// gemm_bf16 (bf16 inputs, float32 accumulation and outputs) while weights, gradients, optimizer
-// state and every other op (attention, norms, softmax, loss) stay float32.
+// The precision of the linear and convolution layers' matrix products: float32 (the default) or
+// the opt-in bf16 mixed-precision mode, where linear_forward / linear_backward (y, d_x, d_W) and
+// conv2d_forward / conv2d_backward (their im2col products) run on gemm_bf16 (bf16 inputs, float32
+// accumulation and outputs) while weights, gradients, optimizer state and every other op
+// (attention, norms, softmax, loss) stay float32.
 // PyTorch: torch.autocast("cpu", dtype=torch.bfloat16) around forward and loss.
 #include <string>
 

@@ -15,6 +15,7 @@
 
 #include "attnkit/io/idx.hpp"
 #include "attnkit/models/image_classifier.hpp"
+#include "attnkit/ops/matmul_precision.hpp"
 #include "attnkit/train/adamw.hpp"
 #include "attnkit/train/image_batch.hpp"
 #include "attnkit/train/run_dir.hpp"
@@ -44,6 +45,10 @@ struct ImageTrainOptions {
   std::string out_dir{};             // the run directory (run_dir.hpp): checkpoints, model, log.csv
   RunStart start = RunStart::kNew;   // how run() treats out_dir unless resume() was called
   bool progress = true;              // progress lines on stderr
+  // Linear and convolution products during training steps and evaluations (the CLI's
+  // --precision): f32, or the opt-in bf16 mixed precision (ops/matmul_precision.hpp; weights and
+  // AdamW stay f32). bf16 needs gemm_bf16_available().
+  MatmulPrecision precision = MatmulPrecision::kF32;
 };
 
 // Loss and accuracy of a model over a data set (eval mode).
@@ -113,7 +118,7 @@ class ImageTrainer : private TrainingTask {
   std::span<float> gradients() override { return model_.gradients(); }
   std::span<const float> parameters() override { return model_.parameters(); }
   void after_step(const StepRecord& r) override;
-  void evaluate() override { test_result_ = evaluate_images(model_, test_, norm_, options_.eval_limit); }
+  void evaluate() override;
   std::string log_header() const override;
   void log_row(std::ostream& log, const StepRecord& r, bool evaluated) override;
   std::string progress_text(const StepRecord& r, int64_t steps, const std::string& eta,
