@@ -7,6 +7,8 @@
 // Winograd executes fewer) and that rate as a fraction of the FMA peak measured in this process
 // with the same threads (measure_fma_gflops, the best of its measurements before the first and
 // after each benchmark); onednn_vs_builtin is the ratio of the fastest calls.
+// With bf16:1 both run in the bf16 mixed-precision mode (the built-in column path on gemm_bf16,
+// oneDNN's convolution with bf16 inputs); their frac_peak is still of the float32 FMA peak.
 // Built without oneDNN, only the built-in counters are reported.
 // Run: build/attnkit_bench --benchmark_filter=Conv2dPass   (OMP_NUM_THREADS sets the threads)
 #include <benchmark/benchmark.h>
@@ -17,6 +19,8 @@
 
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/nn/conv2d.hpp"
+#include "attnkit/ops/gemm_bf16.hpp"
+#include "attnkit/ops/matmul_precision.hpp"
 #include "attnkit/tools/roofline.hpp"
 #include "bench_peaks.hpp"
 
@@ -39,6 +43,12 @@ using bench::fma_peak;
 void BM_Conv2dPass(benchmark::State& state) {
   const Layer l = kLayers[state.range(0)];
   const int pass = int(state.range(1));  // 0 forward, 1 d_x, 2 d_w
+  const bool bf16 = state.range(2) == 1;
+  if (bf16 && !gemm_bf16_available()) {
+    state.SkipWithError(gemm_bf16_unavailable_reason().c_str());
+    return;
+  }
+  const MatmulPrecisionScope precision(bf16 ? MatmulPrecision::kBf16 : MatmulPrecision::kF32);
   const int64_t n = kBatch, s = l.size, k = l.kernel;
   const Conv2dOptions opts{.stride = 1, .padding = k / 2};
   std::mt19937 rng(1);
@@ -89,8 +99,8 @@ void BM_Conv2dPass(benchmark::State& state) {
   state.counters["fma_peak_GFLOP/s"] = peak;
 }
 BENCHMARK(BM_Conv2dPass)
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7, 8}, {0, 1, 2}})
-    ->ArgNames({"layer", "pass"})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7, 8}, {0, 1, 2}, {0, 1}})
+    ->ArgNames({"layer", "pass", "bf16"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -24,11 +24,17 @@ whole rounds stall, the ratio of the best rounds is the steadier figure, and it 
 With --engines builtin,auto (--in-process), attnkit is timed once per conv2d engine in the same
 rotation (attnkit.set_conv2d_engine), so the engines' ratios to PyTorch come from one run.
 
+With --precisions f32,bf16 (--in-process), attnkit runs in each matmul precision
+(attnkit.set_matmul_precision) and PyTorch in float32 and under torch.autocast("cpu",
+dtype=torch.bfloat16), all four in one rotation; each attnkit entry is compared with PyTorch in the
+same precision.
+
 With --profile-torch, PyTorch's training step is broken down by op class instead (see
 TORCH_PROFILE_CHILD).
 
 Usage: scripts/experiments/cnn_speed.py [--attention cbam] [--threads 2] [--batch 128]
-       [--images 6400] [--rounds 2] [--in-process [--steps 5] [--engines builtin,auto]]
+       [--images 6400] [--rounds 2] [--in-process [--steps 5] [--engines builtin,auto]
+       [--precisions f32,bf16]]
        [--profile-torch]"""
 import argparse
 import json
@@ -68,10 +74,11 @@ x_all, y_all = attnkit.load_fashion_mnist("/usr/share/datasets/fashion-mnist", "
 x_np = ((np.asarray(x_all[:images], np.float32) / 255.0 - 0.286) / 0.353)[:, None].copy()
 y_np = np.asarray(y_all[:images], np.int64)
 x_all, y_all = torch.from_numpy(x_np), torch.from_numpy(y_np)
-def step(i):
+def step(i, autocast=False):
     x, y = x_all[i * batch:(i + 1) * batch], y_all[i * batch:(i + 1) * batch]
     opt.zero_grad()
-    loss = torch.nn.functional.cross_entropy(torch_cnn(p, buffers, x, cfg, True), y)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = torch.nn.functional.cross_entropy(torch_cnn(p, buffers, x, cfg, True), y)
     loss.backward(); opt.step()
 '''
 
@@ -92,7 +99,8 @@ print(json.dumps({"images_per_second": steps * batch / (time.perf_counter() - t)
 IN_PROCESS_CHILD = CHILD_SETUP + r'''
 from attnkit.train import AdamW
 rounds, steps, warmup = (int(v) for v in sys.argv[6:9])
-engines = sys.argv[9].split(",") if len(sys.argv) > 9 and sys.argv[9] else []
+engines = sys.argv[9].split(",") if sys.argv[9] else []
+precisions = sys.argv[10].split(",")
 attnkit.set_num_threads(threads)
 model.set_training(True)
 names = model.parameter_names()
@@ -109,14 +117,21 @@ def step_attnkit(i):
     q[rows, y_np[sl]] -= 1.0
     model.backward((q / batch).astype(np.float32))
     opt_a.step(1e-3)
-def step_torch(i):
-    step(i % n_batches)
-def with_engine(engine):
+def torch_in(precision):
+    return lambda i: step(i % n_batches, autocast=precision == "bf16")
+def attnkit_in(engine, precision):
     def run(i):
-        attnkit.set_conv2d_engine(engine)
-        step_attnkit(i)
+        if engine:
+            attnkit.set_conv2d_engine(engine)
+        attnkit.set_matmul_precision(precision)
+        try:
+            step_attnkit(i)
+        finally:
+            attnkit.set_matmul_precision("f32")
     return run
-order = ([("attnkit_" + e, with_engine(e)) for e in engines] or [("attnkit", step_attnkit)]) + [("torch", step_torch)]
+suffix = lambda pr: "_" + pr if len(precisions) > 1 else ""
+order = [("attnkit" + ("_" + e if e else "") + suffix(pr), attnkit_in(e, pr)) for pr in precisions for e in engines or [""]]
+order += [("torch" + suffix(pr), torch_in(pr)) for pr in precisions]
 import os
 print(json.dumps({"module": attnkit.__file__, "openblas": os.environ.get("OPENBLAS_CORETYPE", "")}), flush=True)
 for i in range(warmup):
@@ -183,10 +198,15 @@ def in_process(a, cfg):
     """Alternating rounds in one process; prints each round and the medians."""
     proc = subprocess.Popen([PYTHON, "-c", IN_PROCESS_CHILD, str(ROOT / "tests" / "python"), json.dumps(cfg),
                              str(a.threads), str(a.batch), str(50 * a.batch), str(a.rounds), str(a.steps), "2",
-                             a.engines],
+                             a.engines, a.precisions],
                             env=child_env(a.threads), stdout=subprocess.PIPE, text=True)
-    names = ["attnkit_" + e for e in a.engines.split(",")] if a.engines else ["attnkit"]
-    rates = {n: [] for n in names + ["torch"]}
+    precisions = a.precisions.split(",")
+    suffix = lambda pr: "_" + pr if len(precisions) > 1 else ""
+    engines = ["_" + e for e in a.engines.split(",")] if a.engines else [""]
+    names = ["attnkit" + e + suffix(pr) for pr in precisions for e in engines]
+    torch_of = {"attnkit" + e + suffix(pr): "torch" + suffix(pr) for pr in precisions for e in engines}
+    torches = ["torch" + suffix(pr) for pr in precisions]
+    rates = {n: [] for n in names + torches}
     ratios = {n: [] for n in names}
     lines = iter(proc.stdout)
     setup = json.loads(next(lines))
@@ -196,19 +216,19 @@ def in_process(a, cfg):
         for n in rates:
             rates[n].append(rate[n])
         for n in names:
-            ratios[n].append(rate[n] / rate["torch"])
-        print(f"round {r + 1}: " + ", ".join(f"{n} {rate[n]:.0f} images/s" for n in names) +
-              f", PyTorch {rate['torch']:.0f} images/s, ratio " +
-              ", ".join(f"{ratios[n][-1]:.2f}x" for n in names), flush=True)
+            ratios[n].append(rate[n] / rate[torch_of[n]])
+        print(f"round {r + 1}: " + ", ".join(f"{n} {rate[n]:.0f}" for n in names + torches) +
+              " images/s, ratio " + ", ".join(f"{ratios[n][-1]:.2f}x" for n in names), flush=True)
     if proc.wait() != 0:
         raise SystemExit(f"in-process child failed with status {proc.returncode}")
     med = lambda v: sorted(v)[len(v) // 2]
     for n in names:
+        t = torch_of[n]
         print(f"CNN ({a.attention}, widths {a.widths}), batch {a.batch}, {a.threads} threads, in one process, "
               f"{a.rounds} rounds of {a.steps} steps each: {n} {med(rates[n]):.0f} images/s, PyTorch 1.13 "
-              f"{med(rates['torch']):.0f} images/s (medians); median of the per-round ratios {med(ratios[n]):.2f}x "
+              f"({t}) {med(rates[t]):.0f} images/s (medians); median of the per-round ratios {med(ratios[n]):.2f}x "
               f"(rounds {min(ratios[n]):.2f}-{max(ratios[n]):.2f}x); best rounds {max(rates[n]):.0f} vs "
-              f"{max(rates['torch']):.0f} images/s, {max(rates[n]) / max(rates['torch']):.2f}x")
+              f"{max(rates[t]):.0f} images/s, {max(rates[n]) / max(rates[t]):.2f}x")
 
 
 def profile_torch(a, cfg):
@@ -253,6 +273,10 @@ def main():
     ap.add_argument("--engines", default="",
                     help="with --in-process: comma-separated conv2d engines (auto, builtin, onednn) timed as "
                          "separate attnkit entries in the same rotation (default: the process default)")
+    ap.add_argument("--precisions", default="f32",
+                    help="with --in-process: f32, bf16 or f32,bf16; bf16 runs attnkit with "
+                         "set_matmul_precision('bf16') and PyTorch under torch.autocast('cpu', bfloat16), "
+                         "each compared with PyTorch in the same precision")
     ap.add_argument("--profile-torch", action="store_true",
                     help="print PyTorch's step CPU time by op class (torch.autograd.profiler) and exit")
     a = ap.parse_args()

@@ -6,9 +6,9 @@
 //   forward:  col[C·KH·KW, nb·OH·OW] = im2col(x[n0 .. n0+nb)); y = w[O, C·KH·KW]·col (+ b),
 //             scattered back to NCHW;
 //   backward: d_col = wᵀ·d_y (chunk), d_x[n] = col2im(d_col); d_w += d_y·colᵀ; d_b += Σ d_y.
-// In the bf16 mixed-precision mode (ops/matmul_precision.hpp) every pass takes the column path
-// and its products run on gemm_bf16 (bf16 operands, float32 accumulation): neither Winograd's
-// transformed products nor oneDNN's f32 convolution.
+// In the bf16 mixed-precision mode (ops/matmul_precision.hpp) the passes onednn_applies selects
+// run by oneDNN's bf16 convolution, the others by the column path with its products on gemm_bf16
+// (bf16 operands, float32 accumulation); Winograd's transformed products are not used.
 // A chunk holds enough images for a GEMM about kChunkColumns wide (small late-stage images give
 // narrow per-image GEMMs that OpenBLAS runs far below its peak). Chunks run in parallel. d_w is
 // reduced over fixed groups of images (nn::weight_gradient_groups; each group sums its chunks in
@@ -349,7 +349,7 @@ void conv2d_forward(View4 y, ConstView4 x, ConstView4 w, std::span<const float> 
   if (g.n == 0 || g.o == 0 || ohw == 0) return;
   if (k == 0) {
     for (int64_t n = 0; n < g.n; ++n) std::fill(y.ptr(n), y.ptr(n) + g.o * ohw, 0.0f);
-  } else if (!bf16_products() && nn::onednn_applies(nn::ConvPass::kForward, g)) {
+  } else if (nn::onednn_applies(nn::ConvPass::kForward, g)) {
     nn::onednn_conv_forward(y, x, w.data, g);
   } else {
     forward_chunks(y, x, w.data, g);
@@ -384,14 +384,14 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
     for (int64_t n = 0; n < g.n; ++n) std::fill(d_x.ptr(n), d_x.ptr(n) + g.c * g.h * g.w, 0.0f);
   if (g.n == 0 || k == 0 || g.o == 0 || ohw == 0) return;
   const bool bf16 = bf16_products();
-  const bool x_by_onednn = want_x && !bf16 && nn::onednn_applies(nn::ConvPass::kBackwardData, g);
+  const bool x_by_onednn = want_x && nn::onednn_applies(nn::ConvPass::kBackwardData, g);
   if (x_by_onednn) nn::onednn_conv_backward_data(d_x, d_y, w.data, g);
   const bool x_by_winograd = want_x && !bf16 && !x_by_onednn && input_gradient_is_winograd(g);
   if (x_by_winograd) nn::winograd_conv3x3(d_x, d_y, w.data, true, input_gradient_geometry(g));
   const bool x_by_conv = want_x && !x_by_onednn && !x_by_winograd && input_gradient_is_convolution(g);
   if (x_by_conv) input_gradient_by_convolution(d_x, d_y, w, g);
   const bool x_by_columns = want_x && !x_by_onednn && !x_by_conv && !x_by_winograd;
-  const bool w_by_onednn = want_w && !bf16 && nn::onednn_applies(nn::ConvPass::kBackwardWeights, g);
+  const bool w_by_onednn = want_w && nn::onednn_applies(nn::ConvPass::kBackwardWeights, g);
   if (w_by_onednn) nn::onednn_conv_backward_weights(d_w, d_y, x, g);
   const bool w_by_winograd = want_w && !bf16 && !w_by_onednn && nn::winograd_weight_gradient_applies(g);
   if (w_by_winograd) nn::winograd_weight_gradient(d_w, d_y, x, g);

@@ -23,6 +23,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/nn/conv2d.hpp"
+#include "attnkit/ops/matmul_precision.hpp"
 #include "conv2d_common.hpp"
 
 #if ATTNKIT_HAVE_DNNL
@@ -133,19 +134,28 @@ struct Plan {
   size_t scratch_bytes = 0;
 };
 
-using Key = std::array<int64_t, 10>;
+using Key = std::array<int64_t, 11>;
 
-Key plan_key(ConvPass pass, const Conv2dGeometry& g) {
-  return {int64_t(pass), g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.stride, g.pad};
+// True in the bf16 mixed-precision mode: the primitives' inputs are bf16, their outputs float32.
+bool bf16_mode() { return matmul_precision() == MatmulPrecision::kBf16; }
+
+Key plan_key(ConvPass pass, const Conv2dGeometry& g, bool bf16) {
+  return {int64_t(pass), g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.stride, g.pad, int64_t(bf16)};
 }
 
-Plan build_plan(ConvPass pass, const Conv2dGeometry& g) {
-  const auto f32 = memory::data_type::f32;
+// With bf16, every input of the pass (x, w, d_y) is bf16 in the primitive's layout (the reorders
+// round it) and its output (y, d_x, d_w) float32.
+Plan build_plan(ConvPass pass, const Conv2dGeometry& g, bool bf16) {
+  const auto f32 = memory::data_type::f32, in = bf16 ? memory::data_type::bf16 : f32;
   const memory::dims src{g.n, g.c, g.h, g.w}, wei{g.o, g.c, g.kh, g.kw}, dst{g.n, g.o, g.oh, g.ow};
   const memory::dims strides{g.stride, g.stride}, pad_l{g.pad, g.pad};
   const memory::dims pad_r{right_padding(g.h, g.oh, g.kh, g.stride, g.pad),
                            right_padding(g.w, g.ow, g.kw, g.stride, g.pad)};
-  const memory::desc src_any(src, f32, Tag::any), wei_any(wei, f32, Tag::any), dst_any(dst, f32, Tag::any);
+  // Forward reads src and weights (in) and writes dst (f32); backward data reads diff_dst and
+  // weights and writes diff_src; backward weights reads src and diff_dst and writes diff_weights.
+  const memory::desc src_any(src, in, Tag::any), wei_any(wei, in, Tag::any), dst_any(dst, f32, Tag::any);
+  const memory::desc diff_src_any(src, f32, Tag::any), diff_wei_any(wei, f32, Tag::any);
+  const memory::desc diff_dst_any(dst, in, Tag::any);
   const memory::desc src_plain(src, f32, Tag::nchw), wei_plain(wei, f32, Tag::oihw), dst_plain(dst, f32, Tag::nchw);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per-thread scratchpads (slot 3)
@@ -162,7 +172,7 @@ Plan build_plan(ConvPass pass, const Conv2dGeometry& g) {
     p.arg_a = DNNL_ARG_SRC, p.arg_b = DNNL_ARG_WEIGHTS, p.arg_out = DNNL_ARG_DST;
     p.scratch_bytes = fpd.scratchpad_desc().get_size();
   } else if (pass == ConvPass::kBackwardData) {
-    const dnnl::convolution_backward_data::desc bd(alg, src_any, wei_any, dst_any, strides, pad_l, pad_r);
+    const dnnl::convolution_backward_data::desc bd(alg, diff_src_any, wei_any, diff_dst_any, strides, pad_l, pad_r);
     const dnnl::convolution_backward_data::primitive_desc bpd(bd, attr, cpu_engine(), fpd);
     p.conv = dnnl::convolution_backward_data(bpd);
     p.a = make_operand(dst_plain, bpd.diff_dst_desc(), true);
@@ -171,7 +181,7 @@ Plan build_plan(ConvPass pass, const Conv2dGeometry& g) {
     p.arg_a = DNNL_ARG_DIFF_DST, p.arg_b = DNNL_ARG_WEIGHTS, p.arg_out = DNNL_ARG_DIFF_SRC;
     p.scratch_bytes = bpd.scratchpad_desc().get_size();
   } else {
-    const dnnl::convolution_backward_weights::desc wd(alg, src_any, wei_any, dst_any, strides, pad_l, pad_r);
+    const dnnl::convolution_backward_weights::desc wd(alg, src_any, diff_wei_any, diff_dst_any, strides, pad_l, pad_r);
     const dnnl::convolution_backward_weights::primitive_desc wpd(wd, attr, cpu_engine(), fpd);
     p.conv = dnnl::convolution_backward_weights(wpd);
     p.a = make_operand(src_plain, wpd.src_desc(), true);
@@ -189,14 +199,15 @@ const Plan& plan(ConvPass pass, const Conv2dGeometry& g) {
   cpu_engine();  // constructed before the cache, so destroyed after the primitives made on it
   static std::mutex mu;
   static std::map<Key, std::unique_ptr<Plan>> cache;
+  const bool bf16 = bf16_mode();
   const std::lock_guard<std::mutex> lock(mu);
-  std::unique_ptr<Plan>& entry = cache[plan_key(pass, g)];
+  std::unique_ptr<Plan>& entry = cache[plan_key(pass, g, bf16)];
   if (!entry) {
     const OpenMpThreadsScope one(1);
     try {
-      entry = std::make_unique<Plan>(build_plan(pass, g));
+      entry = std::make_unique<Plan>(build_plan(pass, g, bf16));
     } catch (const dnnl::error& e) {
-      cache.erase(plan_key(pass, g));
+      cache.erase(plan_key(pass, g, bf16));
       fail("conv2d: oneDNN could not create the convolution: ", e.what());
     }
   }
@@ -302,6 +313,12 @@ bool onednn_applies(ConvPass pass, const Conv2dGeometry& g) {
                          right_padding(g.w, g.ow, g.kw, g.stride, g.pad) >= 0;
   if (!supported) return false;
   if (e == Conv2dEngine::kOneDnn) return true;
+  const bool square3 = g.kh == 3 && g.kw == 3 && g.stride == 1 && g.pad == 1 && g.c >= 16 && g.o >= 16;
+  // kAuto in the bf16 mode (a CPU with AVX512-BF16 or AMX): against the column path on gemm_bf16,
+  // oneDNN's bf16 convolution ran every forward pass of the CNN's layers 1.3–1.8× as fast, and
+  // d_x and d_w of the 3×3 layers with >= 16 channels each way 0.97–1.44×; the stem, the 1×1
+  // layers and CBAM's gate lost d_x and d_w (0.33–0.96×) (Zen 5, bench/conv_bench.cpp bf16:1).
+  if (bf16_mode()) return pass == ConvPass::kForward || square3;
   if (!onednn_convolutions_preferred()) return false;
   // kAuto on a CPU with AMX: the classes measured faster by oneDNN there (bench/conv_bench.cpp,
   // the CNN's layers; the table is in docs/performance.md). 3×3 same-size layers with >= 16
@@ -310,7 +327,6 @@ bool onednn_applies(ConvPass pass, const Conv2dGeometry& g) {
   // planes Winograd's 2.25× fewer multiplies win (oneDNN 0.35–0.8×). 1×1 layers (0.5–1.16×,
   // unsteady across runs), the 1-channel stem (0.04–0.94×) and CBAM's 2 → 1 gate (0.1–1.6×,
   // under 1 ms a pass) stay built-in.
-  const bool square3 = g.kh == 3 && g.kw == 3 && g.stride == 1 && g.pad == 1 && g.c >= 16 && g.o >= 16;
   if (pass == ConvPass::kBackwardWeights) return square3;
   return square3 && g.h * g.w < 144;
 }

@@ -57,9 +57,11 @@ TEST(Conv2dBf16, TheBarsTellBf16FromFloat32) {
 TEST(Conv2dBf16, SameBitsForAnyThreadCount) {
   if (!gemm_bf16_available()) GTEST_SKIP() << gemm_bf16_unavailable_reason();
   const MatmulPrecisionScope bf16(MatmulPrecision::kBf16);
+  for (const Conv2dEngine engine : conv_testing::engines())
   for (const ConvCase& cs : {ConvCase{19, 3, 6, 6, 4, 3, 3, 1, 1, true}, ConvCase{21, 16, 16, 13, 9, 3, 3, 1, 1, true},
                             ConvCase{37, 16, 7, 7, 16, 1, 1, 1, 0, false}, ConvCase{9, 8, 12, 12, 2, 7, 7, 1, 3, true}}) {
-    SCOPED_TRACE(::testing::Message() << "case n=" << cs.n << " c=" << cs.c << " k=" << cs.kh);
+    const Conv2dEngineScope engine_scope(engine);
+    SCOPED_TRACE(::testing::Message() << "engine " << int(engine) << " case n=" << cs.n << " c=" << cs.c << " k=" << cs.kh);
     const ConvProblem pr(cs);
     std::vector<float> runs[2];
     for (int t : {1, 2}) {

@@ -17,8 +17,10 @@
 // When attnkit is built with oneDNN (CMake ATTNKIT_WITH_DNNL), the layer classes where oneDNN's
 // direct convolution measured faster run by it instead (conv2d_onednn.cpp; docs/performance.md):
 // one single-threaded oneDNN primitive per chunk of images, cached per shape.
-// In the bf16 mixed-precision mode (MatmulPrecision::kBf16, ops/matmul_precision.hpp) every pass
-// takes the im2col path with its products on gemm_bf16 (bf16 operands, float32 accumulation).
+// In the bf16 mixed-precision mode (MatmulPrecision::kBf16, ops/matmul_precision.hpp) the inputs
+// of every product are rounded to bf16 and summed in float32: oneDNN's bf16 convolution where
+// Conv2dEngine picks it (under kAuto: every forward pass, and d_x and d_w of 3×3 layers with
+// >= 16 channels each way), else the im2col path on gemm_bf16; never Winograd.
 // Images run in parallel; d_w sums fixed groups of images in a fixed order, so results are
 // bitwise identical for any thread count. Reference (conv2d_reference.cpp): direct loops in double.
 #include <cstdint>
