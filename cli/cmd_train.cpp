@@ -207,10 +207,7 @@ void add_train_command(CLI::App& app) {
                   "the MLP (Megatron split) and runs the whole batch; rank 0 writes an ordinary one-process "
                   "checkpoint (gathered). 1 = off; not with --dp")
       ->capture_default_str();
-  gpt->add_option("--precision", cli->precision,
-                  "Linear layers' matmuls: f32, or bf16 mixed precision (bf16 inputs, f32 accumulation; "
-                  "weights, optimizer and attention stay f32; needs AVX512-BF16 or AMX; docs/bf16.md)")
-      ->capture_default_str();
+  add_precision_flag(*gpt, cli->precision);
   add_threads_flag(*gpt, cli->schedule.threads);
   gpt->add_flag("--quiet", cli->quiet, "No progress output");
   gpt->callback([cli, gpt] {

@@ -11,6 +11,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/file_io.hpp"
+#include "attnkit/ops/gemm_bf16.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -76,6 +77,22 @@ CLI::Option* add_threads_flag(CLI::App& cmd, int& threads) {
       .add_option("--threads", threads,
                   "Threads: 0 = all cores, else 1.." + std::to_string(kMaxThreads))
       ->check(integer_in(0, kMaxThreads))
+      ->capture_default_str();
+}
+
+CLI::Option* add_precision_flag(CLI::App& cmd, std::string& precision) {
+  return cmd
+      .add_option("--precision", precision,
+                  "Linear and convolution products: f32, or bf16 mixed precision (bf16 inputs, f32 "
+                  "accumulation; weights, optimizer, attention and norms stay f32; needs AVX512-BF16 or AMX; "
+                  "docs/bf16.md)")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            if (s != "f32" && s != "bf16") return "must be f32 or bf16, got " + in_quotes(s);
+            if (s == "bf16" && !gemm_bf16_available()) return "bf16: " + gemm_bf16_unavailable_reason();
+            return {};
+          },
+          "f32|bf16"))
       ->capture_default_str();
 }
 

@@ -21,6 +21,9 @@ CLI::Option* add_threads_flag(CLI::App& cmd, int& threads);
 CLI::Option* add_seed_flag(CLI::App& cmd, uint64_t& seed, const std::string& help);
 // --json: print one JSON object (or array) on stdout instead of text.
 CLI::Option* add_json_flag(CLI::App& cmd, bool& json, const std::string& help);
+// --precision f32|bf16: the training's linear and convolution products (ops/matmul_precision.hpp);
+// bf16 is refused at parse time where this process cannot run it (gemm_bf16_available).
+CLI::Option* add_precision_flag(CLI::App& cmd, std::string& precision);
 
 // --sink-tokens N: StreamingLLM's sink tokens, the first N tokens a KV cache keeps for ever
 // (kv/kv_cache.hpp; not the softmax's sink logits). The old spellings --sink and --sinks fail

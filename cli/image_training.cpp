@@ -10,7 +10,6 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/io/idx.hpp"
-#include "attnkit/ops/gemm_bf16.hpp"
 #include "attnkit/train/run_dir.hpp"
 #include "attnkit/train/train_checks.hpp"
 #include "run_flags.hpp"
@@ -61,10 +60,7 @@ void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f, std::function<void
   cmd.add_option("--eval-limit", f.opts.eval_limit, "Evaluate on the first N test images (0: all)")->capture_default_str();
   add_seed_flag(cmd, f.opts.seed, "Seed for shuffling, augmentation and initialisation");
   add_threads_flag(cmd, f.threads);
-  cmd.add_option("--precision", f.precision,
-                 "Linear and convolution products: f32, or bf16 mixed precision (bf16 inputs, f32 accumulation; "
-                 "needs AVX512-BF16 or AMX; docs/bf16.md)")
-      ->capture_default_str();
+  add_precision_flag(cmd, f.precision);
   auto* resume = cmd.add_flag("--resume", f.resume,
                               "Continue the run in --out from its committed checkpoint (its own config.json)");
   cmd.add_flag("--overwrite", f.overwrite, "Replace the run that --out holds (without it, such an --out is refused)")
@@ -77,9 +73,6 @@ void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f, std::function<void
 }
 
 void run_image_training(ImageClassifier& flags_model, const ImageTrainFlags& f) {
-  const MatmulPrecision precision = parse_matmul_precision(f.precision);  // refusals before any work
-  check(precision != MatmulPrecision::kBf16 || gemm_bf16_available(), "--precision bf16: ",
-        gemm_bf16_unavailable_reason());
   const RunStart how = run_start(f.resume, f.overwrite);
   const RunDir run(f.opts.out_dir, how, "image");  // refusals before any work
   check_optim_flags({.lr = f.opts.max_lr, .min_lr = f.opts.min_lr, .weight_decay = f.opts.adamw.weight_decay,
@@ -97,7 +90,7 @@ void run_image_training(ImageClassifier& flags_model, const ImageTrainFlags& f) 
   opts.start = how == RunStart::kOverwrite ? RunStart::kOverwrite : RunStart::kNew;
   if (f.no_augment) opts.pad = 0, opts.flip = false;
   opts.progress = !f.json;
-  opts.precision = precision;
+  opts.precision = parse_matmul_precision(f.precision);  // checked by add_precision_flag
   model.init_random(f.init_seed ? f.init_seed : opts.seed);
   ImageTrainer trainer(model, train, test, opts);
   const int64_t start = f.resume ? trainer.resume() : 0;

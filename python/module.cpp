@@ -76,11 +76,11 @@ PYBIND11_MODULE(_attnkit, m) {
       "set_matmul_precision",
       [](const std::string& name) { attnkit::set_matmul_precision(attnkit::parse_matmul_precision(name)); },
       pybind11::arg("precision"),
-      "Precision of the linear layers' products, process-wide: 'f32' (default) or 'bf16' (bf16 inputs, "
+      "Precision of the linear and convolution layers' products, process-wide: 'f32' (default) or 'bf16' (bf16 inputs, "
       "f32 accumulation, on AMX / AVX512-BF16; weights and everything else stay f32; ValueError where "
       "bf16_available() is False).");
   m.def("matmul_precision", [] { return attnkit::matmul_precision_name(attnkit::matmul_precision()); },
-        "The linear layers' product precision in effect: 'f32' or 'bf16'.");
+        "The linear and convolution layers' product precision in effect: 'f32' or 'bf16'.");
   m.def("bf16_available", &attnkit::gemm_bf16_available,
         "True when set_matmul_precision('bf16') can be used: a oneDNN build on a CPU with AVX512-BF16 or AMX.");
   m.def(

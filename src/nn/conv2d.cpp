@@ -41,6 +41,7 @@ Conv2dGeometry check_conv2d(const char* fn, ConstView4 out, const char* out_name
   g.n = x.shape[0], g.c = x.shape[1], g.h = x.shape[2], g.w = x.shape[3];
   g.o = w.shape[0], g.kh = w.shape[2], g.kw = w.shape[3];
   g.stride = opts.stride, g.pad = opts.padding;
+  g.bf16 = matmul_precision() == MatmulPrecision::kBf16;
   check_nchw(x, fn, "x", "[N, C, H, W]", g.n, g.c, g.h, g.w);
   check(w.shape[1] == g.c, fn, ": w: expected [O, C, KH, KW] with C = ", g.c, " (x's channels), got C = ",
         w.shape[1]);
@@ -239,9 +240,6 @@ constexpr int64_t kChunkFloats = 256 << 10;  // ... with a column matrix that st
 
 float* scratch(int which, int64_t n) { return nn::conv_scratch(which, n); }
 
-// True in the bf16 mixed-precision mode: products on gemm_bf16, the column path only.
-bool bf16_products() { return matmul_precision() == MatmulPrecision::kBf16; }
-
 // C[m, n] = op(A)·op(B) + beta·C (row-major, as sgemm with alpha 1): gemm_bf16 when bf16, else sgemm.
 void product(bool bf16, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
              const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -280,7 +278,7 @@ namespace {
 
 // y = conv(x, w) without bias, w as [O, C·KH·KW]: one GEMM per chunk of images.
 void forward_chunks(View4 y, ConstView4 x, const float* w, const nn::Conv2dGeometry& g) {
-  const bool bf16 = bf16_products();
+  const bool bf16 = g.bf16;
   if (!bf16 && nn::winograd_applies(g)) return nn::winograd_conv3x3(y, x, w, false, g);
   const int64_t k = g.c * g.kh * g.kw, ohw = g.oh * g.ow;
   const int64_t per = images_per_gemm(g, g.n), chunks = (g.n + per - 1) / per;
@@ -321,6 +319,7 @@ nn::Conv2dGeometry input_gradient_geometry(const nn::Conv2dGeometry& g) {
   t.o = g.c, t.kh = g.kh, t.kw = g.kw;
   t.stride = 1, t.pad = g.kh - 1 - g.pad;
   t.oh = g.h, t.ow = g.w;
+  t.bf16 = g.bf16;
   return t;
 }
 
@@ -383,7 +382,7 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
   if (want_x && (k == 0 || g.o == 0 || ohw == 0))  // nothing reaches x: its gradient is zero
     for (int64_t n = 0; n < g.n; ++n) std::fill(d_x.ptr(n), d_x.ptr(n) + g.c * g.h * g.w, 0.0f);
   if (g.n == 0 || k == 0 || g.o == 0 || ohw == 0) return;
-  const bool bf16 = bf16_products();
+  const bool bf16 = g.bf16;
   const bool x_by_onednn = want_x && nn::onednn_applies(nn::ConvPass::kBackwardData, g);
   if (x_by_onednn) nn::onednn_conv_backward_data(d_x, d_y, w.data, g);
   const bool x_by_winograd = want_x && !bf16 && !x_by_onednn && input_gradient_is_winograd(g);

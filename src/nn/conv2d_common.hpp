@@ -13,6 +13,9 @@ struct Conv2dGeometry {
   int64_t o = 0, kh = 0, kw = 0;       // weight [O, C, KH, KW]
   int64_t oh = 0, ow = 0;              // output [N, O, OH, OW]
   int64_t stride = 1, pad = 0;
+  // The call's products in bf16 (MatmulPrecision::kBf16): read once per call by check_conv2d, so
+  // every pass and chunk of one call takes the same precision.
+  bool bf16 = false;
   // A 1×1, stride-1, unpadded convolution: the image is its own column matrix.
   bool pointwise() const { return kh == 1 && kw == 1 && stride == 1 && pad == 0; }
 };

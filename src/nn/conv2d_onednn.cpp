@@ -12,8 +12,8 @@
 // only), each into its own partial, then adds the partials in group order, as the column path
 // does with its groups: every result is bitwise identical for any thread count.
 //
-// Primitives (and their reorders) are cached per (pass, chunk geometry): none is created per call
-// once a shape has been seen.
+// Primitives (and their reorders) are cached per (pass, chunk geometry, precision): none is created
+// per call once a shape has been seen.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -23,7 +23,6 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/nn/conv2d.hpp"
-#include "attnkit/ops/matmul_precision.hpp"
 #include "conv2d_common.hpp"
 
 #if ATTNKIT_HAVE_DNNL
@@ -136,17 +135,14 @@ struct Plan {
 
 using Key = std::array<int64_t, 11>;
 
-// True in the bf16 mixed-precision mode: the primitives' inputs are bf16, their outputs float32.
-bool bf16_mode() { return matmul_precision() == MatmulPrecision::kBf16; }
-
-Key plan_key(ConvPass pass, const Conv2dGeometry& g, bool bf16) {
-  return {int64_t(pass), g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.stride, g.pad, int64_t(bf16)};
+Key plan_key(ConvPass pass, const Conv2dGeometry& g) {
+  return {int64_t(pass), g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.stride, g.pad, int64_t(g.bf16)};
 }
 
-// With bf16, every input of the pass (x, w, d_y) is bf16 in the primitive's layout (the reorders
+// With g.bf16, every input of the pass (x, w, d_y) is bf16 in the primitive's layout (the reorders
 // round it) and its output (y, d_x, d_w) float32.
-Plan build_plan(ConvPass pass, const Conv2dGeometry& g, bool bf16) {
-  const auto f32 = memory::data_type::f32, in = bf16 ? memory::data_type::bf16 : f32;
+Plan build_plan(ConvPass pass, const Conv2dGeometry& g) {
+  const auto f32 = memory::data_type::f32, in = g.bf16 ? memory::data_type::bf16 : f32;
   const memory::dims src{g.n, g.c, g.h, g.w}, wei{g.o, g.c, g.kh, g.kw}, dst{g.n, g.o, g.oh, g.ow};
   const memory::dims strides{g.stride, g.stride}, pad_l{g.pad, g.pad};
   const memory::dims pad_r{right_padding(g.h, g.oh, g.kh, g.stride, g.pad),
@@ -199,15 +195,14 @@ const Plan& plan(ConvPass pass, const Conv2dGeometry& g) {
   cpu_engine();  // constructed before the cache, so destroyed after the primitives made on it
   static std::mutex mu;
   static std::map<Key, std::unique_ptr<Plan>> cache;
-  const bool bf16 = bf16_mode();
   const std::lock_guard<std::mutex> lock(mu);
-  std::unique_ptr<Plan>& entry = cache[plan_key(pass, g, bf16)];
+  std::unique_ptr<Plan>& entry = cache[plan_key(pass, g)];
   if (!entry) {
     const OpenMpThreadsScope one(1);
     try {
-      entry = std::make_unique<Plan>(build_plan(pass, g, bf16));
+      entry = std::make_unique<Plan>(build_plan(pass, g));
     } catch (const dnnl::error& e) {
-      cache.erase(plan_key(pass, g, bf16));
+      cache.erase(plan_key(pass, g));
       fail("conv2d: oneDNN could not create the convolution: ", e.what());
     }
   }
@@ -314,11 +309,13 @@ bool onednn_applies(ConvPass pass, const Conv2dGeometry& g) {
   if (!supported) return false;
   if (e == Conv2dEngine::kOneDnn) return true;
   const bool square3 = g.kh == 3 && g.kw == 3 && g.stride == 1 && g.pad == 1 && g.c >= 16 && g.o >= 16;
-  // kAuto in the bf16 mode (a CPU with AVX512-BF16 or AMX): against the column path on gemm_bf16,
-  // oneDNN's bf16 convolution ran every forward pass of the CNN's layers 1.3–1.8× as fast, and
-  // d_x and d_w of the 3×3 layers with >= 16 channels each way 0.97–1.44×; the stem, the 1×1
-  // layers and CBAM's gate lost d_x and d_w (0.33–0.96×) (Zen 5, bench/conv_bench.cpp bf16:1).
-  if (bf16_mode()) return pass == ConvPass::kForward || square3;
+  // kAuto in the bf16 mode (a CPU with AVX512-BF16 or AMX; measured on Zen 5 with AVX512-BF16,
+  // bench/conv_bench.cpp bf16:1, and applied to AMX unmeasured): against the column path on
+  // gemm_bf16, oneDNN's bf16 convolution ran every forward pass of the CNN's layers 1.3–1.8× as
+  // fast, and d_x and d_w of the 3×3 layers with >= 16 channels each way 0.97–1.46×; on the stem,
+  // CBAM's gate and the 14×14 1×1 layer it lost d_x and d_w (0.25–0.78×), and the 7×7 1×1 layer
+  // was even (1.0–1.15×).
+  if (g.bf16) return pass == ConvPass::kForward || square3;
   if (!onednn_convolutions_preferred()) return false;
   // kAuto on a CPU with AMX: the classes measured faster by oneDNN there (bench/conv_bench.cpp,
   // the CNN's layers; the table is in docs/performance.md). 3×3 same-size layers with >= 16

@@ -118,8 +118,9 @@ std::shared_ptr<Plan> make_plan(bool ta, bool tb, int64_t m, int64_t n, int64_t 
 }
 
 // Plans kept at most; past it the cache starts over (callers hold their plan by shared_ptr), so
-// shapes that change every call (token counts) cannot grow it without bound.
-constexpr size_t kMaxPlans = 64;
+// shapes that change every call (token counts) cannot grow it without bound. A model's step uses a
+// few per layer shape (full and short chunks of images, beta 0 and 1), well below it.
+constexpr size_t kMaxPlans = 1024;
 
 std::shared_ptr<Plan> plan_for(const Key& key) {
   cpu_engine();  // constructed before the cache, so destroyed after what was made on it

@@ -1,4 +1,4 @@
-// The process-wide matmul precision of the linear layers (f32 default, opt-in bf16).
+// The process-wide matmul precision of the linear and convolution layers (f32 default, opt-in bf16).
 #include "attnkit/ops/matmul_precision.hpp"
 
 #include <atomic>

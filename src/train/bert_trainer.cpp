@@ -123,7 +123,7 @@ std::vector<BertExample> BertTrainer::step_examples(int64_t s) const {
 TrainingLoopOptions BertTrainer::loop_options() const {
   return {.steps = options_.steps, .eval_every = options_.eval_every, .checkpoint_every = options_.checkpoint_every,
           .clip = options_.clip, .seed = options_.seed, .out_dir = options_.out_dir, .start = options_.start,
-          .progress = options_.progress, .progress_every = 10};
+          .progress = options_.progress, .progress_every = 10, .precision = options_.precision};
 }
 
 void BertTrainer::load_weights(const std::string& ckpt) {
@@ -183,6 +183,7 @@ std::string BertTrainer::progress_text(const StepRecord& r, int64_t steps, const
 }
 
 BertEvalResult BertTrainer::evaluate(int64_t max_examples) {
+  const MatmulPrecisionScope precision(options_.precision);
   model_.set_training(false);
   BertEvalResult r;
   const auto obj = options_.objective;

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "attnkit/core/error.hpp"
-#include "attnkit/ops/gemm_bf16.hpp"
 #include "attnkit/train/grad_clip.hpp"
 
 namespace attnkit {
@@ -62,7 +61,8 @@ GptTrainer::GptTrainer(GptModel& model, const TextCorpus& corpus, const TrainOpt
              .checkpoint_every = options.checkpoint_every, .clip = options.clip, .seed = options.seed,
              .out_dir = options.out_dir, .start = options.start,
              .writer = options.dp_rank == 0 && options.tp_rank == 0, .collective_save = bool(options.tp_save),
-             .progress = options.progress, .progress_every = std::max<int64_t>(10, options.steps / 20)}) {
+             .progress = options.progress, .progress_every = std::max<int64_t>(10, options.steps / 20),
+            .precision = options.precision}) {
   check(options.steps >= 1, "--steps: must be >= 1");
   check(options.batch >= 1, "--batch: must be >= 1");
   check(options.seq_len >= 1 && options.seq_len <= model.config().max_position_embeddings,
@@ -70,8 +70,6 @@ GptTrainer::GptTrainer(GptModel& model, const TextCorpus& corpus, const TrainOpt
   check(options.seq_len > model.config().registers, "--seq: must exceed attnkit_registers = ",
         model.config().registers);
   check(!options.out_dir.empty(), "--out: a directory is required");
-  check(options.precision != MatmulPrecision::kBf16 || gemm_bf16_available(), "--precision bf16: ",
-        gemm_bf16_unavailable_reason());
   check(options.dp_size >= 1 && options.dp_rank >= 0 && options.dp_rank < options.dp_size,
         "--dp: rank ", options.dp_rank, " of ", options.dp_size, " is out of range");
   check(options.batch % options.dp_size == 0, "--batch: ", options.batch, " must be a multiple of the ",
@@ -119,7 +117,6 @@ float GptTrainer::forward_backward(int64_t s) {
   const Windows w = split_windows(rows, regs);
   step_tokens_ = int64_t(w.tokens.size());
   model_.zero_grad();
-  const MatmulPrecisionScope precision(options_.precision);
   float loss = 0;
   try {
     loss = model_.forward({w.tokens, w.cu}, w.targets);

@@ -14,7 +14,6 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/rng.hpp"
 #include "attnkit/nn/cross_entropy.hpp"
-#include "attnkit/ops/gemm_bf16.hpp"
 
 namespace attnkit {
 
@@ -136,8 +135,6 @@ ImageTrainer::ImageTrainer(ImageClassifier& model, const ImageDataset& train, co
       optimizer_(named_parameters(model), options.adamw, no_decay_for(model)) {
   check(options_.epochs >= 1, "--epochs: must be >= 1, got ", options_.epochs);
   check(options_.batch >= 1, "--batch: must be >= 1, got ", options_.batch);
-  check(options_.precision != MatmulPrecision::kBf16 || gemm_bf16_available(), "--precision bf16: ",
-        gemm_bf16_unavailable_reason());
   check(std::isfinite(options_.max_lr) && options_.max_lr > 0, "--lr: must be a finite number > 0, got ",
         options_.max_lr);
   check(std::isfinite(options_.min_lr) && options_.min_lr >= 0 && options_.min_lr <= options_.max_lr,
@@ -172,7 +169,7 @@ ImageTrainer::ImageTrainer(ImageClassifier& model, const ImageDataset& train, co
                                     .out_dir = options_.out_dir, .start = options_.start,
                                     .progress = options_.progress,
                                     .progress_every = std::max<int64_t>(1, steps_per_epoch_ / 10),
-                                    .newline_after_eval = true});
+                                    .newline_after_eval = true, .precision = options_.precision});
 }
 
 std::vector<int64_t> ImageTrainer::epoch_order(int64_t epoch) const {
@@ -200,18 +197,12 @@ float ImageTrainer::forward_backward(int64_t s) {
                .flip = options_.flip, .seed = options_.seed, .epoch = uint64_t(epoch)});
   model_.set_training(true, options_.seed * 1000003ULL + uint64_t(s));
   model_.zero_grad();
-  const MatmulPrecisionScope precision(options_.precision);
   const ConstView2 logits = model_.forward(x.view());
   Tensor<float, 2> d_logits({n, logits.shape[1]});
   step_correct_ = 0;
   step_loss_ = batch_loss(logits, labels, d_logits.view(), &step_correct_);
   if (std::isfinite(step_loss_)) model_.backward(d_logits.view());
   return float(step_loss_);
-}
-
-void ImageTrainer::evaluate() {
-  const MatmulPrecisionScope precision(options_.precision);
-  test_result_ = evaluate_images(model_, test_, norm_, options_.eval_limit);
 }
 
 double ImageTrainer::step(int64_t s, int64_t* correct) {

@@ -11,6 +11,7 @@
 #include "attnkit/core/clock.hpp"
 #include "attnkit/core/error.hpp"
 #include "attnkit/nn/parallel_blocks.hpp"  // first_non_finite
+#include "attnkit/ops/gemm_bf16.hpp"
 #include "attnkit/train/grad_clip.hpp"
 
 namespace attnkit {
@@ -49,6 +50,8 @@ TrainingLoop::TrainingLoop(TrainingTask& task, AdamW& optimizer, TrainingLoopOpt
   check(options_.steps >= 1, "--steps: must be >= 1");
   check(!options_.out_dir.empty(), "--out: a directory is required");
   check(options_.progress_every >= 1, "progress_every: must be >= 1");
+  check(options_.precision != MatmulPrecision::kBf16 || gemm_bf16_available(), "--precision bf16: ",
+        gemm_bf16_unavailable_reason());
 }
 
 int64_t TrainingLoop::resume() {
@@ -72,6 +75,7 @@ StepRecord TrainingLoop::step(int64_t s) {
   r.step = s;
   {
     const WeightPackScope packs(packs_);  // ends (and empties the cache) before the update
+    const MatmulPrecisionScope precision(options_.precision);
     r.loss = task_.forward_backward(s);
   }
   // The divergence messages end with kKept, options_.out_dir, kKeptEnd (assembled only on failure).
@@ -120,7 +124,10 @@ StepRecord TrainingLoop::run() {
     last.budget_reached = options_.max_seconds > 0 && trained_seconds_ >= options_.max_seconds;
     task_.after_step(last);
     const bool eval = due_after(next_step_, options_.eval_every, options_.steps) || last.budget_reached;
-    if (eval) task_.evaluate();
+    if (eval) {
+      const MatmulPrecisionScope precision(options_.precision);
+      task_.evaluate();
+    }
     if (show && (tty || eval || s % options_.progress_every == 0)) {
       const double eta = double(options_.steps - next_step_) * stepping / double(done);
       std::fprintf(stderr, "%s%s%s", tty ? "\r" : "",

@@ -1,8 +1,8 @@
 // conv2d in the bf16 mixed-precision mode: y, d_x and d_w against the float64 reference on the
 // bf16-rounded x, w and d_y within the float32 summation bars (rounding the operands is the mode's
 // only other error), d_b against the unrounded reference (it stays float32), under every
-// Conv2dEngine (bf16 takes the column path whatever the engine), with a check that the bars do
-// tell bf16 from float32, and bitwise the same results for 1 and 2 threads.
+// Conv2dEngine (the column path on gemm_bf16, oneDNN's bf16 convolution, and kAuto's mix), with a
+// check that the bars do tell bf16 from float32, and bitwise the same results for 1 and 2 threads.
 #include <gtest/gtest.h>
 
 #include "attnkit/core/parallel.hpp"

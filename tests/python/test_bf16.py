@@ -56,13 +56,14 @@ def _conv_torch(x, w, b, d_y, stride, padding, dtype, autocast):
 
 
 @pytest.mark.skipif(not attnkit.bf16_available(), reason="no AVX512-BF16 / AMX, or built without oneDNN")
+@pytest.mark.parametrize("engine", ["auto", "builtin"])  # auto: oneDNN's bf16 convolution where it applies
 @pytest.mark.parametrize("n,c,h,w,o,k,stride,padding", [
-    (4, 16, 14, 14, 16, 3, 1, 1),   # Winograd's class in f32: the column path in bf16
+    (4, 16, 14, 14, 16, 3, 1, 1),   # Winograd's class in f32; oneDNN for all three passes under auto
     (3, 1, 28, 28, 8, 3, 1, 1),     # the CNN's stem
     (2, 8, 9, 9, 12, 1, 1, 0),      # pointwise
     (2, 4, 12, 12, 6, 5, 2, 2),     # strided
     (2, 2, 10, 10, 1, 7, 1, 3)])    # CBAM's spatial gate (input gradient as a convolution)
-def test_conv2d_in_bf16_err_at_most_twice_torch_autocast(n, c, h, w, o, k, stride, padding):
+def test_conv2d_in_bf16_err_at_most_twice_torch_autocast(engine, n, c, h, w, o, k, stride, padding):
     """attnkit's bf16 conv2d (y, d_x, d_w) against float64: at most twice the error of PyTorch's
     autocast conv2d, and well above attnkit's own float32 error (the products really are bf16)."""
     from attnkit import nn
@@ -75,12 +76,15 @@ def test_conv2d_in_bf16_err_at_most_twice_torch_autocast(n, c, h, w, o, k, strid
     d_y = rng.standard_normal((n, o, oh, ow)).astype(np.float32)
 
     def ours(precision):
+        saved = attnkit.conv2d_engine()
         attnkit.set_matmul_precision(precision)
+        attnkit.set_conv2d_engine(engine)
         try:
             y = nn.conv2d(x, wt, b, stride=stride, padding=padding)
             d_x, d_w, _ = nn.conv2d_backward(d_y, x, wt, has_bias=True, stride=stride, padding=padding)
         finally:
             attnkit.set_matmul_precision("f32")
+            attnkit.set_conv2d_engine(saved)
         return [np.asarray(a, dtype=np.float64) for a in (y, d_x, d_w)]
 
     exact = _conv_torch(x, wt, b, d_y, stride, padding, torch.float64, False)

@@ -1,5 +1,5 @@
 """`attnkit train gpt`, `eval` and `generate` end to end on Debian's fortunes: a resumed run
-reproduces the uninterrupted losses bit for bit, divergence stops with a clear message and keeps
+reproduces the uninterrupted losses bit for bit, bf16 training (GPT and BERT), divergence stops with a clear message and keeps
 the last checkpoint, and generation with a sink cache keeps constant memory."""
 import csv
 import os
@@ -50,6 +50,27 @@ def test_bf16_run_resumes_bitwise_and_differs_from_f32(tmp_path):
     assert f32 != bf16
     for (_, lf, _), (_, lb, _) in zip(f32, bf16):
         assert abs(float(lb) - float(lf)) <= 0.01 * float(lf)
+
+
+def test_bert_trains_in_bf16_and_refuses_a_bad_precision(tmp_path):
+    """`train bert --precision bf16` trains (other weights than f32's); an unknown precision is one
+    line and exit 2, before anything is created."""
+    def bert(out, *extra):
+        return subprocess.run([CLI, "train", "bert", "--preset", "tiny", "--batch", "4", "--seq", "32",
+                               "--steps", "3", "--eval-every", "0", "--eval-examples", "4", "--quiet",
+                               "--threads", "1", "--out", str(out), *extra], capture_output=True, text=True)
+    r = bert(tmp_path / "bad", "--precision", "fp8")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--precision" in r.stderr, r.stderr
+    assert not (tmp_path / "bad").exists()
+    if not attnkit.bf16_available():
+        r = bert(tmp_path / "bf16", "--precision", "bf16")
+        assert r.returncode == 2 and "bf16" in r.stderr, r.stderr
+        return
+    for p in ("f32", "bf16"):
+        r = bert(tmp_path / p, "--precision", p)
+        assert r.returncode == 0, r.stderr
+    assert ((tmp_path / "f32" / "model.safetensors").read_bytes() !=
+            (tmp_path / "bf16" / "model.safetensors").read_bytes())
 
 
 def test_divergence_stops_with_a_message_and_keeps_the_checkpoint(tmp_path):

@@ -107,6 +107,7 @@ def test_bad_input_is_one_line_exit_2(args, message, tmp_path):
     r = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+    assert not (tmp_path / "X").exists()  # refused before the run directory is made
 
 
 def test_classify_rejects_a_non_image(data, tmp_path):

@@ -19,8 +19,8 @@
 // one single-threaded oneDNN primitive per chunk of images, cached per shape.
 // In the bf16 mixed-precision mode (MatmulPrecision::kBf16, ops/matmul_precision.hpp) the inputs
 // of every product are rounded to bf16 and summed in float32: oneDNN's bf16 convolution where
-// Conv2dEngine picks it (under kAuto: every forward pass, and d_x and d_w of 3×3 layers with
-// >= 16 channels each way), else the im2col path on gemm_bf16; never Winograd.
+// Conv2dEngine picks it (under kAuto: every forward pass, and d_x and d_w of 3×3, stride-1,
+// padding-1 layers with >= 16 channels each way), else the im2col path on gemm_bf16; never Winograd.
 // Images run in parallel; d_w sums fixed groups of images in a fixed order, so results are
 // bitwise identical for any thread count. Reference (conv2d_reference.cpp): direct loops in double.
 #include <cstdint>
@@ -36,10 +36,12 @@ struct Conv2dOptions {
   int64_t padding = 0;  // zeros on every side, >= 0
 };
 
-// Which implementation conv2d_forward and conv2d_backward use. kAuto: on CPUs with AMX, oneDNN's
-// convolution for the layer classes where it measured faster there, the built-in paths elsewhere
-// and on every other CPU (where oneDNN's measured slower or equal); kBuiltin: im2col +
-// sgemm and Winograd only; kOneDnn: oneDNN for every layer it supports. The process-wide default
+// Which implementation conv2d_forward and conv2d_backward use. kAuto: in float32, on CPUs with AMX,
+// oneDNN's convolution for the layer classes where it measured faster there, the built-in paths
+// elsewhere and on every other CPU (where oneDNN's measured slower or equal); in the bf16 mode,
+// oneDNN's bf16 convolution for the passes listed above, on any CPU; kBuiltin: the built-in paths
+// only (im2col + sgemm and Winograd; in bf16, im2col + gemm_bf16); kOneDnn: oneDNN for every
+// layer it supports. The process-wide default
 // is kAuto, or the environment variable ATTNKIT_CONV_ENGINE (auto, builtin, onednn) read once.
 enum class Conv2dEngine { kAuto, kBuiltin, kOneDnn };
 // Sets the engine for every later call; throws attnkit::Error for kOneDnn when built without oneDNN.

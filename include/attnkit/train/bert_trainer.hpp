@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attnkit/models/bert.hpp"
+#include "attnkit/ops/matmul_precision.hpp"
 #include "attnkit/train/adamw.hpp"
 #include "attnkit/train/bert_batching.hpp"
 #include "attnkit/train/bert_data.hpp"
@@ -42,6 +43,9 @@ struct BertTrainOptions {
   std::string out_dir{};       // the run directory (run_dir.hpp): checkpoints, model, log.csv
   RunStart start = RunStart::kNew;  // how run() treats out_dir unless resume() was called
   bool progress = true;
+  // Linear products during training steps and evaluations (the CLI's --precision): f32, or the
+  // opt-in bf16 mixed precision (ops/matmul_precision.hpp; weights and AdamW stay f32).
+  MatmulPrecision precision = MatmulPrecision::kF32;
 };
 
 struct BertStepResult {

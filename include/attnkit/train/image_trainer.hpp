@@ -118,7 +118,7 @@ class ImageTrainer : private TrainingTask {
   std::span<float> gradients() override { return model_.gradients(); }
   std::span<const float> parameters() override { return model_.parameters(); }
   void after_step(const StepRecord& r) override;
-  void evaluate() override;
+  void evaluate() override { test_result_ = evaluate_images(model_, test_, norm_, options_.eval_limit); }
   std::string log_header() const override;
   void log_row(std::ostream& log, const StepRecord& r, bool evaluated) override;
   std::string progress_text(const StepRecord& r, int64_t steps, const std::string& eta,

@@ -5,9 +5,10 @@
 // the evaluation and checkpoint cadence. A model plugs in a TrainingTask: forward and backward on
 // step s's batch, its evaluation, its log rows and progress text, and the files a checkpoint holds.
 //
-// Step s (0-based) runs: task.forward_backward(s) → loss check → clip (norm check) → lr =
+// Step s (0-based) runs: task.forward_backward(s) (in the options' matmul precision) → loss check → clip (norm check) → lr =
 // task.learning_rate(s) → AdamW step → parameter check. After it, in order: evaluation (every
-// eval_every steps, at the last step, and when the time budget stops the run), the progress line,
+// eval_every steps, at the last step, and when the time budget stops the run; in the options'
+// matmul precision too), the progress line,
 // the log row, and a checkpoint (every checkpoint_every steps, at the last step, at a budget stop).
 #include <cstdint>
 #include <iosfwd>
@@ -16,6 +17,7 @@
 #include <string>
 
 #include "attnkit/core/weight_pack_cache.hpp"
+#include "attnkit/ops/matmul_precision.hpp"
 #include "attnkit/train/adamw.hpp"
 #include "attnkit/train/run_dir.hpp"
 
@@ -45,6 +47,10 @@ struct TrainingLoopOptions {
   bool progress = true;            // progress lines on stderr (redrawn in place on a TTY)
   int64_t progress_every = 10;     // not a TTY: a line for steps s with s % progress_every == 0
   bool newline_after_eval = false; // on a TTY: end the progress line after each evaluation
+  // The linear and convolution products of forward_backward and evaluate (the CLI's
+  // --precision): f32, or the opt-in bf16 mixed precision (ops/matmul_precision.hpp; weights and
+  // AdamW stay f32). bf16 needs gemm_bf16_available().
+  MatmulPrecision precision = MatmulPrecision::kF32;
 };
 
 // The model-specific part of training.
@@ -94,7 +100,8 @@ bool due_after(int64_t completed, int64_t every, int64_t total);
 
 class TrainingLoop {
  public:
-  // Checks the options (steps >= 1, an output directory); the optimizer updates task's parameters.
+  // Checks the options (steps >= 1, an output directory, a precision this process can run); the
+  // optimizer updates task's parameters.
   TrainingLoop(TrainingTask& task, AdamW& optimizer, TrainingLoopOptions options);
   // Continues from out_dir's committed checkpoint (RunDir's refusal rules, config and seed
   // checks); returns the step to start at.
