@@ -39,7 +39,6 @@ struct BertCli {
   std::vector<std::string> classes{"computers", "definitions", "people", "songs-poems"};
   BertTrainOptions opts;
   ScheduleFlags schedule{.lr = 1e-3, .min_lr = 1e-4, .warmup = 30};
-  std::string precision = "f32";  // --precision: f32 or bf16 (ops/matmul_precision.hpp)
   bool resume = false, overwrite = false, quiet = false;
   BertCli() {
     opts.steps = 300;
@@ -69,7 +68,7 @@ void add_common_options(CLI::App* cmd, BertCli& cli) {
   cmd->add_flag("--overwrite", cli.overwrite, "Replace the run that --out holds (without it, such an --out is refused)")
       ->excludes(resume);
   add_threads_flag(*cmd, cli.schedule.threads);
-  add_precision_flag(*cmd, cli.precision);
+  add_precision_flag(*cmd, cli.opts.precision);
   cmd->add_flag("--quiet", cli.quiet, "No progress output");
 }
 
@@ -82,7 +81,6 @@ BertTrainOptions train_options(const BertCli& cli) {
   o.start = run_start(cli);
   o.progress = !cli.quiet;
   o.batching = parse_batching(cli.batching);
-  o.precision = parse_matmul_precision(cli.precision);  // checked by add_precision_flag
   return o;
 }
 

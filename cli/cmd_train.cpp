@@ -31,7 +31,6 @@ struct TrainCli {
   TrainOptions opts;
   ScheduleFlags schedule{.lr = 1e-3, .min_lr = 1e-4, .warmup = 100};
   int64_t tokens = 0;  // > 0: steps = ceil(tokens / (batch · seq))
-  std::string precision = "f32";  // --precision: f32 or bf16 (ops/matmul_precision.hpp)
   bool resume = false, overwrite = false, quiet = false, dp = false;
   int64_t tp = 1;  // > 1: tensor parallel over that many MPI processes
   TrainCli() {  // the default run: about 16 minutes on 2 cores (docs/models.md)
@@ -119,7 +118,6 @@ TrainOptions train_options(const TrainCli& cli, const GptConfig& cfg) {
   TrainOptions o = checked_gpt_train_options(cli.opts, cli.schedule, cli.tokens, cfg);
   o.out_dir = cli.out;
   o.start = run_start(cli);
-  o.precision = parse_matmul_precision(cli.precision);
   return o;
 }
 
@@ -207,7 +205,7 @@ void add_train_command(CLI::App& app) {
                   "the MLP (Megatron split) and runs the whole batch; rank 0 writes an ordinary one-process "
                   "checkpoint (gathered). 1 = off; not with --dp")
       ->capture_default_str();
-  add_precision_flag(*gpt, cli->precision);
+  add_precision_flag(*gpt, cli->opts.precision);
   add_threads_flag(*gpt, cli->schedule.threads);
   gpt->add_flag("--quiet", cli->quiet, "No progress output");
   gpt->callback([cli, gpt] {

@@ -80,10 +80,11 @@ CLI::Option* add_threads_flag(CLI::App& cmd, int& threads) {
       ->capture_default_str();
 }
 
-CLI::Option* add_precision_flag(CLI::App& cmd, std::string& precision) {
+CLI::Option* add_precision_flag(CLI::App& cmd, MatmulPrecision& precision) {
   return cmd
-      .add_option("--precision", precision,
-                  "Linear and convolution products: f32, or bf16 mixed precision (bf16 inputs, f32 "
+      .add_option_function<std::string>(
+          "--precision", [&precision](const std::string& s) { precision = parse_matmul_precision(s); },
+          "Linear and convolution products: f32, or bf16 mixed precision (bf16 inputs, f32 "
                   "accumulation; weights, optimizer, attention and norms stay f32; needs AVX512-BF16 or AMX; "
                   "docs/bf16.md)")
       ->check(CLI::Validator(
@@ -93,7 +94,7 @@ CLI::Option* add_precision_flag(CLI::App& cmd, std::string& precision) {
             return {};
           },
           "f32|bf16"))
-      ->capture_default_str();
+      ->default_str(matmul_precision_name(precision));
 }
 
 CLI::Option* add_seed_flag(CLI::App& cmd, uint64_t& seed, const std::string& help) {

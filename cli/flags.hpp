@@ -11,6 +11,7 @@
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/models/gpt_config.hpp"
 #include "attnkit/models/model_registry.hpp"
+#include "attnkit/ops/matmul_precision.hpp"
 
 namespace attnkit::cli {
 
@@ -23,7 +24,7 @@ CLI::Option* add_seed_flag(CLI::App& cmd, uint64_t& seed, const std::string& hel
 CLI::Option* add_json_flag(CLI::App& cmd, bool& json, const std::string& help);
 // --precision f32|bf16: the training's linear and convolution products (ops/matmul_precision.hpp);
 // bf16 is refused at parse time where this process cannot run it (gemm_bf16_available).
-CLI::Option* add_precision_flag(CLI::App& cmd, std::string& precision);
+CLI::Option* add_precision_flag(CLI::App& cmd, MatmulPrecision& precision);
 
 // --sink-tokens N: StreamingLLM's sink tokens, the first N tokens a KV cache keeps for ever
 // (kv/kv_cache.hpp; not the softmax's sink logits). The old spellings --sink and --sinks fail

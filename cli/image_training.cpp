@@ -60,7 +60,7 @@ void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f, std::function<void
   cmd.add_option("--eval-limit", f.opts.eval_limit, "Evaluate on the first N test images (0: all)")->capture_default_str();
   add_seed_flag(cmd, f.opts.seed, "Seed for shuffling, augmentation and initialisation");
   add_threads_flag(cmd, f.threads);
-  add_precision_flag(cmd, f.precision);
+  add_precision_flag(cmd, f.opts.precision);
   auto* resume = cmd.add_flag("--resume", f.resume,
                               "Continue the run in --out from its committed checkpoint (its own config.json)");
   cmd.add_flag("--overwrite", f.overwrite, "Replace the run that --out holds (without it, such an --out is refused)")
@@ -90,7 +90,6 @@ void run_image_training(ImageClassifier& flags_model, const ImageTrainFlags& f) 
   opts.start = how == RunStart::kOverwrite ? RunStart::kOverwrite : RunStart::kNew;
   if (f.no_augment) opts.pad = 0, opts.flip = false;
   opts.progress = !f.json;
-  opts.precision = parse_matmul_precision(f.precision);  // checked by add_precision_flag
   model.init_random(f.init_seed ? f.init_seed : opts.seed);
   ImageTrainer trainer(model, train, test, opts);
   const int64_t start = f.resume ? trainer.resume() : 0;

@@ -21,7 +21,6 @@ struct ImageTrainFlags {
   std::string data_dir;      // MNIST-style IDX directory (default: Debian's Fashion-MNIST)
   uint64_t init_seed = 0;    // weight initialisation (0: use --seed)
   int threads = 0;           // 0: all cores
-  std::string precision = "f32";  // --precision: f32 or bf16 (ops/matmul_precision.hpp)
   bool resume = false;
   bool overwrite = false;    // replace the run --out holds
   bool shape_given = false;  // a model-shape flag was on the command line (see shape_flags_given)

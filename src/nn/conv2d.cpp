@@ -278,8 +278,7 @@ namespace {
 
 // y = conv(x, w) without bias, w as [O, C·KH·KW]: one GEMM per chunk of images.
 void forward_chunks(View4 y, ConstView4 x, const float* w, const nn::Conv2dGeometry& g) {
-  const bool bf16 = g.bf16;
-  if (!bf16 && nn::winograd_applies(g)) return nn::winograd_conv3x3(y, x, w, false, g);
+  if (!g.bf16 && nn::winograd_applies(g)) return nn::winograd_conv3x3(y, x, w, false, g);
   const int64_t k = g.c * g.kh * g.kw, ohw = g.oh * g.ow;
   const int64_t per = images_per_gemm(g, g.n), chunks = (g.n + per - 1) / per;
   BlasThreadsScope blas(1);
@@ -292,11 +291,11 @@ void forward_chunks(View4 y, ConstView4 x, const float* w, const nn::Conv2dGeome
       col = c;
     }
     if (nb == 1) {
-      product(bf16, false, false, g.o, ohw, k, w, k, col, ohw, 0.0f, y.ptr(n0), ohw);
+      product(g.bf16, false, false, g.o, ohw, k, w, k, col, ohw, 0.0f, y.ptr(n0), ohw);
       return;
     }
     float* out = scratch(1, g.o * cols);
-    product(bf16, false, false, g.o, cols, k, w, k, col, cols, 0.0f, out, cols);
+    product(g.bf16, false, false, g.o, cols, k, w, k, col, cols, 0.0f, out, cols);
     for (int64_t bi = 0; bi < nb; ++bi)
       for (int64_t o = 0; o < g.o; ++o) std::copy_n(out + o * cols + bi * ohw, ohw, y.ptr(n0 + bi, o));
   });
@@ -382,17 +381,16 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
   if (want_x && (k == 0 || g.o == 0 || ohw == 0))  // nothing reaches x: its gradient is zero
     for (int64_t n = 0; n < g.n; ++n) std::fill(d_x.ptr(n), d_x.ptr(n) + g.c * g.h * g.w, 0.0f);
   if (g.n == 0 || k == 0 || g.o == 0 || ohw == 0) return;
-  const bool bf16 = g.bf16;
   const bool x_by_onednn = want_x && nn::onednn_applies(nn::ConvPass::kBackwardData, g);
   if (x_by_onednn) nn::onednn_conv_backward_data(d_x, d_y, w.data, g);
-  const bool x_by_winograd = want_x && !bf16 && !x_by_onednn && input_gradient_is_winograd(g);
+  const bool x_by_winograd = want_x && !g.bf16 && !x_by_onednn && input_gradient_is_winograd(g);
   if (x_by_winograd) nn::winograd_conv3x3(d_x, d_y, w.data, true, input_gradient_geometry(g));
   const bool x_by_conv = want_x && !x_by_onednn && !x_by_winograd && input_gradient_is_convolution(g);
   if (x_by_conv) input_gradient_by_convolution(d_x, d_y, w, g);
   const bool x_by_columns = want_x && !x_by_onednn && !x_by_conv && !x_by_winograd;
   const bool w_by_onednn = want_w && nn::onednn_applies(nn::ConvPass::kBackwardWeights, g);
   if (w_by_onednn) nn::onednn_conv_backward_weights(d_w, d_y, x, g);
-  const bool w_by_winograd = want_w && !bf16 && !w_by_onednn && nn::winograd_weight_gradient_applies(g);
+  const bool w_by_winograd = want_w && !g.bf16 && !w_by_onednn && nn::winograd_weight_gradient_applies(g);
   if (w_by_winograd) nn::winograd_weight_gradient(d_w, d_y, x, g);
   const bool w_by_columns = want_w && !w_by_onednn && !w_by_winograd;
   if (!w_by_columns && !x_by_columns) return;
@@ -422,16 +420,16 @@ void conv2d_backward(View4 d_x, View4 d_w, std::span<float> d_b, ConstView4 d_y,
           gather_columns(c, x, n0, nb, g);
           col = c;
         }
-        product(bf16, false, true, g.o, k, cols, dy, cols, col, cols, n0 == grp * per ? 0.0f : 1.0f,
+        product(g.bf16, false, true, g.o, k, cols, dy, cols, col, cols, n0 == grp * per ? 0.0f : 1.0f,
                 partial + grp * g.o * k, k);
       }
       if (!x_by_columns) continue;
       if (g.pointwise()) {  // nb = 1
-        product(bf16, true, false, k, ohw, g.o, w.data, k, dy, ohw, 0.0f, d_x.ptr(n0), ohw);
+        product(g.bf16, true, false, k, ohw, g.o, w.data, k, dy, ohw, 0.0f, d_x.ptr(n0), ohw);
         continue;
       }
       float* dcol = scratch(1, k * cols);
-      product(bf16, true, false, k, cols, g.o, w.data, k, dy, cols, 0.0f, dcol, cols);
+      product(g.bf16, true, false, k, cols, g.o, w.data, k, dy, cols, 0.0f, dcol, cols);
       for (int64_t b = 0; b < nb; ++b) nn::col2im(d_x.ptr(n0 + b), dcol + b * ohw, cols, g);
     }
   });
