@@ -4,6 +4,7 @@
 // start parameter gradients from zero, so they return the gradient itself (the C++ API adds).
 // python/attnkit/nn.py wraps these with keyword defaults.
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "array_views.hpp"
@@ -44,6 +45,18 @@ struct In {
     view = const_view<R>(array, name);
   }
   int64_t size(int d) const { return view.shape[size_t(d)]; }
+};
+
+// An optional rank-R input: None gives no array and an empty view (an absent optional operand).
+template <int R>
+struct OptionalIn {
+  std::optional<In<R>> in;
+  View<const float, R> view{};
+  OptionalIn(const py::object& obj, const char* name) {
+    if (obj.is_none()) return;
+    in.emplace(obj, name);
+    view = in->view;
+  }
 };
 
 // int64 vector from a 1-D integer array.
@@ -161,8 +174,9 @@ void bind_norms(py::module_& m) {
   m.def(
       "nn_layer_norm_backward",
       [](py::object dy_obj, py::object x_obj, py::object w_obj, py::object mean_obj,
-         py::object rstd_obj, bool has_bias, bool reference) {
+         py::object rstd_obj, bool has_bias, py::object residual_obj, bool reference) {
         In<2> d_y(dy_obj, "d_y"), x(x_obj, "x");
+        const OptionalIn<2> d_residual(residual_obj, "d_residual");
         const auto w = float_vector(w_obj, "w");
         const auto mean = float_vector(mean_obj, "mean"), rstd = float_vector(rstd_obj, "rstd");
         auto d_x = new_array({x.size(0), x.size(1)});
@@ -170,12 +184,15 @@ void bind_norms(py::module_& m) {
         {
           py::gil_scoped_release nogil;
           (reference ? layer_norm_backward_reference : layer_norm_backward)(
-              mutable_view<2>(d_x), span_of(d_w), span_of(d_b), d_y.view, x.view, w, mean, rstd);
+              mutable_view<2>(d_x), span_of(d_w), span_of(d_b), d_y.view, x.view, w, mean, rstd,
+              d_residual.view);
         }
         return py::make_tuple(d_x, maybe(!w.empty(), d_w), maybe(has_bias, d_b));
       },
-      "d_y"_a, "x"_a, "w"_a, "mean"_a, "rstd"_a, "has_bias"_a, "reference"_a = false,
-      "Gradients of layer_norm -> (d_x[T, C], d_w[C] or None, d_b[C] or None).");
+      "d_y"_a, "x"_a, "w"_a, "mean"_a, "rstd"_a, "has_bias"_a, "d_residual"_a = py::none(),
+      "reference"_a = false,
+      "Gradients of layer_norm -> (d_x[T, C], d_w[C] or None, d_b[C] or None); d_x includes "
+      "d_residual[T, C] when given.");
   m.def(
       "nn_rms_norm_forward",
       [](py::object x_obj, py::object w_obj, float eps, bool reference) {
@@ -194,19 +211,21 @@ void bind_norms(py::module_& m) {
   m.def(
       "nn_rms_norm_backward",
       [](py::object dy_obj, py::object x_obj, py::object w_obj, py::object rstd_obj,
-         bool reference) {
+         py::object residual_obj, bool reference) {
         In<2> d_y(dy_obj, "d_y"), x(x_obj, "x");
+        const OptionalIn<2> d_residual(residual_obj, "d_residual");
         const auto w = float_vector(w_obj, "w"), rstd = float_vector(rstd_obj, "rstd");
         auto d_x = new_array({x.size(0), x.size(1)}), d_w = new_array({py::ssize_t(w.size())});
         {
           py::gil_scoped_release nogil;
           (reference ? rms_norm_backward_reference : rms_norm_backward)(
-              mutable_view<2>(d_x), span_of(d_w), d_y.view, x.view, w, rstd);
+              mutable_view<2>(d_x), span_of(d_w), d_y.view, x.view, w, rstd, d_residual.view);
         }
         return py::make_tuple(d_x, maybe(!w.empty(), d_w));
       },
-      "d_y"_a, "x"_a, "w"_a, "rstd"_a, "reference"_a = false,
-      "Gradients of rms_norm -> (d_x[T, C], d_w[C] or None).");
+      "d_y"_a, "x"_a, "w"_a, "rstd"_a, "d_residual"_a = py::none(), "reference"_a = false,
+      "Gradients of rms_norm -> (d_x[T, C], d_w[C] or None); d_x includes d_residual[T, C] when "
+      "given.");
 }
 
 void bind_activations(py::module_& m) {

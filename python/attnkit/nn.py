@@ -72,12 +72,20 @@ def layer_norm(x, w=None, b=None, eps=1e-5, *, reference=False):
     return y.reshape(_np.shape(x)), mean.reshape(lead), rstd.reshape(lead)
 
 
-def layer_norm_backward(d_y, x, w, mean, rstd, *, has_bias=True, reference=False):
-    """Gradients of layer_norm from its mean and rstd: (d_x, d_w or None, d_b or None)."""
+def _optional_rows(a, name):
+    """_rows(a) as a 2-D array, or None for None."""
+    return None if a is None else _rows(a, name)[0]
+
+
+def layer_norm_backward(d_y, x, w, mean, rstd, *, has_bias=True, d_residual=None, reference=False):
+    """Gradients of layer_norm from its mean and rstd: (d_x, d_w or None, d_b or None). With
+    d_residual (like x), d_x is d_residual plus the norm's input gradient: the gradient of a
+    pre-norm block's input, whose skip path carries d_residual."""
     d_y2, _ = _rows(d_y, "d_y")
     x2, _ = _rows(x, "x")
     d_x, d_w, d_b = _C.nn_layer_norm_backward(d_y2, x2, w, _np.ravel(mean), _np.ravel(rstd),
-                                              has_bias, reference)
+                                              has_bias, _optional_rows(d_residual, "d_residual"),
+                                              reference)
     return d_x.reshape(_np.shape(x)), d_w, d_b
 
 
@@ -88,11 +96,13 @@ def rms_norm(x, w=None, eps=1e-6, *, reference=False):
     return y.reshape(_np.shape(x)), rstd.reshape(lead)
 
 
-def rms_norm_backward(d_y, x, w, rstd, *, reference=False):
-    """Gradients of rms_norm from its rstd: (d_x like x, d_w [C] or None)."""
+def rms_norm_backward(d_y, x, w, rstd, *, d_residual=None, reference=False):
+    """Gradients of rms_norm from its rstd: (d_x like x, d_w [C] or None); with d_residual (like
+    x), d_x is d_residual plus the norm's input gradient, as in layer_norm_backward."""
     d_y2, _ = _rows(d_y, "d_y")
     x2, _ = _rows(x, "x")
-    d_x, d_w = _C.nn_rms_norm_backward(d_y2, x2, w, _np.ravel(rstd), reference)
+    d_x, d_w = _C.nn_rms_norm_backward(d_y2, x2, w, _np.ravel(rstd),
+                                       _optional_rows(d_residual, "d_residual"), reference)
     return d_x.reshape(_np.shape(x)), d_w
 
 

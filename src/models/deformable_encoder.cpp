@@ -36,7 +36,7 @@ void ln_fwd(bool ref, View2 y, std::span<float> mean, std::span<float> rstd, Con
 void ln_bwd(bool ref, View2 d_x, std::span<float> d_w, std::span<float> d_b, ConstView2 d_y,
             ConstView2 x, std::span<const float> w, std::span<const float> mean,
             std::span<const float> rstd) {
-  (ref ? layer_norm_backward_reference : layer_norm_backward)(d_x, d_w, d_b, d_y, x, w, mean, rstd);
+  (ref ? layer_norm_backward_reference : layer_norm_backward)(d_x, d_w, d_b, d_y, x, w, mean, rstd, {});
 }
 
 // y[r, :] = a[r, :] + b[r % period, :] (b has `period` rows; period = rows: plain sum).

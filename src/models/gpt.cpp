@@ -27,8 +27,7 @@ class GptActivations {
       h1.emplace_back(std::array<int64_t, 2>{t, C});
       mid.emplace_back(std::array<int64_t, 2>{t, C});
       h2.emplace_back(std::array<int64_t, 2>{t, C});
-      gate.emplace_back(std::array<int64_t, 2>{t, F});
-      up.emplace_back(std::array<int64_t, 2>{t, F});
+      gate_up.emplace_back(std::array<int64_t, 2>{t, 2 * F});
       m.emplace_back(std::array<int64_t, 2>{t, F});
       rstd1.emplace_back(static_cast<size_t>(t));
       rstd2.emplace_back(static_cast<size_t>(t));
@@ -42,20 +41,31 @@ class GptActivations {
     d_resid = Tensor<float, 2>({t, C});
     d_mid = Tensor<float, 2>({t, C});
     d_h = Tensor<float, 2>({t, C});
-    d_h_b = Tensor<float, 2>({t, C});
-    d_gate = Tensor<float, 2>({t, F});
-    d_up = Tensor<float, 2>({t, F});
+    d_gate_up = Tensor<float, 2>({t, 2 * F});
     d_m = Tensor<float, 2>({t, F});
   }
   int64_t tokens;
   std::vector<int32_t> ids, targets, cu;
   std::vector<int64_t> positions;
-  std::vector<Tensor<float, 2>> resid, h1, mid, h2, gate, up, m;
+  // gate_up[l] = [gate | up] as one [T, 2F] product (gate_proj and up_proj rows are consecutive
+  // in the layout: one [2F, C] matrix); gate(l), up(l) are its two column halves.
+  std::vector<Tensor<float, 2>> resid, h1, mid, h2, gate_up, m;
   std::vector<std::vector<float>> rstd1, rstd2;
   std::vector<AttentionBlockWorkspace> block;
-  Tensor<float, 2> hf, tmp, d_resid, d_mid, d_h, d_h_b, d_gate, d_up, d_m;
+  Tensor<float, 2> hf, tmp, d_resid, d_mid, d_h, d_gate_up, d_m;
   std::vector<float> rstdf, losses, lse;
   bool has_loss = false;
+  View2 gate(size_t l) { return columns(gate_up[l], 0); }
+  View2 up(size_t l) { return columns(gate_up[l], 1); }
+  View2 d_gate() { return columns(d_gate_up, 0); }
+  View2 d_up() { return columns(d_gate_up, 1); }
+
+ private:
+  // Half `half` (0: left, 1: right) of the columns of a [T, 2F] tensor, as a [T, F] view.
+  static View2 columns(Tensor<float, 2>& x, int64_t half) {
+    const int64_t f = x.shape()[1] / 2;
+    return {x.data() + half * f, {x.shape()[0], f}, {x.shape()[1], 1}};
+  }
 };
 
 namespace {
@@ -206,7 +216,7 @@ ConstView2 GptModel::residual(int64_t layer) const {
 
 void GptModel::run_layers(const GptBatch& batch) {
   const auto& c = config_;
-  const int64_t t = int64_t(batch.tokens.size());
+  const int64_t t = int64_t(batch.tokens.size()), F = c.intermediate_size;
   check(t >= 1, "GptModel: batch has no tokens");
   if (!acts_ || acts_->tokens != t) {
     acts_.reset();  // free the old buffers before allocating the new ones
@@ -236,9 +246,8 @@ void GptModel::run_layers(const GptBatch& batch) {
     add_inplace(a.mid[size_t(l)].view(), a.resid[size_t(l)].view(), a.tmp.view());
     rms_norm_forward(a.h2[size_t(l)].view(), a.rstd2[size_t(l)], a.mid[size_t(l)].view(),
                      store_.vec(ly.post_norm), eps);
-    linear_forward(a.gate[size_t(l)].view(), a.h2[size_t(l)].view(), store_.matrix(ly.gate_proj), {});
-    linear_forward(a.up[size_t(l)].view(), a.h2[size_t(l)].view(), store_.matrix(ly.up_proj), {});
-    swiglu_forward(a.m[size_t(l)].view(), a.gate[size_t(l)].view(), a.up[size_t(l)].view());
+    linear_forward(a.gate_up[size_t(l)].view(), a.h2[size_t(l)].view(), store_.matrix(ly.gate_proj, 2 * F), {});
+    swiglu_forward(a.m[size_t(l)].view(), a.gate(size_t(l)), a.up(size_t(l)));
     linear_forward(a.tmp.view(), a.m[size_t(l)].view(), store_.matrix(ly.down_proj), {});
     shard_sum(tp_sum_, a.tmp);  // g: likewise down_proj's
     add_inplace(a.resid[size_t(l + 1)].view(), a.mid[size_t(l)].view(), a.tmp.view());
@@ -268,6 +277,7 @@ void GptModel::backward(float d_loss) {
   check(acts_ && acts_->has_loss, "GptModel.backward: call forward() first");
   GptActivations& a = *acts_;
   const auto& c = config_;
+  const int64_t F = c.intermediate_size;
   const AttentionBlockBatch bb{a.cu, a.positions};
   const AttentionBlockOptions bo = block_options();
   linear_cross_entropy_backward(a.d_h.view(), store_.grad_matrix(head_), {}, a.hf.view(), store_.matrix(head_), {},
@@ -278,26 +288,22 @@ void GptModel::backward(float d_loss) {
     const size_t i = size_t(l);
     const LayerIds& ly = layers_[i];
     // resid[l+1] = mid + down(swiglu(gate(h2), up(h2))), h2 = rmsnorm(mid)
-    std::copy_n(a.d_resid.data(), a.d_resid.numel(), a.d_mid.data());
     linear_backward(a.d_m.view(), store_.grad_matrix(ly.down_proj), {}, a.d_resid.view(),
                     a.m[i].view(), store_.matrix(ly.down_proj));
-    swiglu_backward(a.d_gate.view(), a.d_up.view(), a.d_m.view(), a.gate[i].view(), a.up[i].view());
-    linear_backward(a.d_h.view(), store_.grad_matrix(ly.gate_proj), {}, a.d_gate.view(),
-                    a.h2[i].view(), store_.matrix(ly.gate_proj));
-    linear_backward(a.d_h_b.view(), store_.grad_matrix(ly.up_proj), {}, a.d_up.view(),
-                    a.h2[i].view(), store_.matrix(ly.up_proj));
-    add_inplace(a.d_h.view(), a.d_h.view(), a.d_h_b.view());
+    swiglu_backward(a.d_gate(), a.d_up(), a.d_m.view(), a.gate(i), a.up(i));
+    // d_h = d_gate·W_gate + d_up·W_up: one product over the fused [2F, C] weight.
+    linear_backward(a.d_h.view(), store_.grad_matrix(ly.gate_proj, 2 * F), {}, a.d_gate_up.view(),
+                    a.h2[i].view(), store_.matrix(ly.gate_proj, 2 * F));
     shard_sum(tp_sum_, a.d_h);  // f: h2 feeds every shard's gate/up rows
-    rms_norm_backward(a.tmp.view(), store_.grad_vec(ly.post_norm), a.d_h.view(),
-                      a.mid[i].view(), store_.vec(ly.post_norm), a.rstd2[i]);
-    add_inplace(a.d_mid.view(), a.d_mid.view(), a.tmp.view());
+    // d_mid = d_resid (the skip path) + the MLP path through the norm.
+    rms_norm_backward(a.d_mid.view(), store_.grad_vec(ly.post_norm), a.d_h.view(),
+                      a.mid[i].view(), store_.vec(ly.post_norm), a.rstd2[i], a.d_resid.view());
     // mid = resid[l] + attention_block(h1), h1 = rmsnorm(resid[l])
     attention_block_backward(a.d_h.view(), attention_grads(store_, ly.attn), a.block[i].scratch(), a.d_mid.view(),
                              a.h1[i].view(), a.block[i].cache(), bb, block_params(l), bo);
     shard_sum(tp_sum_, a.d_h);  // f: h1 feeds every shard's q/k/v (and gate) rows
-    rms_norm_backward(a.tmp.view(), store_.grad_vec(ly.input_norm), a.d_h.view(),
-                      a.resid[i].view(), store_.vec(ly.input_norm), a.rstd1[i]);
-    add_inplace(a.d_resid.view(), a.d_mid.view(), a.tmp.view());
+    rms_norm_backward(a.d_resid.view(), store_.grad_vec(ly.input_norm), a.d_h.view(),
+                      a.resid[i].view(), store_.vec(ly.input_norm), a.rstd1[i], a.d_mid.view());
   }
   embedding_backward(store_.grad_matrix(embed_), a.ids, a.d_resid.view());
 }

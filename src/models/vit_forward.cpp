@@ -223,10 +223,10 @@ void VitModel::encoder_backward() {
     linear_backward(d_h, grad_matrix(ly.intermediate.weight),
                     grad_vec(ly.intermediate.bias), a.d_f.view(), y.h2.view(),
                     matrix(ly.intermediate.weight));
-    layer_norm_backward(d_a, grad_vec(ly.norm2.weight),
+    // d(mid): the residual path plus the MLP path.
+    layer_norm_backward(d_resid, grad_vec(ly.norm2.weight),
                         grad_vec(ly.norm2.bias), d_h, y.mid.view(),
-                        vec(ly.norm2.weight), y.mean2, y.rstd2);
-    add_inplace(d_resid, d_a);  // d(mid): the residual path plus the MLP path
+                        vec(ly.norm2.weight), y.mean2, y.rstd2, d_resid);
     View2 d_attn_out = d_resid;
     if (p > 0) {
       dropout_backward(d_a, d_resid, {p, seed_, vit_detail::attention_stream(l)});
@@ -234,11 +234,11 @@ void VitModel::encoder_backward() {
     }
     attention_block_backward(d_h, attention_grads(store_, ly.attn), scratch, d_attn_out, y.h1.view(), y.cache(), bb,
                              attention_params(store_, ly.attn), block_options(l));
-    layer_norm_backward(d_a, grad_vec(ly.norm1.weight),
+    // d(x): the residual path plus the attention path.
+    layer_norm_backward(d_resid, grad_vec(ly.norm1.weight),
                         grad_vec(ly.norm1.bias), d_h,
                         a.resid[size_t(l)].view(), vec(ly.norm1.weight),
-                        y.mean1, y.rstd1);
-    add_inplace(d_resid, d_a);  // d(x): the residual path plus the attention path
+                        y.mean1, y.rstd1, d_resid);
   }
 }
 

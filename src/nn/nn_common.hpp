@@ -125,6 +125,8 @@ void check_norm(const char* fn, ConstView2 out, const char* out_name, ConstView2
 void check_norm_grads(const char* fn, std::span<const float> w, std::span<float> d_w,
                       std::span<const float> b, std::span<float> d_b);
 void check_eps(const char* fn, float eps);
+// An optional d_residual of a norm backward is absent or [T, C] like x.
+void check_residual(const char* fn, ConstView2 d_residual, ConstView2 x);
 // Every named view is [T, C] with the first view's T and C.
 void check_elementwise(const char* fn,
                        std::initializer_list<std::pair<const char*, ConstView2>> views);

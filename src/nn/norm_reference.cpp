@@ -57,7 +57,8 @@ void layer_norm_forward_reference(View2 y, std::span<float> mean, std::span<floa
 
 void layer_norm_backward_reference(View2 d_x, std::span<float> d_w, std::span<float> d_b,
                                    ConstView2 d_y, ConstView2 x, std::span<const float> w,
-                                   std::span<const float> mean, std::span<const float> rstd) {
+                                   std::span<const float> mean, std::span<const float> rstd,
+                                   ConstView2 d_residual) {
   const char* fn = "layer_norm_backward_reference";
   nn::check_norm(fn, d_x, "d_x", x, w, {});
   nn::check_matrix(d_y, fn, "d_y", "[T, C]", x.shape[0], x.shape[1]);
@@ -65,6 +66,10 @@ void layer_norm_backward_reference(View2 d_x, std::span<float> d_w, std::span<fl
   nn::check_span(rstd, fn, "rstd", "[T]", x.shape[0]);
   nn::check_span(std::span<const float>(d_b), fn, "d_b", "[C]", x.shape[1], true);
   nn::check_norm_grads(fn, w, d_w, {}, {});
+  nn::check_residual(fn, d_residual, x);
+  auto residual = [&](int64_t t, int64_t j) {
+    return nn::present(d_residual) ? double(d_residual(t, j)) : 0.0;
+  };
   auto xhat = [&](int64_t t, int64_t c) {
     return (double(x(t, c)) - double(mean[size_t(t)])) * double(rstd[size_t(t)]);
   };
@@ -80,7 +85,7 @@ void layer_norm_backward_reference(View2 d_x, std::span<float> d_w, std::span<fl
     }
     const double a = c ? sum_g / double(c) : 0.0, bb = c ? sum_gx / double(c) : 0.0;
     for (int64_t j = 0; j < c; ++j)
-      d_x(t, j) = float(double(rstd[size_t(t)]) * (g[size_t(j)] - a - xhat(t, j) * bb));
+      d_x(t, j) = float(residual(t, j) + double(rstd[size_t(t)]) * (g[size_t(j)] - a - xhat(t, j) * bb));
   }
 }
 
@@ -106,12 +111,17 @@ void rms_norm_forward_reference(View2 y, std::span<float> rstd, ConstView2 x,
 }
 
 void rms_norm_backward_reference(View2 d_x, std::span<float> d_w, ConstView2 d_y, ConstView2 x,
-                                 std::span<const float> w, std::span<const float> rstd) {
+                                 std::span<const float> w, std::span<const float> rstd,
+                                 ConstView2 d_residual) {
   const char* fn = "rms_norm_backward_reference";
   nn::check_norm(fn, d_x, "d_x", x, w, {});
   nn::check_matrix(d_y, fn, "d_y", "[T, C]", x.shape[0], x.shape[1]);
   nn::check_span(rstd, fn, "rstd", "[T]", x.shape[0]);
   nn::check_norm_grads(fn, w, d_w, {}, {});
+  nn::check_residual(fn, d_residual, x);
+  auto residual = [&](int64_t t, int64_t j) {
+    return nn::present(d_residual) ? double(d_residual(t, j)) : 0.0;
+  };
   param_grads(d_w, {}, d_y,
               [&](int64_t t, int64_t c) { return double(x(t, c)) * double(rstd[size_t(t)]); });
   const int64_t c = x.shape[1];
@@ -124,7 +134,8 @@ void rms_norm_backward_reference(View2 d_x, std::span<float> d_w, ConstView2 d_y
       sum_gx += g[size_t(j)] * double(x(t, j));
     }
     const double k = c ? sum_gx / double(c) * r * r * r : 0.0;
-    for (int64_t j = 0; j < c; ++j) d_x(t, j) = float(r * g[size_t(j)] - double(x(t, j)) * k);
+    for (int64_t j = 0; j < c; ++j)
+      d_x(t, j) = float(residual(t, j) + r * g[size_t(j)] - double(x(t, j)) * k);
   }
 }
 

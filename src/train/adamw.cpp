@@ -16,11 +16,49 @@
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/core/weight_pack_cache.hpp"
 #include "attnkit/io/safetensors.hpp"
+#include "hwy/highway.h"
 
 namespace attnkit {
 namespace {
 
 constexpr size_t kChunk = size_t(1) << 15;  // elements per unit of parallel work
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// One step's scalars, rounded to float as ATen rounds them for a float tensor.
+struct UpdateScalars {
+  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bias2_sqrt, eps, neg_step_size;
+};
+
+// The AdamW update of n consecutive elements, vectorised; every lane and the scalar tail run the
+// same operations in the same order, so a result does not depend on where a chunk starts:
+//   x ← x·decay;  m ← g·(1-b1) + m·b1 (one FMA);  v ← (1-b2)·g·g + v·b2 (one FMA);
+//   x ← neg_step·(m / (sqrt(v)/bias2_sqrt + eps)) + x (one FMA).
+void update(const UpdateScalars& k, float* __restrict x, float* __restrict m, float* __restrict v,
+            const float* __restrict g, size_t n) {
+  using D = hn::ScalableTag<float>;
+  const D d;
+  const size_t lanes = hn::Lanes(d);
+  const auto decay = hn::Set(d, k.decay), b1 = hn::Set(d, k.beta1), omb1 = hn::Set(d, k.one_minus_beta1);
+  const auto b2 = hn::Set(d, k.beta2), omb2 = hn::Set(d, k.one_minus_beta2);
+  const auto b2s = hn::Set(d, k.bias2_sqrt), eps = hn::Set(d, k.eps), step = hn::Set(d, k.neg_step_size);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto gi = hn::LoadU(d, g + i);
+    const auto mi = hn::MulAdd(gi, omb1, hn::Mul(hn::LoadU(d, m + i), b1));
+    const auto vi = hn::MulAdd(hn::Mul(omb2, gi), gi, hn::Mul(hn::LoadU(d, v + i), b2));
+    const auto denom = hn::Add(hn::Div(hn::Sqrt(vi), b2s), eps);
+    hn::StoreU(mi, d, m + i);
+    hn::StoreU(vi, d, v + i);
+    hn::StoreU(hn::MulAdd(step, hn::Div(mi, denom), hn::Mul(hn::LoadU(d, x + i), decay)), d, x + i);
+  }
+  for (; i < n; ++i) {
+    m[i] = std::fma(g[i], k.one_minus_beta1, m[i] * k.beta1);
+    v[i] = std::fma(k.one_minus_beta2 * g[i], g[i], v[i] * k.beta2);
+    const float denom = std::sqrt(v[i]) / k.bias2_sqrt + k.eps;
+    x[i] = std::fma(k.neg_step_size, m[i] / denom, x[i] * k.decay);
+  }
+}
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -89,18 +127,10 @@ void AdamW::step(double lr) {
   parallel_for(int64_t(chunks_.size()), [&](int64_t c) {
     const Chunk& ch = chunks_[size_t(c)];
     const NamedParameter& p = params_[ch.param];
-    float* m = exp_avg_[ch.param].data();
-    float* v = exp_avg_sq_[ch.param].data();
-    const bool decay = decays_[ch.param] != 0;
-    for (size_t i = ch.begin; i < ch.end; ++i) {
-      const float g = p.grad[i];
-      float x = p.value[i];
-      if (decay) x *= decay_factor;
-      m[i] = std::fma(g, one_minus_beta1, m[i] * beta1);
-      v[i] = v[i] * beta2 + one_minus_beta2 * g * g;
-      const float denom = std::sqrt(v[i]) / bias2_sqrt + eps;
-      p.value[i] = x + neg_step_size * (m[i] / denom);
-    }
+    const UpdateScalars k{decays_[ch.param] != 0 ? decay_factor : 1.0f, beta1, one_minus_beta1, beta2,
+                          one_minus_beta2, bias2_sqrt, eps, neg_step_size};
+    update(k, p.value.data() + ch.begin, exp_avg_[ch.param].data() + ch.begin,
+           exp_avg_sq_[ch.param].data() + ch.begin, p.grad.data() + ch.begin, ch.end - ch.begin);
   });
 }
 

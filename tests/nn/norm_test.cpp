@@ -285,6 +285,55 @@ TEST(NnLayerNorm, ChunkedParameterGradientsAreIdenticalForAnyThreadCount) {
   }
 }
 
+// d_residual: d_x = d_residual + the norm's input gradient, in both paths; d_x may alias it.
+TEST(NnNorm, ResidualGradientIsAddedToTheInputGradient) {
+  for (int64_t c : {17, 64}) {
+    SCOPED_TRACE(::testing::Message() << "C=" << c);
+    NormCase n(33, c, uint32_t(95 + c));
+    const Mat res = Mat(33, c).randn(uint32_t(96 + c));
+    std::vector<float> mean(33), rstd(33), rstd_rms(33);
+    Mat y(33, c);
+    layer_norm_forward(y.view(), mean, rstd, n.x.cview(), n.w, n.b, kEps);
+    rms_norm_forward(y.view(), rstd_rms, n.x.cview(), n.w, kEps);
+    // Each pair: the plain d_x and the one with d_residual, for one norm and one path.
+    auto run = [&](bool rms, bool reference, ConstView2 d_residual, Mat& d_x) {
+      std::vector<float> d_w(size_t(c), 0.0f), d_b(size_t(c), 0.0f);
+      if (rms)
+        (reference ? rms_norm_backward_reference : rms_norm_backward)(
+            d_x.view(), d_w, n.d_y.cview(), n.x.cview(), n.w, rstd_rms, d_residual);
+      else
+        (reference ? layer_norm_backward_reference : layer_norm_backward)(
+            d_x.view(), d_w, d_b, n.d_y.cview(), n.x.cview(), n.w, mean, rstd, d_residual);
+      return std::make_pair(d_w, d_b);
+    };
+    for (bool rms : {false, true})
+      for (bool reference : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << (rms ? "rms_norm" : "layer_norm")
+                                          << (reference ? " reference" : " fast"));
+        Mat plain(33, c), with(33, c), aliased = res;
+        const auto grads_plain = run(rms, reference, {}, plain);
+        const auto grads_with = run(rms, reference, res.cview(), with);
+        run(rms, reference, aliased.cview(), aliased);  // d_x and d_residual share memory
+        // Against plain + res rounded once: the sum's own rounding on each side and, where the
+        // compiler fuses it into an FMA or the reference rounds once, the plain d_x's rounding.
+        Mat want(33, c);
+        for (int64_t i = 0; i < 33; ++i)
+          for (int64_t j = 0; j < c; ++j) want.at(i, j) = plain.at(i, j) + res.at(i, j);
+        nn_testing::expect_within(
+            with, want,
+            [&](int64_t i, int64_t j) { return 3 * kU * (std::abs(plain.at(i, j)) + std::abs(res.at(i, j))); },
+            "d_x with d_residual");
+        EXPECT_TRUE(nn_testing::bitwise_equal(with, aliased));
+        EXPECT_EQ(grads_with, grads_plain);  // parameter gradients do not see d_residual
+      }
+  }
+  Mat d_x(33, 17), wrong(32, 17);
+  NormCase n(33, 17, 99);
+  std::vector<float> rstd(33), d_w(17);
+  expect_error([&] { rms_norm_backward(d_x.view(), d_w, n.d_y.cview(), n.x.cview(), n.w, rstd, wrong.cview()); },
+               "rms_norm_backward: d_residual");
+}
+
 TEST(NnNorm, RejectsBadArgumentsNamingThem) {
   NormCase n(4, 6, 91);
   Mat y(4, 6);

@@ -190,6 +190,32 @@ def test_rms_norm(reference, t, c):
 
 
 @pytest.mark.parametrize("reference", REFERENCE)
+@pytest.mark.parametrize("rms", [False, True])
+def test_norm_backward_adds_the_residual_gradient(reference, rms):
+    """d_residual: x feeds both the norm and a skip path (a pre-norm block), so d_x is the norm's
+    input gradient plus the skip path's; torch gets the same graph as outputs (norm(x), x)."""
+    rng = np.random.default_rng(21 + rms)
+    t, c = 65, 96
+    x, d_y, d_res = randn(rng, t, c) + 0.5, randn(rng, t, c), randn(rng, t, c)
+    w, b = 1 + randn(rng, c, scale=0.3), randn(rng, c)
+    if rms:
+        _, rstd = nn.rms_norm(x, w, eps=1e-6, reference=reference)
+        d_x, d_w = nn.rms_norm_backward(d_y, x, w, rstd, d_residual=d_res, reference=reference)
+        check({"d_x": d_x, "d_w": d_w}, lambda x, w: (torch_rms_norm(x, w)[0], x), {"x": x, "w": w},
+              [d_y, d_res])
+    else:
+        _, mean, rstd = nn.layer_norm(x, w, b, eps=1e-5, reference=reference)
+        d_x, d_w, d_b = nn.layer_norm_backward(d_y, x, w, mean, rstd, d_residual=d_res,
+                                               reference=reference)
+        check({"d_x": d_x, "d_w": d_w, "d_b": d_b}, lambda x, w, b: (F.layer_norm(x, (c,), w, b, 1e-5), x),
+              {"x": x, "w": w, "b": b}, [d_y, d_res])
+    backward = nn.rms_norm_backward if rms else nn.layer_norm_backward
+    args = (d_y, x, w, rstd) if rms else (d_y, x, w, mean, rstd)
+    with pytest.raises(ValueError, match="d_residual"):
+        backward(*args, d_residual=d_res[:-1], reference=reference)
+
+
+@pytest.mark.parametrize("reference", REFERENCE)
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 def test_gelu(reference, approximate):
     rng = np.random.default_rng(11)

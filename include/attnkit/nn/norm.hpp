@@ -22,18 +22,22 @@ namespace attnkit {
 // y[T, C] = (x - mean)·rstd·w + b per row; writes mean[T] and rstd[T] (1/sqrt(var + eps)).
 void layer_norm_forward(View2 y, std::span<float> mean, std::span<float> rstd, ConstView2 x,
                         std::span<const float> w, std::span<const float> b, float eps);
-// d_x[T, C] = rstd·(g - mean_c(g) - x̂·mean_c(g·x̂)) with g = d_y·w, x̂ = (x - mean)·rstd
-// (assigned); d_w[C] += Σ_t d_y·x̂; d_b[C] += Σ_t d_y. mean, rstd are the forward's.
+// d_x[T, C] = d_residual + rstd·(g - mean_c(g) - x̂·mean_c(g·x̂)) with g = d_y·w,
+// x̂ = (x - mean)·rstd (assigned; d_residual [T, C] empty: nothing added, else it is the gradient
+// that reaches x around the norm, e.g. a pre-LN block's skip path, and may alias d_x);
+// d_w[C] += Σ_t d_y·x̂; d_b[C] += Σ_t d_y. mean, rstd are the forward's.
 void layer_norm_backward(View2 d_x, std::span<float> d_w, std::span<float> d_b, ConstView2 d_y,
                          ConstView2 x, std::span<const float> w, std::span<const float> mean,
-                         std::span<const float> rstd);
+                         std::span<const float> rstd, ConstView2 d_residual = {});
 
 // y[T, C] = x·rstd·w per row; writes rstd[T] = 1/sqrt(mean(x²) + eps).
 void rms_norm_forward(View2 y, std::span<float> rstd, ConstView2 x, std::span<const float> w,
                       float eps);
-// d_x[T, C] = rstd·(g - x·rstd²·mean_c(g·x)) with g = d_y·w (assigned); d_w[C] += Σ_t d_y·x·rstd.
+// d_x[T, C] = d_residual + rstd·(g - x·rstd²·mean_c(g·x)) with g = d_y·w (assigned; d_residual
+// as in layer_norm_backward); d_w[C] += Σ_t d_y·x·rstd.
 void rms_norm_backward(View2 d_x, std::span<float> d_w, ConstView2 d_y, ConstView2 x,
-                       std::span<const float> w, std::span<const float> rstd);
+                       std::span<const float> w, std::span<const float> rstd,
+                       ConstView2 d_residual = {});
 
 // References with the same contracts as the four functions above.
 void layer_norm_forward_reference(View2 y, std::span<float> mean, std::span<float> rstd,
@@ -41,10 +45,12 @@ void layer_norm_forward_reference(View2 y, std::span<float> mean, std::span<floa
                                   float eps);
 void layer_norm_backward_reference(View2 d_x, std::span<float> d_w, std::span<float> d_b,
                                    ConstView2 d_y, ConstView2 x, std::span<const float> w,
-                                   std::span<const float> mean, std::span<const float> rstd);
+                                   std::span<const float> mean, std::span<const float> rstd,
+                                   ConstView2 d_residual = {});
 void rms_norm_forward_reference(View2 y, std::span<float> rstd, ConstView2 x,
                                 std::span<const float> w, float eps);
 void rms_norm_backward_reference(View2 d_x, std::span<float> d_w, ConstView2 d_y, ConstView2 x,
-                                 std::span<const float> w, std::span<const float> rstd);
+                                 std::span<const float> w, std::span<const float> rstd,
+                                 ConstView2 d_residual = {});
 
 }  // namespace attnkit
