@@ -5,8 +5,9 @@
 // into its blocked weight layout measured 2-5x slower than this conversion on 2048 × 688
 // operands.) beta ≠ 0 is a sum post-op.
 //
-// Primitives are cached per (transposes, m, n, k, ldc, beta, threads): none is created per call
-// once a shape has been seen. They are created and run with blas_threads() OpenMP threads
+// Primitives are cached per (transposes, m, n, k, ldc, beta, threads) by onednn::cached_matmul:
+// none is created per call once a shape has been seen, and a thread takes no lock for a shape it
+// has used before. They are created and run with blas_threads() OpenMP threads
 // (OpenMpThreadsScope), whatever OpenMP's global default is: oneDNN sizes its blocking for the
 // threads it sees at creation, and a primitive made for 2 threads left a spinning OpenMP worker
 // behind on 1-thread runs. oneDNN may split K over threads for small m·n (weight gradients),
@@ -24,10 +25,7 @@
 #include "attnkit/ops/gemm.hpp"
 
 #if ATTNKIT_HAVE_DNNL
-#include <map>
-#include <memory>
-#include <mutex>
-#include <tuple>
+#include <bit>
 
 #include <dnnl.hpp>
 
@@ -89,54 +87,27 @@ memory::desc compact_bf16(int64_t rows, int64_t cols, bool trans) {
   return memory::desc({rows, cols}, DataType::bf16, trans ? memory::dims{1, rows} : memory::dims{cols, 1});
 }
 
-// (ta, tb, m, n, k, ldc, beta, threads): oneDNN sizes its blocking for the OpenMP threads at creation.
-using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, float, int>;
-
-struct Plan {
-  dnnl::matmul matmul;
-  memory::desc a16, b16, c32, scratch;
-  std::string impl;
-};
-
-std::shared_ptr<Plan> make_plan(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t ldc, float beta) {
-  auto p = std::make_shared<Plan>();
-  p->a16 = compact_bf16(m, k, ta), p->b16 = compact_bf16(k, n, tb);
-  p->c32 = memory::desc({m, n}, DataType::f32, memory::dims{ldc, 1});
-  // A scratchpad per call (user mode): calls from several threads at once (the convolutions'
-  // one-thread products inside a parallel region) must not share the library's.
-  dnnl::primitive_attr attr = onednn::user_scratchpad();
-  if (beta != 0) {
-    dnnl::post_ops po;
-    po.append_sum(beta);
-    attr.set_post_ops(po);
-  }
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p->a16, p->b16, p->c32), attr, cpu_engine());
-  p->matmul = dnnl::matmul(pd);
-  p->impl = pd.impl_info_str();
-  p->scratch = pd.scratchpad_desc();
-  return p;
-}
-
-// Plans kept at most; past it the cache starts over (callers hold their plan by shared_ptr), so
-// shapes that change every call (token counts) cannot grow it without bound. A model's step uses a
-// few per layer shape (full and short chunks of images, beta 0 and 1), well below it.
-constexpr size_t kMaxPlans = 1024;
-
-std::shared_ptr<Plan> plan_for(const Key& key) {
-  cpu_engine();  // constructed before the cache, so destroyed after what was made on it
-  static std::mutex mutex;
-  static std::map<Key, std::shared_ptr<Plan>> plans;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto it = plans.find(key);
-  if (it != plans.end()) return it->second;
-  if (plans.size() >= kMaxPlans) plans.clear();
-  const auto [ta, tb, m, n, k, ldc, beta, threads] = key;
-  const OpenMpThreadsScope scope(threads);
-  try {
-    return plans.emplace(key, make_plan(ta, tb, m, n, k, ldc, beta)).first->second;
-  } catch (const dnnl::error& e) {
-    fail("gemm_bf16: oneDNN could not create the matmul [", m, ", ", n, ", ", k, "]: ", e.what());
-  }
+// The matmul of op(A)·op(B) on compact bf16 copies into C [m, n] (row stride ldc), C += when
+// beta ≠ 0 (a sum post-op), made for and run with `threads` OpenMP threads (oneDNN sizes its
+// blocking for the threads at creation). A scratchpad per call (user mode): calls from several
+// threads at once (the convolutions' one-thread products inside a parallel region) must not share
+// the library's.
+const onednn::Matmul& matmul_for(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t ldc, float beta,
+                                 int threads) {
+  return onednn::cached_matmul(
+      {ta, tb, m, n, k, ldc, int64_t(std::bit_cast<uint32_t>(beta)), threads},
+      [&] {
+        dnnl::primitive_attr attr = onednn::user_scratchpad();
+        if (beta != 0) {
+          dnnl::post_ops po;
+          po.append_sum(beta);
+          attr.set_post_ops(po);
+        }
+        const memory::desc c32({m, n}, DataType::f32, memory::dims{ldc, 1});
+        return dnnl::matmul::primitive_desc(
+            dnnl::matmul::desc(compact_bf16(m, k, ta), compact_bf16(k, n, tb), c32), attr, cpu_engine());
+      },
+      "gemm_bf16", threads);
 }
 
 bool cpu_has_bf16() {
@@ -158,7 +129,7 @@ std::string gemm_bf16_unavailable_reason() {
 
 std::string gemm_bf16_implementation() {
   if (!gemm_bf16_available()) return "";
-  return plan_for(Key{false, true, 2048, 688, 256, 688, 0.0f, blas_threads()})->impl;
+  return matmul_for(false, true, 2048, 688, 256, 688, 0.0f, blas_threads()).impl;
 }
 
 void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
@@ -172,8 +143,7 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a
   check(c != nullptr && (k == 0 || (a != nullptr && b != nullptr)), "gemm_bf16: null operand");
   if (k == 0) return scale_only(m, n, beta, c, ldc);
   const int threads = blas_threads();
-  const std::shared_ptr<Plan> plan = plan_for(Key{ta, tb, m, n, k, ldc, beta, threads});
-  Plan& p = *plan;
+  const onednn::Matmul& mm = matmul_for(ta, tb, m, n, k, ldc, beta, threads);
   thread_local onednn::AlignedSlot a_buf, b_buf;  // the bf16 copies
   auto* a16 = static_cast<uint16_t*>(a_buf.get(size_t(m * k) * sizeof(uint16_t), "gemm_bf16"));
   auto* b16 = static_cast<uint16_t*>(b_buf.get(size_t(k * n) * sizeof(uint16_t), "gemm_bf16"));
@@ -183,10 +153,12 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a
   auto& strm = thread_stream();
   const OpenMpThreadsScope omp(threads);
   thread_local onednn::AlignedSlot scratch_buf;
-  void* scratch = scratch_buf.get(std::max<size_t>(p.scratch.get_size(), 1), "gemm_bf16");
-  memory a_mem(p.a16, eng, a16), b_mem(p.b16, eng, b16), c_mem(p.c32, eng, c), s_mem(p.scratch, eng, scratch);
-  p.matmul.execute(strm, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem},
-                          {DNNL_ARG_SCRATCHPAD, s_mem}});
+  void* scratch = scratch_buf.get(std::max<size_t>(mm.scratch_bytes, 1), "gemm_bf16");
+  const memory::desc scratch_md({int64_t(std::max<size_t>(mm.scratch_bytes, 1))}, DataType::u8,
+                                memory::format_tag::x);
+  memory a_mem(mm.a, eng, a16), b_mem(mm.b, eng, b16), c_mem(mm.c, eng, c), s_mem(scratch_md, eng, scratch);
+  mm.prim.execute(strm, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem},
+                         {DNNL_ARG_SCRATCHPAD, s_mem}});
   strm.wait();
 }
 

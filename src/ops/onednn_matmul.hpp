@@ -1,5 +1,6 @@
 #pragma once
-// What the oneDNN matmul callers (gemm_packed.cpp, gemm_onednn.cpp) share (oneDNN builds only):
+// What the oneDNN matmul callers (gemm_packed.cpp, gemm_onednn.cpp, gemm_bf16.cpp) share (oneDNN
+// builds only):
 // strided memory descriptors, a cached primitive with its scratchpad size, a one-thread execution
 // with a per-thread scratchpad, and bounded primitive caches with a per-thread index (no lock once a
 // thread has seen a shape).
@@ -9,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include <dnnl.hpp>
 
@@ -32,11 +34,13 @@ inline dnnl::primitive_attr user_scratchpad() {
   return attr;
 }
 
-// A matmul primitive with its source and destination descriptors and scratchpad bytes.
+// A matmul primitive with its source, weights and destination descriptors, scratchpad bytes and
+// oneDNN's name for the implementation it chose.
 struct Matmul {
   dnnl::matmul prim;
-  dnnl::memory::desc a, c;
+  dnnl::memory::desc a, b, c;
   size_t scratch_bytes = 0;
+  std::string impl;
 };
 
 // Runs mm on the calling thread, single-threaded, with A at a, the weights in b and C at c, using a
@@ -63,15 +67,16 @@ using MatmulKey = std::array<int64_t, 14>;
 // attention on the naive path, must not grow it without bound).
 inline constexpr size_t kMaxCachedMatmuls = 1024;
 
-// The matmul for key, made by make() (a dnnl::matmul::primitive_desc) under OpenMpThreadsScope(1)
-// on first use (oneDNN splits a primitive's work by the thread count at creation). Each caller
+// The matmul for key, made by make() (a dnnl::matmul::primitive_desc) under
+// OpenMpThreadsScope(threads) on first use (oneDNN splits a primitive's work by the thread count at
+// creation, so a caller that runs it with several threads puts their count in the key). Each caller
 // (each Make type) has its own cache, shared by the threads under a lock, and each thread keeps
 // its own index of the entries it has used, so a call takes the lock only for a shape new to its
 // thread. Either empties itself past kMaxCachedMatmuls entries (entries stay alive while an index
 // holds them); the returned reference is valid until the calling thread's next call. `who` names
 // the caller in errors.
 template <class Make>
-const Matmul& cached_matmul(const MatmulKey& key, Make make, const char* who) {
+const Matmul& cached_matmul(const MatmulKey& key, Make make, const char* who, int threads = 1) {
   thread_local std::map<MatmulKey, std::shared_ptr<const Matmul>> seen;
   if (const auto it = seen.find(key); it != seen.end()) return *it->second;
   if (seen.size() >= kMaxCachedMatmuls) seen.clear();
@@ -84,11 +89,12 @@ const Matmul& cached_matmul(const MatmulKey& key, Make make, const char* who) {
     if (const auto it = cache.find(key); it != cache.end()) {
       entry = it->second;
     } else {
-      const OpenMpThreadsScope one(1);
+      const OpenMpThreadsScope scope(threads);
       try {
         const dnnl::matmul::primitive_desc pd = make();
-        entry = std::make_shared<const Matmul>(
-            Matmul{dnnl::matmul(pd), pd.src_desc(), pd.dst_desc(), pd.scratchpad_desc().get_size()});
+        entry = std::make_shared<const Matmul>(Matmul{dnnl::matmul(pd), pd.src_desc(), pd.weights_desc(),
+                                                      pd.dst_desc(), pd.scratchpad_desc().get_size(),
+                                                      pd.impl_info_str()});
       } catch (const dnnl::error& e) {
         fail(who, ": oneDNN could not create the matmul: ", e.what());
       }
