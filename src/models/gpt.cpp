@@ -133,8 +133,8 @@ std::vector<ParameterInfo> gpt_parameter_layout(const GptConfig& c) {
       add(layer_name(l, "self_attn.output_gate.bias"), {gate_width});
     }
     add(layer_name(l, "post_attention_layernorm.weight"), {C});
-    add(layer_name(l, "mlp.gate_proj.weight"), {F, C});
-    add(layer_name(l, "mlp.up_proj.weight"), {F, C});
+    add(layer_name(l, "mlp.gate_proj.weight"), {F, C});  // gate, up rows are consecutive:
+    add(layer_name(l, "mlp.up_proj.weight"), {F, C});    // one fused [2F, C]
     add(layer_name(l, "mlp.down_proj.weight"), {C, F});
   }
   add("model.norm.weight", {C});
@@ -157,6 +157,9 @@ void GptModel::build_layout() {
                       .sinks = id("self_attn.sinks")};
     layers_.push_back({id("input_layernorm.weight"), id("post_attention_layernorm.weight"),
                        id("mlp.gate_proj.weight"), id("mlp.up_proj.weight"), id("mlp.down_proj.weight"), attn});
+    const LayerIds& ly = layers_.back();  // the fused gate/up product relies on the layout
+    check(s.matrix(ly.gate_proj).data + c.intermediate_size * c.hidden_size == s.matrix(ly.up_proj).data,
+          "GptModel: layer ", l, ": mlp.up_proj must follow mlp.gate_proj in the parameter layout");
   }
   embed_ = s.id("model.embed_tokens.weight");
   final_norm_ = s.id("model.norm.weight");

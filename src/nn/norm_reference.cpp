@@ -4,7 +4,8 @@
 //              d_w += Σ_t d_y·x̂, d_b += Σ_t d_y.
 //   RMSNorm:   r = 1/sqrt(mean(x²) + eps), y = x·r·w;  d_x = r·g - x·r³·mean(g·x),
 //              d_w += Σ_t d_y·x·r.
-// The backward uses the forward's saved mean and rstd (as the fast path does).
+// The backward uses the forward's saved mean and rstd (as the fast path does); an optional
+// d_residual is added to d_x before its one rounding.
 #include <cmath>
 #include <vector>
 

@@ -1,8 +1,10 @@
-// AdamW, matching torch.optim.AdamW 1.13's single-tensor path operation by operation in float32
-// (scalars computed in double, then rounded to float as ATen does for a float tensor):
+// AdamW, torch.optim.AdamW 1.13's single-tensor path in float32 (scalars computed in double, then
+// rounded to float as ATen does for a float tensor):
 //   param.mul_(1 - lr*wd); exp_avg.mul_(b1).add_(grad, alpha=1-b1)  [add_ is an FMA in ATen]
 //   exp_avg_sq.mul_(b2).addcmul_(grad, grad, value=1-b2)
 //   denom = exp_avg_sq.sqrt() / sqrt(1-b2^t) + eps; param.addcdiv_(exp_avg, denom, -lr/(1-b1^t))
+// with the same operations, except that the addcmul_ and the addcdiv_ are each one FMA here
+// (ATen may round their product first): a last-bit difference at most per step.
 #include "attnkit/train/adamw.hpp"
 
 #include <algorithm>

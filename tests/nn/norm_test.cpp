@@ -329,9 +329,43 @@ TEST(NnNorm, ResidualGradientIsAddedToTheInputGradient) {
   }
   Mat d_x(33, 17), wrong(32, 17);
   NormCase n(33, 17, 99);
-  std::vector<float> rstd(33), d_w(17);
+  std::vector<float> mean(33), rstd(33), d_w(17), d_b(17);
   expect_error([&] { rms_norm_backward(d_x.view(), d_w, n.d_y.cview(), n.x.cview(), n.w, rstd, wrong.cview()); },
                "rms_norm_backward: d_residual");
+  expect_error([&] { rms_norm_backward_reference(d_x.view(), d_w, n.d_y.cview(), n.x.cview(), n.w, rstd,
+                                                 wrong.cview()); },
+               "rms_norm_backward_reference: d_residual");
+  expect_error([&] { layer_norm_backward(d_x.view(), d_w, d_b, n.d_y.cview(), n.x.cview(), n.w, mean, rstd,
+                                         wrong.cview()); },
+               "layer_norm_backward: d_residual");
+  expect_error([&] { layer_norm_backward_reference(d_x.view(), d_w, d_b, n.d_y.cview(), n.x.cview(), n.w, mean,
+                                                   rstd, wrong.cview()); },
+               "layer_norm_backward_reference: d_residual");
+}
+
+// d_x may alias d_y while d_residual is given (each row's sums are formed before d_x is written).
+TEST(NnNorm, ResidualWithInPlaceGradientMatchesOutOfPlace) {
+  NormCase n(40, 33, 101);
+  const Mat res = Mat(40, 33).randn(102);
+  std::vector<float> mean(40), rstd(40), rstd_rms(40);
+  Mat y(40, 33);
+  layer_norm_forward(y.view(), mean, rstd, n.x.cview(), n.w, n.b, kEps);
+  rms_norm_forward(y.view(), rstd_rms, n.x.cview(), n.w, kEps);
+  for (bool rms : {false, true}) {
+    SCOPED_TRACE(rms ? "rms_norm" : "layer_norm");
+    Mat out(40, 33), shared = n.d_y;
+    std::vector<float> d_w(33, 0.0f), d_b(33, 0.0f), d_w2(33, 0.0f), d_b2(33, 0.0f);
+    if (rms) {
+      rms_norm_backward(out.view(), d_w, n.d_y.cview(), n.x.cview(), n.w, rstd_rms, res.cview());
+      rms_norm_backward(shared.view(), d_w2, shared.cview(), n.x.cview(), n.w, rstd_rms, res.cview());
+    } else {
+      layer_norm_backward(out.view(), d_w, d_b, n.d_y.cview(), n.x.cview(), n.w, mean, rstd, res.cview());
+      layer_norm_backward(shared.view(), d_w2, d_b2, shared.cview(), n.x.cview(), n.w, mean, rstd, res.cview());
+    }
+    EXPECT_TRUE(nn_testing::bitwise_equal(out, shared));
+    EXPECT_EQ(d_w, d_w2);
+    EXPECT_EQ(d_b, d_b2);
+  }
 }
 
 TEST(NnNorm, RejectsBadArgumentsNamingThem) {

@@ -12,7 +12,8 @@
 //   model.layers.N.self_attn.sinks [H]                      (learned sinks; gpt-oss's name)
 //   model.layers.N.self_attn.output_gate.{weight,bias}      (attnkit's gate, if configured)
 //   model.layers.N.post_attention_layernorm.weight [C]
-//   model.layers.N.mlp.{gate,up}_proj.weight [F, C], mlp.down_proj.weight [C, F]
+//   model.layers.N.mlp.{gate,up}_proj.weight [F, C], mlp.down_proj.weight [C, F]  (gate and up
+//                                                    are contiguous rows of one fused [2F, C] matrix)
 //   model.norm.weight [C], lm_head.weight [V, C] (absent when tie_word_embeddings)
 // PyTorch: tests/python/test_gpt.py writes the same network in torch.
 #include <cstdint>

@@ -8,7 +8,8 @@
 //
 // Shapes: x, y, d_y, d_x [T, C] (rows contiguous, row stride >= C); w, b, d_w, d_b [C];
 // mean, rstd [T] (saved by the forward for the backward). w or b empty means 1 or 0 (no affine
-// parameter); the matching gradient must then be empty too. y may alias x and d_x may alias d_y.
+// parameter); the matching gradient must then be empty too. y may alias x and d_x may alias d_y
+// (and d_residual, [T, C] or empty, which the backward adds to d_x).
 // Gradient contract (docs/architecture.md): *_backward ADDS (+=) into parameter gradients (d_w,
 // d_b) and ASSIGNS (=) input gradients (d_x). Parameter gradients are reduced over tokens in a
 // fixed order (threads split the channels): bitwise identical for any thread count.
