@@ -50,6 +50,17 @@ void check_residual(const char* fn, ConstView2 d_residual, ConstView2 x) {
 namespace {
 
 
+// dx[j] = res[j] + term(j) for j < c, or term(j) without a residual row (res null); two loops, so
+// each vectorises without a test per element.
+template <class Term>
+void write_input_gradient(float* dx, const float* res, int64_t c, const Term& term) {
+  if (res) {
+    for (int64_t j = 0; j < c; ++j) dx[j] = res[j] + term(j);
+    return;
+  }
+  for (int64_t j = 0; j < c; ++j) dx[j] = term(j);
+}
+
 // Σ_j (x[j] - m)² in double with eight independent partial sums.
 double centered_sq_sum(const float* x, int64_t n, double m) {
   double acc[8] = {};
@@ -153,7 +164,6 @@ void layer_norm_backward(View2 d_x, std::span<float> d_w, std::span<float> d_b, 
   nn::check_span(std::span<const float>(d_b), fn, "d_b", "[C]", x.shape[1], true);
   nn::check_norm_grads(fn, w, d_w, {}, {});
   nn::check_residual(fn, d_residual, x);
-  const bool residual = nn::present(d_residual);
   const int64_t tokens = x.shape[0], c = x.shape[1];
   if (!d_w.empty() || !d_b.empty()) layer_norm_param_grads(d_w, d_b, d_y, x, mean, rstd);
   nn::parallel_each_row(tokens, c, [&](int64_t t) {
@@ -177,14 +187,10 @@ void layer_norm_backward(View2 d_x, std::span<float> d_w, std::span<float> d_b, 
     for (int l = 0; l < 8; ++l) sum_g += part_g[l], sum_gx += part_gx[l];
     const float a = c ? float(sum_g / double(c)) : 0.0f;
     const float bb = c ? float(sum_gx / double(c)) : 0.0f;
-    float* dx = d_x.ptr(t);
-    if (residual) {
-      const float* res = d_residual.ptr(t);
-      for (int64_t j = 0; j < c; ++j)
-        dx[j] = res[j] + r * (g[j] * nn::weight_or_one(w, j) - a - (xr[j] - m) * r * bb);
-      return;
-    }
-    for (int64_t j = 0; j < c; ++j) dx[j] = r * (g[j] * nn::weight_or_one(w, j) - a - (xr[j] - m) * r * bb);
+    const float* res = nn::present(d_residual) ? d_residual.ptr(t) : nullptr;
+    write_input_gradient(d_x.ptr(t), res, c, [&](int64_t j) {
+      return r * (g[j] * nn::weight_or_one(w, j) - a - (xr[j] - m) * r * bb);
+    });
   });
 }
 
@@ -213,7 +219,6 @@ void rms_norm_backward(View2 d_x, std::span<float> d_w, ConstView2 d_y, ConstVie
   nn::check_span(rstd, fn, "rstd", "[T]", x.shape[0]);
   nn::check_norm_grads(fn, w, d_w, {}, {});
   nn::check_residual(fn, d_residual, x);
-  const bool residual = nn::present(d_residual);
   const int64_t tokens = x.shape[0], c = x.shape[1];
   if (!d_w.empty())
     nn::parallel_columns(c, [&](int64_t c0, int64_t c1) {
@@ -238,13 +243,9 @@ void rms_norm_backward(View2 d_x, std::span<float> d_w, ConstView2 d_y, ConstVie
     for (; j < c; ++j) sum_gx += double(g[j]) * double(nn::weight_or_one(w, j)) * double(xr[j]);
     for (int l = 0; l < 8; ++l) sum_gx += part[l];
     const float k = c ? float(sum_gx / double(c) * double(r) * double(r)) : 0.0f;
-    float* dx = d_x.ptr(t);
-    if (residual) {
-      const float* res = d_residual.ptr(t);
-      for (j = 0; j < c; ++j) dx[j] = res[j] + r * (g[j] * nn::weight_or_one(w, j) - xr[j] * k);
-      return;
-    }
-    for (j = 0; j < c; ++j) dx[j] = r * (g[j] * nn::weight_or_one(w, j) - xr[j] * k);
+    const float* res = nn::present(d_residual) ? d_residual.ptr(t) : nullptr;
+    write_input_gradient(d_x.ptr(t), res, c,
+                         [&](int64_t e) { return r * (g[e] * nn::weight_or_one(w, e) - xr[e] * k); });
   });
 }
 

@@ -29,6 +29,11 @@ void param_grads(std::span<float> d_w, std::span<float> d_b, ConstView2 d_y, XHa
   }
 }
 
+// d_residual[t, j] in double, or 0 without a d_residual.
+double residual_at(ConstView2 d_residual, int64_t t, int64_t j) {
+  return nn::present(d_residual) ? double(d_residual(t, j)) : 0.0;
+}
+
 }  // namespace
 
 void layer_norm_forward_reference(View2 y, std::span<float> mean, std::span<float> rstd,
@@ -68,9 +73,6 @@ void layer_norm_backward_reference(View2 d_x, std::span<float> d_w, std::span<fl
   nn::check_span(std::span<const float>(d_b), fn, "d_b", "[C]", x.shape[1], true);
   nn::check_norm_grads(fn, w, d_w, {}, {});
   nn::check_residual(fn, d_residual, x);
-  auto residual = [&](int64_t t, int64_t j) {
-    return nn::present(d_residual) ? double(d_residual(t, j)) : 0.0;
-  };
   auto xhat = [&](int64_t t, int64_t c) {
     return (double(x(t, c)) - double(mean[size_t(t)])) * double(rstd[size_t(t)]);
   };
@@ -86,7 +88,8 @@ void layer_norm_backward_reference(View2 d_x, std::span<float> d_w, std::span<fl
     }
     const double a = c ? sum_g / double(c) : 0.0, bb = c ? sum_gx / double(c) : 0.0;
     for (int64_t j = 0; j < c; ++j)
-      d_x(t, j) = float(residual(t, j) + double(rstd[size_t(t)]) * (g[size_t(j)] - a - xhat(t, j) * bb));
+      d_x(t, j) = float(residual_at(d_residual, t, j) +
+                        double(rstd[size_t(t)]) * (g[size_t(j)] - a - xhat(t, j) * bb));
   }
 }
 
@@ -120,9 +123,6 @@ void rms_norm_backward_reference(View2 d_x, std::span<float> d_w, ConstView2 d_y
   nn::check_span(rstd, fn, "rstd", "[T]", x.shape[0]);
   nn::check_norm_grads(fn, w, d_w, {}, {});
   nn::check_residual(fn, d_residual, x);
-  auto residual = [&](int64_t t, int64_t j) {
-    return nn::present(d_residual) ? double(d_residual(t, j)) : 0.0;
-  };
   param_grads(d_w, {}, d_y,
               [&](int64_t t, int64_t c) { return double(x(t, c)) * double(rstd[size_t(t)]); });
   const int64_t c = x.shape[1];
@@ -136,7 +136,7 @@ void rms_norm_backward_reference(View2 d_x, std::span<float> d_w, ConstView2 d_y
     }
     const double k = c ? sum_gx / double(c) * r * r * r : 0.0;
     for (int64_t j = 0; j < c; ++j)
-      d_x(t, j) = float(residual(t, j) + r * g[size_t(j)] - double(x(t, j)) * k);
+      d_x(t, j) = float(residual_at(d_residual, t, j) + r * g[size_t(j)] - double(x(t, j)) * k);
   }
 }
 

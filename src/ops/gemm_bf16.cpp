@@ -80,7 +80,6 @@ void to_bf16(const float* src, int64_t rows, int64_t cols, int64_t ld, uint16_t*
 using dnnl::memory;
 using DataType = memory::data_type;
 using onednn::cpu_engine;
-using onednn::thread_stream;
 
 // op(X) [rows, cols] of a compact row-major bf16 X (X is [cols, rows] when trans).
 memory::desc compact_bf16(int64_t rows, int64_t cols, bool trans) {
@@ -149,17 +148,7 @@ void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a
   auto* b16 = static_cast<uint16_t*>(b_buf.get(size_t(k * n) * sizeof(uint16_t), "gemm_bf16"));
   to_bf16(a, ta ? k : m, ta ? m : k, lda, a16);  // as stored: [k, m] when ta
   to_bf16(b, tb ? n : k, tb ? k : n, ldb, b16);
-  auto& eng = cpu_engine();
-  auto& strm = thread_stream();
-  const OpenMpThreadsScope omp(threads);
-  thread_local onednn::AlignedSlot scratch_buf;
-  void* scratch = scratch_buf.get(std::max<size_t>(mm.scratch_bytes, 1), "gemm_bf16");
-  const memory::desc scratch_md({int64_t(std::max<size_t>(mm.scratch_bytes, 1))}, DataType::u8,
-                                memory::format_tag::x);
-  memory a_mem(mm.a, eng, a16), b_mem(mm.b, eng, b16), c_mem(mm.c, eng, c), s_mem(scratch_md, eng, scratch);
-  mm.prim.execute(strm, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem},
-                         {DNNL_ARG_SCRATCHPAD, s_mem}});
-  strm.wait();
+  onednn::run_matmul(mm, a16, memory(mm.b, cpu_engine(), b16), c, "gemm_bf16", threads);
 }
 
 #endif

@@ -43,14 +43,15 @@ struct Matmul {
   std::string impl;
 };
 
-// Runs mm on the calling thread, single-threaded, with A at a, the weights in b and C at c, using a
-// per-thread scratchpad (who names the caller in errors).
-inline void run_matmul(const Matmul& mm, const float* a, const dnnl::memory& b, float* c,
-                       const char* who) {
+// Runs mm from the calling thread with `threads` OpenMP threads (those it was made for), with A at a
+// (in mm.a's data type), the weights in b and C at c, using a per-thread scratchpad (who names the
+// caller in errors).
+inline void run_matmul(const Matmul& mm, const void* a, const dnnl::memory& b, float* c,
+                       const char* who, int threads = 1) {
   thread_local AlignedSlot scratch;
   void* scratch_data = scratch.get(mm.scratch_bytes, who);
-  const OpenMpThreadsScope one(1);
-  const dnnl::memory a_mem(mm.a, cpu_engine(), const_cast<float*>(a));
+  const OpenMpThreadsScope scope(threads);
+  const dnnl::memory a_mem(mm.a, cpu_engine(), const_cast<void*>(a));
   const dnnl::memory c_mem(mm.c, cpu_engine(), c);
   const dnnl::memory::desc scratch_md({int64_t(std::max<size_t>(mm.scratch_bytes, 1))},
                                       dnnl::memory::data_type::u8, dnnl::memory::format_tag::x);
