@@ -8,7 +8,9 @@
 
 namespace attnkit {
 
-class Workspace {
+// Aligned to a cache line: thread_workspaces() keeps one per thread side by side, and a thread's
+// bump pointer sharing a line with its neighbour's would bounce between the cores on every alloc.
+class alignas(64) Workspace {
  public:
   Workspace() = default;
   // Reserves capacity for `bytes` and empties the arena (invalidates earlier pointers).
