@@ -48,8 +48,9 @@ struct PackedHead {
 };
 
 struct ForwardState {  // per-thread buffers of one query tile
-  float* q;            // [rows, D] scaled queries
-  float* qp;           // packed scaled queries (packed path)
+  float* q;            // [rows, D] scaled queries (OpenBLAS path)
+  float* qp;           // panel-packed scaled queries, row blocks padded with zeros (packed path)
+  int64_t qp_stride;   // panel stride of qp: rows rounded up to a row block, times kValuePanel
   float* o;            // [rows, ldo] unnormalised output
   float* s;            // [rows, score stride] scores, then probabilities
   float* m;            // [rows] running max
@@ -65,8 +66,10 @@ class ForwardTile {
 
   void run() {
     const int64_t rows = (t_.i1 - t_.i0) * c_.g;
-    flash::gather_rows(c_.args.q, c_, span_.q_begin, t_.hk, t_.i0, t_.i1, c_.scale, st_.q);
-    if (packed_.k) flash::pack_queries(st_.q, rows, c_.d, st_.qp);
+    if (packed_.k)
+      pack_queries(rows);
+    else
+      flash::gather_rows(c_.args.q, c_, span_.q_begin, t_.hk, t_.i0, t_.i1, c_.scale, st_.q);
     std::fill(st_.o, st_.o + rows * ldo_, 0.0f);
     for (int64_t r = 0; r < rows; ++r) {
       st_.m[r] = c_.has_sink ? c_.args.sink_logits[size_t(head(r))] : kNegInf;
@@ -96,6 +99,22 @@ class ForwardTile {
 
  private:
   KeyRange vis(int64_t i) const { return visible_keys(c_.opts, i, lq_, lk_); }
+
+  // Scaled query rows straight from q into the panel layout, the last row block's extra rows
+  // zeroed (the score kernel computes them and drops them).
+  void pack_queries(int64_t rows) {
+    const int64_t padded = flash::round_up(rows, flash::kRowBlock);
+    for (int64_t r = 0; r < padded; ++r) {
+      float* dst = st_.qp + r * flash::kValuePanel;
+      if (r < rows) {
+        const float* src = c_.args.q.ptr(span_.q_begin + t_.i0 + r / c_.g, head(r));
+        flash::pack_panel_row(src, c_.scale, c_.d, dst, st_.qp_stride);
+        continue;
+      }
+      for (int64_t c0 = 0; c0 < c_.d; c0 += flash::kValuePanel, dst += st_.qp_stride)
+        std::fill(dst, dst + flash::kValuePanel, 0.0f);
+    }
+  }
   int64_t head(int64_t row) const { return t_.hk * c_.g + row % c_.g; }
 
   // Online-softmax update of query positions [p0, p1) against keys [k0, k1). The packed path
@@ -114,7 +133,8 @@ class ForwardTile {
     }
     for (int64_t g0 = r0; g0 < r1; g0 += kRowGroup) {
       const int64_t g1 = std::min(g0 + kRowGroup, r1);
-      flash::tile_scores(st_.qp + g0 * c_.d, g1 - g0, packed_.k + k0 * c_.d, n, c_.d, st_.s);
+      flash::tile_scores_panels(st_.qp + g0 * flash::kValuePanel, st_.qp_stride, g1 - g0,
+                                packed_.k + k0 * c_.d, n, c_.d, st_.s, flash::kScoreStride);
       softmax_rows(g0, g1, n, k0, masked, flash::kScoreStride);
       flash::tile_accumulate(st_.s, g1 - g0, packed_.v, lk_, k0, n, c_.d, st_.o + g0 * ldo_);
     }
@@ -195,10 +215,11 @@ void flash_attention(const AttentionOptions& opts, const AttentionArgs& args) {
   const bool packed = use_packed_kernels();
   const int64_t rows = positions * c.g, rows_pad = flash::round_up(rows, flash::kRowBlock);
   const int64_t ldo = packed ? flash::padded_dim(c.d) : c.d;
+  const int64_t qp_stride = rows_pad * flash::kValuePanel;
   const int64_t score_floats =
       packed ? rows_pad * flash::kScoreStride : rows * FlashTiles::kKeyTile;
   const size_t bytes =
-      sizeof(float) * size_t(rows * c.d + (packed ? rows_pad * c.d : 0) + rows * ldo +
+      sizeof(float) * size_t((packed ? rows_pad * ldo : rows * c.d) + rows * ldo +
                              score_floats + 2 * rows) + 6 * 64;
   auto& spaces = thread_workspaces(bytes);
   BlasThreadsScope blas(1);
@@ -209,8 +230,8 @@ void flash_attention(const AttentionOptions& opts, const AttentionArgs& args) {
           Workspace& ws = spaces[size_t(thread_index())];
           ws.reset();
           auto f = [&](int64_t n) { return ws.alloc<float>(size_t(n)); };
-          ForwardState st{f(rows * c.d), packed ? f(rows_pad * c.d) : nullptr, f(rows * ldo),
-                          f(score_floats), f(rows), f(rows)};
+          ForwardState st{packed ? nullptr : f(rows * c.d), packed ? f(rows_pad * ldo) : nullptr,
+                          qp_stride, f(rows * ldo), f(score_floats), f(rows), f(rows)};
           const QueryTile& t = list[size_t(i)];
           ForwardTile(c, t, st, head_of(t)).run();
         });

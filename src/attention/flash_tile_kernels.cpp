@@ -2,8 +2,8 @@
 // Q, Kᵀ and V, and one register-blocked micro-kernel (MR rows × 2 vectors) behind every product:
 //   for each B panel, for each row block of C: for k: load 2 vectors of B[k, panel], broadcast
 //   A[r, k] for the MR rows, 2·MR FMAs.
-// A's strides are compile-time per product: Q row blocks (forward scores), P rows (O += P·V,
-// dQ += dS·K), Q panels (backward scores), P and dS columns (dV += Pᵀ·dO, dK += dSᵀ·Q, read in
+// A's strides are compile-time per product: Q (and dO) panels (scores), P rows (O += P·V,
+// dQ += dS·K), P and dS columns (dV += Pᵀ·dO, dK += dSᵀ·Q, read in
 // place: the MR broadcasts of a step are MR consecutive floats of one row of P).
 // The B panel (16 KiB at D = 128 or 128 keys on AVX-512) stays in L1 while the row blocks stream
 // past it.
@@ -150,37 +150,27 @@ void pack_keys(const float* k, int64_t ld, int64_t s, int64_t d, float* kp) {
   }
 }
 
+namespace {
+
+// dst[0:2V] = factor·src[0:n] followed by zeros (n <= 2V = kValuePanel): one padded panel row.
+HWY_INLINE void panel_row(const float* HWY_RESTRICT src, int64_t n, float factor,
+                          float* HWY_RESTRICT dst) {
+  const DF df;
+  const VF f = hn::Set(df, factor);
+  const int64_t n1 = std::max<int64_t>(n - kLanes, 0);
+  hn::Store(hn::Mul(f, hn::MaskedLoad(hn::FirstN(df, size_t(n - n1)), df, src)), df, dst);
+  hn::Store(hn::Mul(f, hn::MaskedLoad(hn::FirstN(df, size_t(n1)), df, src + kLanes)), df,
+            dst + kLanes);
+}
+
+}  // namespace
+
 void pack_values(const float* v, int64_t ld, int64_t s, int64_t d, float* vp) {
   for (int64_t c0 = 0; c0 < d; c0 += kValuePanel) {
     float* panel = vp + c0 * s;
     const int64_t nc = std::min(kValuePanel, d - c0);
-    for (int64_t j = 0; j < s; ++j) {
-      float* dst = panel + j * kValuePanel;
-      std::copy_n(v + j * ld + c0, nc, dst);
-      std::fill(dst + nc, dst + kValuePanel, 0.0f);
-    }
+    for (int64_t j = 0; j < s; ++j) panel_row(v + j * ld + c0, nc, 1.0f, panel + j * kValuePanel);
   }
-}
-
-void pack_queries(const float* q, int64_t rows, int64_t d, float* qp) {
-  for (int64_t b0 = 0; b0 < rows; b0 += kRowBlock) {
-    float* block = qp + b0 * d;
-    const int64_t nr = std::min(kRowBlock, rows - b0);
-    const float* src = q + b0 * d;
-    for (int64_t e = 0; e < d; ++e) {
-      float* dst = block + e * kRowBlock;
-      for (int64_t r = 0; r < nr; ++r) dst[r] = src[r * d + e];
-      for (int64_t r = nr; r < kRowBlock; ++r) dst[r] = 0.0f;
-    }
-  }
-}
-
-void tile_scores(const float* qp, int64_t rows, const float* kp, int64_t n, int64_t d, float* s,
-                 int64_t ls) {
-  for (int64_t j0 = 0; j0 < n; j0 += kKeyPanel)
-    for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock)
-      product_block<1, kRowBlock, kWhole>(qp + r0 * d, 0, d, kp + j0 * d, s + r0 * ls + j0, ls,
-                                          kMR, false);
 }
 
 void tile_accumulate(const float* p, int64_t rows, const float* vp, int64_t s, int64_t j0,
@@ -194,11 +184,8 @@ void tile_accumulate(const float* p, int64_t rows, const float* vp, int64_t s, i
 }
 
 void pack_panel_row(const float* x, float factor, int64_t d, float* dst, int64_t panel_stride) {
-  for (int64_t c0 = 0; c0 < d; c0 += kValuePanel, dst += panel_stride) {
-    const int64_t nc = std::min(kValuePanel, d - c0);
-    for (int64_t e = 0; e < nc; ++e) dst[e] = factor * x[c0 + e];
-    std::fill(dst + nc, dst + kValuePanel, 0.0f);
-  }
+  for (int64_t c0 = 0; c0 < d; c0 += kValuePanel, dst += panel_stride)
+    panel_row(x + c0, std::min(kValuePanel, d - c0), factor, dst);
 }
 
 void tile_scores_panels(const float* ap, int64_t a_stride, int64_t rows, const float* kp,

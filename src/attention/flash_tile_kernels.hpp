@@ -1,11 +1,10 @@
 #pragma once
 // Register-blocked tile products of the flash forward and backward on packed operands (no BLAS).
 // Forward: the scores S = Q·Kᵀ of a query tile against a key range, and O += P·V; K and V of a
-// (sequence, KV head) are packed once and shared by every query tile, the query tile is packed
-// once per tile. Backward: S = Q·Kᵀ and dP = dO·Vᵀ with Q and dO panel-packed, dV += Pᵀ·dO and
-// dK += dSᵀ·Q (transposed A read in place from the P and dS blocks), dQ += dS·K.
+// (sequence, KV head) are packed once and shared by every query tile, the query tile is
+// panel-packed once per tile. Backward: S = Q·Kᵀ and dP = dO·Vᵀ with Q and dO panel-packed,
+// dV += Pᵀ·dO and dK += dSᵀ·Q (transposed A read in place from the P and dS blocks), dQ += dS·K.
 // Layouts (MR = kRowBlock rows, NK = kKeyPanel keys, NV = kValuePanel columns of D):
-//   packed Q  [ceil(rows/MR), D, MR]   Q[r, e] at ((r / MR)·D + e)·MR + r % MR, zero-padded rows
 //   packed Kᵀ [ceil(S/NK), D, NK]      K[j, e] at ((j / NK)·D + e)·NK + j % NK, zero-padded keys
 //   packed V  [ceil(D/NV), S, NV]      V[j, e] at ((e / NV)·S + j)·NV + e % NV, zero-padded columns
 //   panel-packed A [ceil(D/NV), R, NV]  A[r, e] at (e / NV)·stride + r·NV + e % NV (stride >= R·NV:
@@ -13,7 +12,8 @@
 //   scores/probabilities [rows, kScoreStride], output O [rows, padded_dim(D)], row-major.
 // The micro-kernels hold MR × 2 vectors of accumulators: AVX-512 12 × 32 floats (24 of its 32
 // registers), AVX2 6 × 16 floats (12 of 16); each loaded vector of K (or V) serves MR rows and
-// each broadcast element of Q (or P) two vectors.
+// each broadcast element of Q (or P) two vectors. Packing a row (pack_panel_row, pack_values) is
+// a contiguous copy; only Kᵀ is a transpose.
 #include <cstdint>
 
 #include "attnkit/attention/flash_attention.hpp"
@@ -51,16 +51,6 @@ inline int64_t packed_values_size(int64_t s, int64_t d) { return s * padded_dim(
 void pack_keys(const float* k, int64_t ld, int64_t s, int64_t d, float* kp);
 // Packs V rows [s, D] (row j at v + j·ld) as column panels (layout above) into vp.
 void pack_values(const float* v, int64_t ld, int64_t s, int64_t d, float* vp);
-// Packs Q rows [rows, D] (row-major, contiguous) as row blocks (layout above) into qp.
-void pack_queries(const float* q, int64_t rows, int64_t d, float* qp);
-
-// s[r, j] = Σ_e Q[r, e]·K[j, e] for rows [0, ceil(rows/MR)·MR) of the row blocks at qp and keys
-// [0, ceil(n/NK)·NK) of the panels at kp (the first key of the range starts a panel); s has row
-// stride ls (a multiple of kLanes). Columns past n and rows past `rows` are written and must be
-// ignored.
-void tile_scores(const float* qp, int64_t rows, const float* kp, int64_t n, int64_t d, float* s,
-                 int64_t ls = kScoreStride);
-
 // o[r, e] += Σ_j p[r, j]·V[j0 + j, e] for r < rows, j < n, e < padded_dim(d): p has row stride
 // kScoreStride, o row stride padded_dim(d); vp is the packed V of all s keys of the head. Rows of
 // p from `rows` to the end of the last row block are read and must be finite (their products are

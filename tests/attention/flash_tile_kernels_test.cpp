@@ -1,6 +1,6 @@
 // The flash packed tile kernels (src/attention/flash_tile_kernels.hpp) against double loops on
-// the same inputs: packing, the forward's S = Q·Kᵀ and O += P·V, the backward's S = Q·Kᵀ on
-// panel-packed rows, C += Pᵀ·B and C += P·B, and the exponentials, on sizes that hit every tail
+// the same inputs: packing, S = Q·Kᵀ on panel-packed rows against the forward's and the
+// backward's key ranges, the forward's O += P·V, C += Pᵀ·B and C += P·B, and the exponentials, on sizes that hit every tail
 // (rows not a multiple of the row block, keys not a multiple of the key panel, D not a multiple
 // of the vector width) and key ranges that start inside the packed sequence.
 #include "attention/flash_tile_kernels.hpp"
@@ -49,12 +49,14 @@ TEST(FlashTileKernels, ScoresAndValuesMatchDoubleLoops) {
         const int64_t ld = d + 3;  // strided K and V rows
         const auto q = randn(rows * d, 1), k = randn(s * ld, 2), v = randn(s * ld, 3);
         const int64_t rb = round_up(rows, kRowBlock), dp = padded_dim(d);
-        Buffer qp(rb * d), kp(packed_keys_size(s, d)), vp(packed_values_size(s, d));
+        Buffer qp(rb * dp), kp(packed_keys_size(s, d)), vp(packed_values_size(s, d));
         Buffer sc(rb * kScoreStride), o(rows * dp);
-        pack_queries(q.data(), rows, d, qp.p);
+        std::fill(qp.p, qp.p + qp.n, 0.0f);  // the forward's query panels: pad rows zero
+        for (int64_t r = 0; r < rows; ++r)
+          pack_panel_row(q.data() + r * d, 1.0f, d, qp.p + r * kValuePanel, rb * kValuePanel);
         pack_keys(k.data(), ld, s, d, kp.p);
         pack_values(v.data(), ld, s, d, vp.p);
-        tile_scores(qp.p, rows, kp.p + j0 * d, n, d, sc.p);
+        tile_scores_panels(qp.p, rb * kValuePanel, rows, kp.p + j0 * d, n, d, sc.p, kScoreStride);
         // Bar: float32 sums of m terms err by about sqrt(m)·2^-24·Σ|term|; allow 8x that.
         auto bar = [](int64_t m, double abs_sum) { return 8 * std::sqrt(double(m)) * 0x1p-24 * abs_sum; };
         for (int64_t r = 0; r < rows; ++r)
