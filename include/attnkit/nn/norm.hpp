@@ -11,8 +11,9 @@
 // parameter); the matching gradient must then be empty too. y may alias x and d_x may alias d_y
 // (and d_residual, [T, C] or empty, which the backward adds to d_x).
 // Gradient contract (docs/architecture.md): *_backward ADDS (+=) into parameter gradients (d_w,
-// d_b) and ASSIGNS (=) input gradients (d_x). Parameter gradients are reduced over tokens in a
-// fixed order (threads split the channels): bitwise identical for any thread count.
+// d_b) and ASSIGNS (=) input gradients (d_x). Parameter gradients are summed in double over
+// fixed blocks of tokens, the blocks' sums added in block order: bitwise identical for any thread
+// count. The backward reads x and d_y once (src/nn/norm_backward.cpp).
 // Reference: norm_reference.cpp (double accumulation), same signatures.
 #include <span>
 
