@@ -76,8 +76,10 @@ HWY_INLINE double total(VD lo, VD hi) {
 
 // The channels of a row in vectors: body(j, mask) for j = 0, kLanes, ... < c; mask is null for
 // whole vectors (plain loads and stores) and selects the lanes below c in the last, partial one
-// (masked loads read zeros past c, masked stores leave it alone). Masked loads on every vector
-// measured a third slower inside the ViT's training step on Zen 5 (the rows come from memory).
+// (masked loads read zeros past c, masked stores leave it alone). With masked loads and stores
+// on every vector the pass took about twice the perf samples inside the ViT's training step on
+// Zen 5 (rows of 96); a streaming loop outside it showed no such difference, so the cause is not
+// pinned down.
 template <class Body>
 HWY_INLINE void for_each_vector(int64_t c, const Body& body) {
   int64_t j = 0;
