@@ -91,8 +91,10 @@ class Decoder {
     const int64_t stage = rope_ ? bt_ * hkv_ * d_ : 0;
     return int64_t(sizeof(float)) * (hkv_ * rows_ * bt_ + stage) + 2 * 64;
   }
-  // Floats of one item's partial result: m and l for each row ([Hkv][n·G]), then O ([Hkv][n·G][D]).
-  int64_t partial_floats() const { return hkv_ * rows_ * (d_ + 2); }
+  // Floats of one item's partial result: m and l for each row ([Hkv][n·G]), then O ([Hkv][n·G][D]),
+  // rounded up to a cache line (16 floats) so that items running on two threads never share one
+  // (their m, l and O are rewritten on every block of keys).
+  int64_t partial_floats() const { return (hkv_ * rows_ * (d_ + 2) + 15) / 16 * 16; }
 
   // Runs one item, leaving its unnormalised (m, l, O) per row in `partial`.
   void run(const Item& it, Workspace& ws, float* partial) const {

@@ -80,9 +80,14 @@ void cbam_forward(View4 y, CbamCache& cache, ConstView4 x, const CbamWeights& w)
   // first maximum), in one pass over x: each x1 value is used as it is made.
   float* x1 = cache.x1.data();
   parallel_for(n, [&](int64_t b) {  // channel by channel over whole planes (memory order)
+    // The running max and argmax live in the task's own buffers until the end: the images'
+    // planes are adjacent, and two threads rewriting the line they share for every channel
+    // would bounce it between the cores.
     std::vector<double> sum(size_t(hw), 0.0);
-    float* mx = cache.descriptor.data() + (b * 2 + 1) * hw;
-    int32_t* arg = cache.channel_argmax.data() + b * hw;
+    std::vector<float> mx_run(static_cast<size_t>(hw));
+    std::vector<int32_t> arg_run(static_cast<size_t>(hw));
+    float* mx = mx_run.data();
+    int32_t* arg = arg_run.data();
     const float* in = x.data + b * c * hw;
     float* out = x1 + b * c * hw;
     const float* gate = cache.channel_gate.data() + b * c;
@@ -105,6 +110,8 @@ void cbam_forward(View4 y, CbamCache& cache, ConstView4 x, const CbamWeights& w)
     }
     float* mean = cache.descriptor.data() + (b * 2) * hw;
     for (int64_t p = 0; p < hw; ++p) mean[p] = float(sum[size_t(p)] / double(c));
+    std::copy(mx_run.begin(), mx_run.end(), cache.descriptor.data() + (b * 2 + 1) * hw);
+    std::copy(arg_run.begin(), arg_run.end(), cache.channel_argmax.data() + b * hw);
   });
   conv2d_forward(cache.spatial_gate.view(), cache.descriptor.view(), w.ws, w.bs,
                  {.stride = 1, .padding = k / 2});

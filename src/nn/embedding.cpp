@@ -4,6 +4,9 @@
 #include "attnkit/nn/embedding.hpp"
 
 #include <algorithm>
+#include <cstdint>
+
+#include "attnkit/core/parallel.hpp"
 
 #include "nn_common.hpp"
 
@@ -36,7 +39,21 @@ void embedding_forward(View2 y, std::span<const int32_t> ids, ConstView2 table) 
 
 void embedding_backward(View2 d_table, std::span<const int32_t> ids, ConstView2 d_y) {
   nn::check_embedding("embedding_backward", "d_y", d_y, ids, d_table, "d_table");
-  nn::parallel_columns(d_table.shape[1], [&](int64_t c0, int64_t c1) {
+  // Column blocks of 64 floats, the first cut short so that the others start on a cache line
+  // when all rows share the table's alignment: the threads walk the same tokens, so they often
+  // add into the same row at once, and must not share a line there. Each element still sums its
+  // tokens in order, so the result does not depend on the blocks.
+  constexpr int64_t kBlock = 64, kLineFloats = 16;
+  const int64_t cols = d_table.shape[1];
+  const auto addr = reinterpret_cast<uintptr_t>(d_table.data);
+  const bool aligned_rows = d_table.stride[0] % kLineFloats == 0 && addr % sizeof(float) == 0;
+  const int64_t lead =
+      aligned_rows ? int64_t((64 - addr % 64) % 64 / sizeof(float)) % kBlock : 0;
+  const int64_t first = std::min(cols, lead == 0 ? kBlock : lead);
+  const int64_t blocks = cols <= first ? 1 : 1 + (cols - first + kBlock - 1) / kBlock;
+  parallel_for(blocks, [&](int64_t blk) {
+    const int64_t c0 = blk == 0 ? 0 : first + (blk - 1) * kBlock;
+    const int64_t c1 = blk == 0 ? first : std::min(cols, c0 + kBlock);
     for (size_t t = 0; t < ids.size(); ++t) {
       const float* g = d_y.ptr(int64_t(t));
       float* dst = d_table.ptr(ids[t]);

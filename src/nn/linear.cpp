@@ -73,8 +73,11 @@ bool chunked_weight_gradient(View2 d_w, std::span<float> d_b, ConstView2 d_y, Co
   const int64_t per = (t + chunks - 1) / chunks;
   thread_local std::vector<float> partial;  // reused: no page faults or zeroing per call
   thread_local std::vector<double> partial_b;
+  // Each chunk's bias sums (rewritten for every token) start a cache line past the previous
+  // chunk's last one: two threads' chunks never share a line.
+  const int64_t b_stride = (out + 7) / 8 * 8 + 8;
   if (partial.size() < size_t(chunks * out * in)) partial.resize(size_t(chunks * out * in));
-  if (partial_b.size() < size_t(chunks * out)) partial_b.resize(size_t(chunks * out));
+  if (partial_b.size() < size_t(chunks * b_stride)) partial_b.resize(size_t(chunks * b_stride));
   float* pw = partial.data();
   double* pb = partial_b.data();
   {
@@ -84,7 +87,7 @@ bool chunked_weight_gradient(View2 d_w, std::span<float> d_b, ConstView2 d_y, Co
       sgemm(true, false, out, in, t1 - t0, 1.0f, d_y.ptr(t0), nn::ld(d_y), x.ptr(t0), nn::ld(x),
             0.0f, pw + c * out * in, in);
       if (d_b.empty()) return;
-      double* acc = pb + c * out;
+      double* acc = pb + c * b_stride;
       std::fill_n(acc, out, 0.0);
       for (int64_t i = t0; i < t1; ++i) {
         const float* g = d_y.ptr(i);
@@ -101,7 +104,7 @@ bool chunked_weight_gradient(View2 d_w, std::span<float> d_b, ConstView2 d_y, Co
   });
   for (int64_t j = 0; j < int64_t(d_b.size()); ++j) {
     double sum = 0;
-    for (int64_t c = 0; c < chunks; ++c) sum += pb[c * out + j];
+    for (int64_t c = 0; c < chunks; ++c) sum += pb[c * b_stride + j];
     d_b[size_t(j)] += float(sum);
   }
   return true;

@@ -78,6 +78,30 @@ TEST(NnEmbedding, BackwardIsBitwiseIdenticalForAnyThreadCount) {
   EXPECT_TRUE(nn_testing::bitwise_equal(run(1), run(3)));
 }
 
+// The backward's column blocks follow the table's cache-line alignment: every column must still
+// be covered once, with the same sums, whatever the table's offset.
+TEST(NnEmbedding, BackwardIsTheSameForAnyTableAlignment) {
+  const int64_t t = 300, v = 6, c = 200, stride = 208;  // rows a whole number of cache lines
+  const auto ids = random_ids(t, v, 11);
+  const Mat d_y = Mat(t, c).randn(12), start = Mat(v, c).randn(13);
+  Mat expected = start;
+  embedding_backward(expected.view(), ids, d_y.cview());
+  for (int64_t offset : {0, 1, 5, 15}) {
+    std::vector<float> buf(size_t(v * stride + 16), -7.0f);
+    const View2 table{buf.data() + offset, {v, c}, {stride, 1}};
+    for (int64_t i = 0; i < v; ++i)
+      for (int64_t j = 0; j < c; ++j) table(i, j) = start.at(i, j);
+    {
+      ThreadCountScope two(2);
+      embedding_backward(table, ids, d_y.cview());
+    }
+    for (int64_t i = 0; i < v; ++i)
+      for (int64_t j = 0; j < c; ++j)
+        ASSERT_EQ(table(i, j), expected.at(i, j)) << "offset " << offset << " [" << i << ", " << j << "]";
+    for (int64_t i = 0; i < offset; ++i) EXPECT_EQ(buf[size_t(i)], -7.0f);  // nothing before the table
+  }
+}
+
 TEST(NnEmbedding, OutOfRangeIdNamesTheIndexAndWritesNothing) {
   const Mat table = Mat(10, 4).randn(1);
   Mat y(3, 4);
