@@ -116,10 +116,13 @@ struct BufferPlan {
 
 class Backward {
  public:
-  Backward(const Context& c, const AttentionGrads& g, const float* delta, int64_t positions,
-           bool packed)
-      : c_(c), g_(g), delta_(delta), positions_(positions), packed_(packed),
-        ldo_(packed ? flash::padded_dim(c.d) : c.d) {}
+  // delta: Δ [H, Tq] precomputed (row_deltas), or null: each load of query rows forms its rows'
+  // Δ as it reads their dO (the fused path, which loads every row once), and writes them to
+  // delta_out [H, Tq] if that is given (for the sinks' gradient).
+  Backward(const Context& c, const AttentionGrads& g, const float* delta, float* delta_out,
+           int64_t positions, bool packed)
+      : c_(c), g_(g), delta_(delta), delta_out_(delta_out), positions_(positions),
+        packed_(packed), ldo_(packed ? flash::padded_dim(c.d) : c.d) {}
 
   int64_t ldo() const { return ldo_; }
 
@@ -278,7 +281,12 @@ class Backward {
         std::copy_n(ds, c_.d, q.dout + r * c_.d);
       }
       q.lse[r] = c_.args.lse(h, token);
-      q.delta[r] = delta_[h * tq + token];
+      if (delta_) {
+        q.delta[r] = delta_[h * tq + token];
+      } else {
+        q.delta[r] = dot(ds, c_.args.out.ptr(token, h), c_.d);
+        if (delta_out_) delta_out_[h * tq + token] = q.delta[r];
+      }
     }
     if (packed_)  // zero pad rows: the score kernels read whole row blocks
       for (int64_t c0 = 0; c0 < c_.d; c0 += flash::kValuePanel)
@@ -369,27 +377,35 @@ class Backward {
 
   const Context& c_;
   const AttentionGrads& g_;
-  const float* delta_;  // [H, Tq]
+  const float* delta_;  // [H, Tq], or null (formed by load_rows)
+  float* delta_out_;    // [H, Tq] or null: where load_rows leaves the Δ it forms
   int64_t positions_;
   bool packed_;
   int64_t ldo_;  // row stride of dQ, dK and dV buffers
 };
 
-// Δ[h, t] = dO·out per row, and d_sink[h] = -Σ_t exp(b_h - lse[h, t])·Δ[h, t] (ordered sums).
+// Δ[h, t] = dO·out per row.
 std::vector<float> row_deltas(const Context& c, const AttentionGrads& g) {
   const int64_t tq = c.args.q.shape[0];
   std::vector<float> delta(static_cast<size_t>(c.h * tq));
   parallel_for(c.h, [&](int64_t h) {
-    double dsink = 0;
-    for (int64_t t = 0; t < tq; ++t) {
-      const float d = dot(g.d_out.ptr(t, h), c.args.out.ptr(t, h), c.d);
-      delta[size_t(h * tq + t)] = d;
-      if (c.has_sink && c.args.lse(h, t) != kNegInf)
-        dsink -= std::exp(double(c.args.sink_logits[size_t(h)]) - c.args.lse(h, t)) * d;
-    }
-    if (c.has_sink) g.d_sink[size_t(h)] = float(dsink);
+    for (int64_t t = 0; t < tq; ++t)
+      delta[size_t(h * tq + t)] = dot(g.d_out.ptr(t, h), c.args.out.ptr(t, h), c.d);
   });
   return delta;
+}
+
+// d_sink[h] = -Σ_t exp(b_h - lse[h, t])·Δ[h, t] (ordered sums in double).
+void sink_gradients(const Context& c, const AttentionGrads& g, const std::vector<float>& delta) {
+  const int64_t tq = c.args.q.shape[0];
+  parallel_for(c.h, [&](int64_t h) {
+    double dsink = 0;
+    for (int64_t t = 0; t < tq; ++t)
+      if (c.args.lse(h, t) != kNegInf)
+        dsink -= std::exp(double(c.args.sink_logits[size_t(h)]) - c.args.lse(h, t)) *
+                 delta[size_t(h * tq + t)];
+    g.d_sink[size_t(h)] = float(dsink);
+  });
 }
 
 }  // namespace
@@ -406,9 +422,6 @@ void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs&
   const int64_t positions = block_positions(c.g);
   const int64_t kt = FlashTiles::kBwdKeyTile, d = c.d, mr = flash::kRowBlock;
   const int64_t ldo = packed ? flash::padded_dim(d) : d;
-  const std::vector<float> delta = row_deltas(c, grads);
-  const Backward bwd(c, grads, delta.data(), positions, packed);
-
   const int64_t nseq = num_sequences(args);
   int64_t longest = 0;  // query positions of the longest sequence
   for (int64_t b = 0; b < nseq; ++b) {
@@ -423,6 +436,17 @@ void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs&
   // buffers.
   const int64_t block_rows = flash::round_up(std::min(positions, longest) * c.g, mr);
   const BufferPlan plan{fuse_dq ? pair_rows : block_rows, block_rows, d, ldo, packed};
+  // Δ = rowsum(dO∘out): formed by the fused path as it loads each row (once), which saves a pass
+  // over dO and out; the two-pass path loads rows once per key tile, so it takes them from a
+  // first pass (row_deltas).
+  std::vector<float> delta;
+  if (fuse_dq) {
+    if (c.has_sink) delta.resize(size_t(c.h * args.q.shape[0]));
+  } else {
+    delta = row_deltas(c, grads);
+  }
+  const Backward bwd(c, grads, fuse_dq ? nullptr : delta.data(),
+                     fuse_dq && c.has_sink ? delta.data() : nullptr, positions, packed);
   auto& spaces = thread_workspaces(plan.bytes());
   auto buffers = [&]() { return plan.take(spaces[size_t(thread_index())]); };
   BlasThreadsScope blas(1);
@@ -437,6 +461,7 @@ void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs&
       Buffers w = buffers();
       bwd.pair(idx / c.hkv, idx % c.hkv, w);
     });
+    if (c.has_sink) sink_gradients(c, grads, delta);
     return;
   }
   struct Item {
@@ -469,6 +494,7 @@ void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs&
   };
   run_items(key_items, &Backward::key_tile);
   run_items(query_items, &Backward::query_tile);
+  if (c.has_sink) sink_gradients(c, grads, delta);
 }
 
 }  // namespace attnkit
