@@ -18,6 +18,7 @@
 #include "attnkit/core/parallel.hpp"
 #include "hwy/highway.h"
 #include "nn_common.hpp"
+#include "ops/vector_loop.hpp"
 #include "vision_common.hpp"
 
 namespace attnkit {
@@ -75,17 +76,15 @@ void for_planes(int64_t p0, int64_t p1, int64_t c, const F& f) {
 void masked_sum_and_dot(const float* dy, const float* x, int64_t hw, bool relu, float a, float sh,
                         double& s, double& d) {
   const hn::ScalableTag<float> df;
-  const int64_t lanes = int64_t(hn::Lanes(df));
   const auto av = hn::Set(df, a), shv = hn::Set(df, sh), zero = hn::Zero(df);
   auto as = hn::Zero(df), ad = hn::Zero(df);
-  for (int64_t j = 0; j < hw; j += lanes) {
-    const auto in = hn::FirstN(df, size_t(hw - j));
-    const auto xv = hn::MaskedLoad(in, df, x + j);
-    auto g = hn::MaskedLoad(in, df, dy + j);
+  vec::for_each_vector(hw, [&](int64_t j, const vec::MF* in) {  // zeros past hw add nothing
+    const auto xv = vec::load(x + j, in);
+    auto g = vec::load(dy + j, in);
     if (relu) g = hn::IfThenElseZero(hn::Gt(hn::MulAdd(xv, av, shv), zero), g);
     as = hn::Add(as, g);
     ad = hn::MulAdd(g, xv, ad);
-  }
+  });
   s += double(hn::GetLane(hn::SumOfLanes(df, as)));
   d += double(hn::GetLane(hn::SumOfLanes(df, ad)));
 }
@@ -139,19 +138,17 @@ void batch_norm2d_forward(View4 y, std::span<float> mean, std::span<float> rstd,
   if (!write_y) return;
   nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
     const hn::ScalableTag<float> df;
-    const int64_t lanes = int64_t(hn::Lanes(df));
     const auto zero = hn::Zero(df);
     for_planes(p0, p1, c, [&](int64_t i, int64_t ch) {
       const float* p = x.ptr(i, ch);
       float* q = y.ptr(i, ch);
       const ChannelAffine& f = affine[size_t(ch)];
       const auto a = hn::Set(df, f.scale), sh = hn::Set(df, f.shift);
-      for (int64_t j = 0; j < hw; j += lanes) {
-        const auto in = hn::FirstN(df, size_t(hw - j));
-        auto v = hn::MulAdd(hn::MaskedLoad(in, df, p + j), a, sh);
+      vec::for_each_vector(hw, [&](int64_t j, const vec::MF* in) {
+        auto v = hn::MulAdd(vec::load(p + j, in), a, sh);
         if (opts.relu) v = hn::IfThenZeroElse(hn::Lt(v, zero), v);  // max(v, 0), NaN kept
-        hn::BlendedStore(v, in, df, q + j);
-      }
+        vec::store(v, q + j, in);
+      });
     });
   });
 }
@@ -205,7 +202,6 @@ void backward_planes(View4 d_x, std::span<float> d_w, std::span<float> d_b, cons
   }
   nn::parallel_rows(n * c, hw, [&](int64_t p0, int64_t p1) {
     const hn::ScalableTag<float> df;
-    const int64_t lanes = int64_t(hn::Lanes(df));
     const auto zero = hn::Zero(df);
     for_planes(p0, p1, c, [&](int64_t i, int64_t ch) {
       const float *p = x.ptr(i, ch), *g = dy_plane(i, ch);
@@ -213,13 +209,12 @@ void backward_planes(View4 d_x, std::span<float> d_w, std::span<float> d_b, cons
       const ChannelAffine& f = pre[size_t(ch)];
       const auto a = hn::Set(df, ca[size_t(ch)]), bx = hn::Set(df, cb[size_t(ch)]),
                  k = hn::Set(df, cc[size_t(ch)]), ms = hn::Set(df, f.scale), mb = hn::Set(df, f.shift);
-      for (int64_t j = 0; j < hw; j += lanes) {
-        const auto in = hn::FirstN(df, size_t(hw - j));
-        const auto xv = hn::MaskedLoad(in, df, p + j);
-        auto gv = hn::MaskedLoad(in, df, g + j);
+      vec::for_each_vector(hw, [&](int64_t j, const vec::MF* in) {
+        const auto xv = vec::load(p + j, in);
+        auto gv = vec::load(g + j, in);
         if (opts.relu) gv = hn::IfThenElseZero(hn::Gt(hn::MulAdd(xv, ms, mb), zero), gv);
-        hn::BlendedStore(hn::MulAdd(gv, a, hn::MulAdd(xv, bx, k)), in, df, dx + j);
-      }
+        vec::store(hn::MulAdd(gv, a, hn::MulAdd(xv, bx, k)), dx + j, in);
+      });
     });
   });
 }

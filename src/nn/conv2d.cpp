@@ -28,6 +28,7 @@
 #include "conv2d_common.hpp"
 #include "hwy/highway.h"
 #include "nn_common.hpp"
+#include "ops/vector_loop.hpp"
 
 namespace attnkit {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -107,28 +108,26 @@ HWY_INLINE hn::Mask<D> kept_lanes(D df, const uint8_t* keep) {
 // the spans are often shorter than a few vectors). src is read only where e < n.
 void masked_copy(float* HWY_RESTRICT r, const float* HWY_RESTRICT src, const uint8_t* keep, int64_t n) {
   const hn::ScalableTag<float> df;
-  for (int64_t e = 0; e < n; e += int64_t(hn::Lanes(df))) {
-    const auto in = hn::FirstN(df, size_t(n - e));
-    hn::BlendedStore(hn::IfThenElseZero(kept_lanes(df, keep + e), hn::MaskedLoad(in, df, src + e)), in, df, r + e);
-  }
+  vec::for_each_vector(n, [&](int64_t e, const vec::MF* in) {
+    vec::store(hn::IfThenElseZero(kept_lanes(df, keep + e), vec::load(src + e, in)), r + e, in);
+  });
 }
 
 // r[0, n) = 0 with vector stores (spans here are short: a library call would cost more).
 void zero_floats(float* r, int64_t n) {
   const hn::ScalableTag<float> df;
-  for (int64_t e = 0; e < n; e += int64_t(hn::Lanes(df)))
-    hn::BlendedStore(hn::Zero(df), hn::FirstN(df, size_t(n - e)), df, r + e);
+  vec::for_each_vector(n, [&](int64_t e, const vec::MF* in) { vec::store(hn::Zero(df), r + e, in); });
 }
 
 // dst[e] += keep[e] ? src[e] : 0 for e < n, as masked_copy (dst[e] is left as it is where not kept).
 void masked_add(float* HWY_RESTRICT dst, const float* HWY_RESTRICT src, const uint8_t* keep, int64_t n) {
   const hn::ScalableTag<float> df;
-  for (int64_t e = 0; e < n; e += int64_t(hn::Lanes(df))) {
-    const auto in = hn::FirstN(df, size_t(n - e));
-    const auto k = hn::And(in, kept_lanes(df, keep + e));
-    const auto d = hn::MaskedLoad(in, df, dst + e);
-    hn::BlendedStore(hn::IfThenElse(k, hn::Add(d, hn::MaskedLoad(k, df, src + e)), d), in, df, dst + e);
-  }
+  vec::for_each_vector(n, [&](int64_t e, const vec::MF* in) {
+    auto k = kept_lanes(df, keep + e);
+    if (in) k = hn::And(*in, k);
+    const auto d = vec::load(dst + e, in);
+    vec::store(hn::IfThenElse(k, hn::Add(d, hn::MaskedLoad(k, df, src + e)), d), dst + e, in);
+  });
 }
 
 }  // namespace

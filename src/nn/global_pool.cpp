@@ -8,6 +8,7 @@
 
 #include "hwy/highway.h"
 #include "nn_common.hpp"
+#include "ops/vector_loop.hpp"
 #include "vision_common.hpp"
 
 namespace attnkit {
@@ -47,19 +48,18 @@ namespace hn = hwy::HWY_NAMESPACE;
 int64_t nn::plane_argmax(const float* in, int64_t n) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
-  const int64_t lanes = int64_t(hn::Lanes(df));
   auto bv = hn::Set(df, -INFINITY);
   auto bi = hn::Set(di, INT32_MAX);
-  for (int64_t j = 0; j < n; j += lanes) {
-    const auto in_f = hn::FirstN(df, size_t(n - j));
-    const auto v = hn::MaskedLoad(in_f, df, in + j);
+  vec::for_each_vector(n, [&](int64_t j, const vec::MF* in_f) {
+    const auto v = vec::load(in + j, in_f);
     const auto idx = hn::Iota(di, int32_t(j));
     // A lane's first element always enters (its index is below INT32_MAX); later ones by the rule.
     const auto empty = hn::RebindMask(df, hn::Eq(bi, hn::Set(di, INT32_MAX)));
-    const auto t = hn::And(in_f, hn::Or(nn::later_wins(df, bv, v), empty));
+    auto t = hn::Or(nn::later_wins(df, bv, v), empty);
+    if (in_f) t = hn::And(*in_f, t);
     bv = hn::IfThenElse(t, v, bv);
     bi = hn::IfThenElse(hn::RebindMask(di, t), idx, bi);
-  }
+  });
   // Across lanes, in index order by the same rule: the first NaN if any lane holds one, else the
   // first index holding the largest value (each lane holds its own first NaN or first maximum).
   const auto held = hn::RebindMask(df, hn::Ne(bi, hn::Set(di, INT32_MAX)));

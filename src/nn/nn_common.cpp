@@ -9,6 +9,7 @@
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm.hpp"
 #include "hwy/highway.h"
+#include "ops/vector_loop.hpp"
 
 namespace attnkit::nn {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -122,15 +123,14 @@ double dot_double(const float* x, const float* y, int64_t n) {
 // double: the per-element work is float FMAs, and the planes are summed without drift.
 void shifted_sums_double(const float* x, int64_t n, double k, double& s, double& q) {
   const hn::ScalableTag<float> df;
-  const int64_t lanes = int64_t(hn::Lanes(df));
   const auto kv = hn::Set(df, float(k));
   auto as = hn::Zero(df), aq = hn::Zero(df);
-  for (int64_t j = 0; j < n; j += lanes) {
-    const auto in = hn::FirstN(df, size_t(n - j));
-    const auto d = hn::IfThenElseZero(in, hn::Sub(hn::MaskedLoad(in, df, x + j), kv));
+  vec::for_each_vector(n, [&](int64_t j, const vec::MF* in) {
+    auto d = hn::Sub(vec::load(x + j, in), kv);
+    if (in) d = hn::IfThenElseZero(*in, d);  // lanes past n: 0, not -k
     as = hn::Add(as, d);
     aq = hn::MulAdd(d, d, aq);
-  }
+  });
   s += double(hn::GetLane(hn::SumOfLanes(df, as)));
   q += double(hn::GetLane(hn::SumOfLanes(df, aq)));
 }

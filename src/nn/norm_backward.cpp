@@ -17,6 +17,7 @@
 #include "attnkit/nn/norm.hpp"
 #include "hwy/highway.h"
 #include "nn_common.hpp"
+#include "ops/vector_loop.hpp"
 
 namespace attnkit {
 namespace {
@@ -29,7 +30,10 @@ using DD = hn::Rebind<double, DH>;  // as many doubles as half a float vector
 using VD = hn::Vec<DD>;
 using MF = hn::Mask<DF>;
 
-const int64_t kLanes = int64_t(hn::MaxLanes(DF()));  // Highway static target: a constant
+using vec::for_each_vector;
+using vec::kLanes;
+using vec::load;
+using vec::store;
 
 // Rows per block for C channels: about 16 Ki elements (a task's worth), at most 64 blocks, so
 // the double partials stay small (64 × 2C) for any T.
@@ -72,33 +76,6 @@ HWY_INLINE void sum_products(VD& s_lo, VD& s_hi, VF a, VF b, const VF* c = nullp
 HWY_INLINE double total(VD lo, VD hi) {
   const DD dd;
   return hn::GetLane(hn::SumOfLanes(dd, hn::Add(lo, hi)));
-}
-
-// The channels of a row in vectors: body(j, mask) for j = 0, kLanes, ... < c; mask is null for
-// whole vectors (plain loads and stores) and selects the lanes below c in the last, partial one
-// (masked loads read zeros past c, masked stores leave it alone). With masked loads and stores
-// on every vector the pass took about twice the perf samples inside the ViT's training step on
-// Zen 5 (rows of 96); a streaming loop outside it showed no such difference, so the cause is not
-// pinned down.
-template <class Body>
-HWY_INLINE void for_each_vector(int64_t c, const Body& body) {
-  int64_t j = 0;
-  for (; j + kLanes <= c; j += kLanes) body(j, static_cast<const MF*>(nullptr));
-  if (j < c) {
-    const MF tail = hn::FirstN(DF(), size_t(c - j));
-    body(j, &tail);
-  }
-}
-
-HWY_INLINE VF load(const float* p, const MF* mask) {
-  return mask ? hn::MaskedLoad(*mask, DF(), p) : hn::LoadU(DF(), p);
-}
-
-HWY_INLINE void store(VF v, float* p, const MF* mask) {
-  if (mask)
-    hn::BlendedStore(v, *mask, DF(), p);
-  else
-    hn::StoreU(v, DF(), p);
 }
 
 // Per-call buffers: w padded with ones (w empty: all ones) to whole vectors, and the blocks'

@@ -13,6 +13,7 @@
 
 #include "hwy/highway.h"
 #include "nn_common.hpp"
+#include "ops/vector_loop.hpp"
 #include "vision_common.hpp"
 
 namespace attnkit {
@@ -171,14 +172,12 @@ void max_pool2d_affine_relu_forward(View4 y, std::span<int32_t> argmax, ConstVie
     thread_local std::vector<float> buf;
     if (int64_t(buf.size()) < hw) buf.resize(size_t(hw));
     const hn::ScalableTag<float> df;
-    const int64_t lanes = int64_t(hn::Lanes(df));
     const auto a = hn::Set(df, scale[size_t(pl % c)]), sh = hn::Set(df, shift[size_t(pl % c)]);
     const float* in = x.data + pl * hw;
-    for (int64_t j = 0; j < hw; j += lanes) {
-      const auto m = hn::FirstN(df, size_t(hw - j));
-      const auto v = hn::MulAdd(hn::MaskedLoad(m, df, in + j), a, sh);
-      hn::BlendedStore(hn::IfThenZeroElse(hn::Lt(v, hn::Zero(df)), v), m, df, buf.data() + j);
-    }
+    vec::for_each_vector(hw, [&](int64_t j, const vec::MF* m) {
+      const auto v = hn::MulAdd(vec::load(in + j, m), a, sh);
+      vec::store(hn::IfThenZeroElse(hn::Lt(v, hn::Zero(df)), v), buf.data() + j, m);
+    });
     return static_cast<const float*>(buf.data());
   });
 }
