@@ -127,6 +127,12 @@ void check_norm_grads(const char* fn, std::span<const float> w, std::span<float>
 void check_eps(const char* fn, float eps);
 // An optional d_residual of a norm backward is absent or [T, C] like x.
 void check_residual(const char* fn, ConstView2 d_residual, ConstView2 x);
+// Every argument of layer_norm_backward (d_b may be empty) or, with mean empty and d_b empty,
+// of rms_norm_backward (the fast path and the reference share these checks).
+void check_norm_backward(const char* fn, ConstView2 d_x, std::span<float> d_w,
+                         std::span<float> d_b, ConstView2 d_y, ConstView2 x,
+                         std::span<const float> w, std::span<const float> mean,
+                         std::span<const float> rstd, ConstView2 d_residual, bool layer_norm);
 // Every named view is [T, C] with the first view's T and C.
 void check_elementwise(const char* fn,
                        std::initializer_list<std::pair<const char*, ConstView2>> views);

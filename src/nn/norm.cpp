@@ -36,6 +36,19 @@ void check_eps(const char* fn, float eps) {
   check(std::isfinite(eps) && eps >= 0, fn, ": eps: expected a finite value >= 0, got ", eps);
 }
 
+void check_norm_backward(const char* fn, ConstView2 d_x, std::span<float> d_w,
+                         std::span<float> d_b, ConstView2 d_y, ConstView2 x,
+                         std::span<const float> w, std::span<const float> mean,
+                         std::span<const float> rstd, ConstView2 d_residual, bool layer_norm) {
+  check_norm(fn, d_x, "d_x", x, w, {});
+  check_matrix(d_y, fn, "d_y", "[T, C]", x.shape[0], x.shape[1]);
+  if (layer_norm) check_span(mean, fn, "mean", "[T]", x.shape[0]);
+  check_span(rstd, fn, "rstd", "[T]", x.shape[0]);
+  if (layer_norm) check_span(std::span<const float>(d_b), fn, "d_b", "[C]", x.shape[1], true);
+  check_norm_grads(fn, w, d_w, {}, {});
+  check_residual(fn, d_residual, x);
+}
+
 void check_residual(const char* fn, ConstView2 d_residual, ConstView2 x) {
   if (present(d_residual)) check_matrix(d_residual, fn, "d_residual", "[T, C]", x.shape[0], x.shape[1]);
 }

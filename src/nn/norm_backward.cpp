@@ -108,13 +108,7 @@ void layer_norm_backward(View2 d_x, std::span<float> d_w, std::span<float> d_b, 
                          ConstView2 x, std::span<const float> w, std::span<const float> mean,
                          std::span<const float> rstd, ConstView2 d_residual) {
   const char* fn = "layer_norm_backward";
-  nn::check_norm(fn, d_x, "d_x", x, w, {});
-  nn::check_matrix(d_y, fn, "d_y", "[T, C]", x.shape[0], x.shape[1]);
-  nn::check_span(mean, fn, "mean", "[T]", x.shape[0]);
-  nn::check_span(rstd, fn, "rstd", "[T]", x.shape[0]);
-  nn::check_span(std::span<const float>(d_b), fn, "d_b", "[C]", x.shape[1], true);
-  nn::check_norm_grads(fn, w, d_w, {}, {});
-  nn::check_residual(fn, d_residual, x);
+  nn::check_norm_backward(fn, d_x, d_w, d_b, d_y, x, w, mean, rstd, d_residual, true);
   const int64_t tokens = x.shape[0], c = x.shape[1];
   if (tokens == 0) return;
   const int64_t per = rows_per_block(tokens, c), blocks = (tokens + per - 1) / per;
@@ -161,11 +155,7 @@ void layer_norm_backward(View2 d_x, std::span<float> d_w, std::span<float> d_b, 
 void rms_norm_backward(View2 d_x, std::span<float> d_w, ConstView2 d_y, ConstView2 x,
                        std::span<const float> w, std::span<const float> rstd, ConstView2 d_residual) {
   const char* fn = "rms_norm_backward";
-  nn::check_norm(fn, d_x, "d_x", x, w, {});
-  nn::check_matrix(d_y, fn, "d_y", "[T, C]", x.shape[0], x.shape[1]);
-  nn::check_span(rstd, fn, "rstd", "[T]", x.shape[0]);
-  nn::check_norm_grads(fn, w, d_w, {}, {});
-  nn::check_residual(fn, d_residual, x);
+  nn::check_norm_backward(fn, d_x, d_w, {}, d_y, x, w, {}, rstd, d_residual, false);
   const int64_t tokens = x.shape[0], c = x.shape[1];
   if (tokens == 0) return;
   const int64_t per = rows_per_block(tokens, c), blocks = (tokens + per - 1) / per;
