@@ -1,6 +1,6 @@
 // Google Benchmark: flash attention forward/backward and the naive path, H = 32, Hkv = 8,
-// D = 128, causal; and flash on a ViT's many short sequences. Counters: GFLOP/s of unmasked work and its fraction of OpenBLAS sgemm
-// measured once in this process (same threads). Run: build/attnkit_bench --benchmark_min_time=1
+// D = 128, causal; and flash on a ViT's many short sequences. Counters: GFLOP/s of unmasked work
+// and its fraction of OpenBLAS sgemm measured once in this process (same threads). Run: build/attnkit_bench --benchmark_min_time=1
 #include <benchmark/benchmark.h>
 
 #include <random>

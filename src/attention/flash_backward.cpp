@@ -289,10 +289,7 @@ class Backward {
       }
     }
     if (packed_)  // zero pad rows: the score kernels read whole row blocks
-      for (int64_t c0 = 0; c0 < c_.d; c0 += flash::kValuePanel)
-        for (float* x : {q.q, q.dout})
-          std::fill(x + c0 / flash::kValuePanel * q.stride + n * flash::kValuePanel,
-                    x + c0 / flash::kValuePanel * q.stride + n_pad * flash::kValuePanel, 0.0f);
+      for (float* x : {q.q, q.dout}) flash::zero_panel_rows(x, q.stride, n, n_pad, c_.d);
     std::fill(q.dq, q.dq + n_pad * ldo_, 0.0f);
   }
 

@@ -103,17 +103,11 @@ class ForwardTile {
   // Scaled query rows straight from q into the panel layout, the last row block's extra rows
   // zeroed (the score kernel computes them and drops them).
   void pack_queries(int64_t rows) {
-    const int64_t padded = flash::round_up(rows, flash::kRowBlock);
-    for (int64_t r = 0; r < padded; ++r) {
-      float* dst = st_.qp + r * flash::kValuePanel;
-      if (r < rows) {
-        const float* src = c_.args.q.ptr(span_.q_begin + t_.i0 + r / c_.g, head(r));
-        flash::pack_panel_row(src, c_.scale, c_.d, dst, st_.qp_stride);
-        continue;
-      }
-      for (int64_t c0 = 0; c0 < c_.d; c0 += flash::kValuePanel, dst += st_.qp_stride)
-        std::fill(dst, dst + flash::kValuePanel, 0.0f);
-    }
+    for (int64_t r = 0; r < rows; ++r)
+      flash::pack_panel_row(c_.args.q.ptr(span_.q_begin + t_.i0 + r / c_.g, head(r)), c_.scale,
+                            c_.d, st_.qp + r * flash::kValuePanel, st_.qp_stride);
+    flash::zero_panel_rows(st_.qp, st_.qp_stride, rows, flash::round_up(rows, flash::kRowBlock),
+                           c_.d);
   }
   int64_t head(int64_t row) const { return t_.hk * c_.g + row % c_.g; }
 

@@ -153,8 +153,8 @@ void pack_keys(const float* k, int64_t ld, int64_t s, int64_t d, float* kp) {
 namespace {
 
 // dst[0:2V] = factor·src[0:n] followed by zeros (n <= 2V = kValuePanel): one padded panel row.
-// Whole vectors are read with plain loads, masks only for a partial one (as the norm backward,
-// where masks on every vector measured about twice slower inside a training step on Zen 5).
+// Whole vectors are read with plain loads, a mask only for a partial one (the policy of
+// src/ops/vector_loop.hpp).
 HWY_INLINE void panel_row(const float* HWY_RESTRICT src, int64_t n, float factor,
                           float* HWY_RESTRICT dst) {
   const DF df;
@@ -190,6 +190,11 @@ void tile_accumulate(const float* p, int64_t rows, const float* vp, int64_t s, i
 void pack_panel_row(const float* x, float factor, int64_t d, float* dst, int64_t panel_stride) {
   for (int64_t c0 = 0; c0 < d; c0 += kValuePanel, dst += panel_stride)
     panel_row(x + c0, std::min(kValuePanel, d - c0), factor, dst);
+}
+
+void zero_panel_rows(float* ap, int64_t panel_stride, int64_t r0, int64_t r1, int64_t d) {
+  for (int64_t c0 = 0; c0 < d; c0 += kValuePanel, ap += panel_stride)
+    std::fill(ap + r0 * kValuePanel, ap + r1 * kValuePanel, 0.0f);
 }
 
 void tile_scores_panels(const float* ap, int64_t a_stride, int64_t rows, const float* kp,

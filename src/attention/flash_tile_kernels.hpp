@@ -65,6 +65,9 @@ static_assert(kBwdScoreStride % kLanes == 0);
 // Writes factor·x[0:d] as one row of a panel-packed matrix: x[e] to dst[(e / NV)·panel_stride +
 // e % NV], columns zero-padded to padded_dim(d).
 void pack_panel_row(const float* x, float factor, int64_t d, float* dst, int64_t panel_stride);
+// Zeroes rows [r0, r1) of the panel-packed matrix at ap (panel stride panel_stride, D = d): the
+// pad rows of a last row block, which the score kernels read.
+void zero_panel_rows(float* ap, int64_t panel_stride, int64_t r0, int64_t r1, int64_t d);
 
 // s[r, j] = Σ_e A[r, e]·K[j, e] for rows [0, ceil(rows/MR)·MR) of the panel-packed A at ap (panel
 // stride a_stride) and keys [0, ceil(n/NK)·NK) of the Kᵀ panels at kp; s has row stride ls (a

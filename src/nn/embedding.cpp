@@ -46,9 +46,8 @@ void embedding_backward(View2 d_table, std::span<const int32_t> ids, ConstView2 
   constexpr int64_t kBlock = 64, kLineFloats = 16;
   const int64_t cols = d_table.shape[1];
   const auto addr = reinterpret_cast<uintptr_t>(d_table.data);
-  const bool aligned_rows = d_table.stride[0] % kLineFloats == 0 && addr % sizeof(float) == 0;
-  const int64_t lead =
-      aligned_rows ? int64_t((64 - addr % 64) % 64 / sizeof(float)) % kBlock : 0;
+  const int64_t lead =  // floats before the first cache-line boundary (< kLineFloats)
+      d_table.stride[0] % kLineFloats == 0 ? int64_t((64 - addr % 64) % 64 / sizeof(float)) : 0;
   const int64_t first = std::min(cols, lead == 0 ? kBlock : lead);
   const int64_t blocks = cols <= first ? 1 : 1 + (cols - first + kBlock - 1) / kBlock;
   parallel_for(blocks, [&](int64_t blk) {

@@ -7,10 +7,10 @@
 //
 // Primitives are cached per (transposes, m, n, k, ldc, beta, threads) by onednn::cached_matmul:
 // none is created per call once a shape has been seen, and a thread takes no lock for a shape it
-// has used before (each thread's index keeps up to kMaxCachedMatmuls primitives alive). They are created and run with blas_threads() OpenMP threads
-// (OpenMpThreadsScope), whatever OpenMP's global default is: oneDNN sizes its blocking for the
-// threads it sees at creation, and a primitive made for 2 threads left a spinning OpenMP worker
-// behind on 1-thread runs. oneDNN may split K over threads for small m·n (weight gradients),
+// has used before (each thread's index keeps up to kMaxCachedMatmuls primitives alive). They are
+// created and run with blas_threads() OpenMP threads (OpenMpThreadsScope), whatever OpenMP's
+// global default is: oneDNN sizes its blocking for the threads it sees at creation, and a
+// primitive made for 2 threads left a spinning OpenMP worker behind on 1-thread runs. oneDNN may split K over threads for small m·n (weight gradients),
 // so results are not promised bitwise equal across thread counts. Each call brings its own
 // scratchpad, so one-thread calls may run concurrently (inside attnkit's parallel regions).
 #include "attnkit/ops/gemm_bf16.hpp"
