@@ -1,5 +1,6 @@
 // WeightPackCache and WeightPackScope: packed weights of one training step, keyed by weight address,
-// kind and geometry, current on one thread for the step's forward and backward, emptied at its end.
+// kind and geometry, current on one thread for the step's forward and backward, emptied at its end
+// (its entries kept one more step as storage to repack into).
 #include "attnkit/core/weight_pack_cache.hpp"
 
 namespace attnkit {
@@ -8,22 +9,28 @@ thread_local WeightPackCache* t_current = nullptr;  // the innermost WeightPackS
 }  // namespace
 
 WeightPackCache::Entry WeightPackCache::get(const WeightPackKey& key,
-                                            const std::function<Entry()>& make) {
+                                            const std::function<Entry(Entry)>& make) {
+  Entry previous;
   {
     const std::lock_guard<std::mutex> lock(mu_);
     if (auto it = entries_.find(key); it != entries_.end()) {
       ++hits_;
       return it->second;
     }
+    if (auto node = previous_.extract(key); node && node.mapped().use_count() == 1)
+      previous = std::move(node.mapped());  // held by nobody else: make() may rewrite it
   }
-  Entry made = make();  // outside the lock: packing may run parallel work
+  const bool reused = previous != nullptr;
+  Entry made = make(std::move(previous));  // outside the lock: packing may run parallel work
   const std::lock_guard<std::mutex> lock(mu_);
   ++misses_;
+  reuses_ += reused;
   return entries_.try_emplace(key, std::move(made)).first->second;
 }
 
 void WeightPackCache::clear() {
   const std::lock_guard<std::mutex> lock(mu_);
+  previous_ = std::move(entries_);  // drops what the step before did not reuse
   entries_.clear();
 }
 
@@ -40,6 +47,11 @@ int64_t WeightPackCache::hits() const {
 int64_t WeightPackCache::misses() const {
   const std::lock_guard<std::mutex> lock(mu_);
   return misses_;
+}
+
+int64_t WeightPackCache::reuses() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  return reuses_;
 }
 
 WeightPackScope::WeightPackScope(WeightPackCache& cache) : cache_(cache), saved_(t_current) {

@@ -14,13 +14,16 @@
 namespace attnkit::nn {
 namespace {
 
-// op(W) packed: the current training step's entry (made on first use), else a fresh packing.
+// op(W) packed: the current training step's entry (made on first use, into the previous step's
+// buffer for W), else a fresh packing.
 std::shared_ptr<const PackedGemmB> packed_weight(bool trans_w, int64_t k, int64_t n, const float* w,
                                                  int64_t ldw) {
   WeightPackCache* cache = current_weight_pack_cache();
   if (cache == nullptr) return pack_gemm_b(trans_w, k, n, w, ldw);
   const WeightPackKey key{.data = w, .kind = WeightPackKind::kGemmB, .dims = {trans_w, k, n, ldw}};
-  return cache->get_as<PackedGemmB>(key, [&] { return pack_gemm_b(trans_w, k, n, w, ldw); });
+  return cache->get_as<PackedGemmB>(key, [&](std::shared_ptr<PackedGemmB> previous) {
+    return pack_gemm_b(trans_w, k, n, w, ldw, std::move(previous));  // into last step's buffer
+  });
 }
 
 }  // namespace

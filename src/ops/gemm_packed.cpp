@@ -58,7 +58,8 @@ bool packed_gemm_applies(int64_t m, int64_t n, int64_t k) {
 
 struct PackedGemmB {};
 
-std::shared_ptr<const PackedGemmB> pack_gemm_b(bool, int64_t, int64_t, const float*, int64_t) {
+std::shared_ptr<PackedGemmB> pack_gemm_b(bool, int64_t, int64_t, const float*, int64_t,
+                                         std::shared_ptr<PackedGemmB>) {
   fail("pack_gemm_b: attnkit was built without oneDNN (CMake ATTNKIT_WITH_DNNL, libdnnl-dev)");
 }
 
@@ -127,16 +128,19 @@ struct PackedGemmB {
   AlignedBuffer data;
 };
 
-std::shared_ptr<const PackedGemmB> pack_gemm_b(bool trans_b, int64_t k, int64_t n, const float* b,
-                                               int64_t ldb) {
+std::shared_ptr<PackedGemmB> pack_gemm_b(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb,
+                                         std::shared_ptr<PackedGemmB> into) {
   check(k > 0 && n > 0 && b != nullptr, "pack_gemm_b: empty weight [", k, ", ", n, "]");
   check(ldb >= (trans_b ? k : n), "pack_gemm_b: ldb = ", ldb, " is less than the row length ",
         trans_b ? k : n);
-  auto packed = std::make_shared<PackedGemmB>();
-  packed->k = k, packed->n = n;
+  const bool reuse = into != nullptr && into->k == k && into->n == n;  // same k, n: same layout
+  std::shared_ptr<PackedGemmB> packed = reuse ? std::move(into) : std::make_shared<PackedGemmB>();
   try {
-    packed->md = packed_desc(k, n);
-    packed->data = aligned_bytes(packed->md.get_size());
+    if (!reuse) {
+      packed->k = k, packed->n = n;
+      packed->md = packed_desc(k, n);
+      packed->data = aligned_bytes(packed->md.get_size());
+    }
     const OpenMpThreadsScope one(1);
     memory from(strided(k, n, ldb, trans_b), cpu_engine(), const_cast<float*>(b));
     memory to(packed->md, cpu_engine(), packed->data.get());

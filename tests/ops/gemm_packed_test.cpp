@@ -1,6 +1,7 @@
 // sgemm_packed (ops/gemm.hpp): C = A·op(B) with op(B) packed once, against the float64 reference
 // (sgemm_reference) on tail sizes, both layouts of B, padded row strides of A, B and C, with guard
-// columns around C; one packing reused by products of different row counts; the switch.
+// columns around C; one packing reused by products of different row counts; a packing repacked in
+// place from new values (and a new one when the shape differs); the switch.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -80,6 +81,29 @@ TEST(SgemmPacked, OnePackingServesRowTilesOfAnyHeight) {
                c.data() + kPackedGemmRows * ldc, ldc);
   sgemm_packed(1, a.data() + (m - 1) * k, k, *packed, c.data() + (m - 1) * ldc, ldc);
   expect_rows_match(true, m, n, k, a, k, b, k, c, c0, ldc);
+}
+
+TEST(SgemmPacked, RepacksIntoAPackingOfTheSameShapeOnly) {
+  if (!packed_available()) GTEST_SKIP() << "built without oneDNN";
+  const int64_t m = 70, n = 96, k = 80, ldc = n;
+  const auto a = uniform(size_t(m * k), 8), b1 = uniform(size_t(n * k), 9), b2 = uniform(size_t(n * k), 10);
+  const std::vector<float> c0(size_t(m * ldc), 0.0f);
+  auto packed = pack_gemm_b(true, k, n, b1.data(), k);
+  const PackedGemmB* storage = packed.get();
+  // The same shape: the same packing, now holding b2 (products match b2, not b1).
+  packed = pack_gemm_b(true, k, n, b2.data(), k, std::move(packed));
+  EXPECT_EQ(packed.get(), storage);
+  std::vector<float> c = c0;
+  sgemm_packed(m, a.data(), k, *packed, c.data(), ldc);
+  expect_rows_match(true, m, n, k, a, k, b2, k, c, c0, ldc);
+  // Another layout of the same weight ([n, k] read untransposed is a k' = n, n' = k product): a new
+  // packing, since k and n differ.
+  const auto other = pack_gemm_b(false, n, k, b2.data(), k, packed);
+  EXPECT_NE(other.get(), storage);
+  std::vector<float> c2(size_t(m * k), 0.0f);
+  const auto a2 = uniform(size_t(m * n), 11);
+  sgemm_packed(m, a2.data(), n, *other, c2.data(), k);
+  expect_rows_match(false, m, k, n, a2, n, b2, k, c2, std::vector<float>(c2.size(), 0.0f), k);
 }
 
 TEST(SgemmPacked, SwitchAndShapeDecideWhetherItApplies) {

@@ -11,6 +11,10 @@
 //     WeightPackScope that covers exactly that forward and backward, during which no weight is
 //     written;
 //   - emptied when the scope ends, before the optimizer updates the weights.
+// What an emptied cache keeps is storage, never values: the entries of the scope just ended wait
+// (until the next clear) to be handed to make() as the previous packing of their key, which make()
+// repacks in place from the updated weight. So a training step writes its packings into the
+// buffers of the step before instead of into freshly mapped memory (no page faults per step).
 // Entries are keyed by address, so within a scope a cached kernel must only be given weights that
 // live at least as long as the step (model parameters), never a temporary buffer that could be
 // freed and another weight made at the same address before the scope ends.
@@ -45,26 +49,33 @@ struct WeightPackKey {
 // Packed weights of one optimizer step, keyed by WeightPackKey. Thread-safe.
 class WeightPackCache {
  public:
-  using Entry = std::shared_ptr<const void>;
-  // The entry for key: the stored one if it was made since the last clear(), else make()'s result
-  // (stored). make() runs without the cache's lock held.
-  Entry get(const WeightPackKey& key, const std::function<Entry()>& make);
-  // Typed get: the entry for key as a T (make returns std::shared_ptr<const T>; one kind, one T).
+  using Entry = std::shared_ptr<void>;
+  // The entry for key: the stored one if it was made since the last clear(), else make(previous)'s
+  // result (stored), where previous is the entry the key had before the last clear() when nobody
+  // else holds it (else null): make() may rewrite it in place and return it. make() runs without
+  // the cache's lock held.
+  Entry get(const WeightPackKey& key, const std::function<Entry(Entry previous)>& make);
+  // Typed get: the entry for key as a const T (make takes and returns std::shared_ptr<T>; one
+  // kind, one T).
   template <class T, class Make>
   std::shared_ptr<const T> get_as(const WeightPackKey& key, Make&& make) {
-    return std::static_pointer_cast<const T>(get(key, [&]() -> Entry { return make(); }));
+    return std::static_pointer_cast<const T>(
+        get(key, [&](Entry previous) -> Entry { return make(std::static_pointer_cast<T>(std::move(previous))); }));
   }
-  // Drops every entry (the weights may be written after this).
+  // Empties the cache (the weights may be written after this); the entries stay as storage for
+  // the next make() of their key until the following clear().
   void clear();
-  // Entries now; lookups served from an entry (hits) and by make() (misses) since construction.
+  // Entries now; lookups served from an entry (hits) and by make() (misses) since construction;
+  // misses whose make() was given the previous entry of their key (reuses).
   int64_t size() const;
   int64_t hits() const;
   int64_t misses() const;
+  int64_t reuses() const;
 
  private:
   mutable std::mutex mu_;
-  std::map<WeightPackKey, Entry> entries_;
-  int64_t hits_ = 0, misses_ = 0;
+  std::map<WeightPackKey, Entry> entries_, previous_;
+  int64_t hits_ = 0, misses_ = 0, reuses_ = 0;
 };
 
 // Makes `cache` the calling thread's current cache for the scope's lifetime (a training step's

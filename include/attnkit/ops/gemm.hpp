@@ -65,9 +65,11 @@ constexpr int64_t kPackedGemmRows = 256;
 // the switch only, never of the thread count.
 bool packed_gemm_applies(int64_t m, int64_t n, int64_t k);
 // op(B) [k, n] packed (B row-major with row stride ldb, stored [n, k] when trans_b); the reorder
-// runs on the calling thread. Throws attnkit::Error when the path is unavailable.
-std::shared_ptr<const PackedGemmB> pack_gemm_b(bool trans_b, int64_t k, int64_t n, const float* b,
-                                               int64_t ldb);
+// runs on the calling thread. Given `into`, a packing of the same k, n held by nobody else, it is
+// repacked in place and returned (no new memory); else a new packing. Throws attnkit::Error when
+// the path is unavailable.
+std::shared_ptr<PackedGemmB> pack_gemm_b(bool trans_b, int64_t k, int64_t n, const float* b, int64_t ldb,
+                                         std::shared_ptr<PackedGemmB> into = nullptr);
 // C[m, n] = A[m, k]·op(B) (assigned; A and C row-major with row strides lda, ldc), m <=
 // kPackedGemmRows, on the calling thread only: one single-threaded oneDNN matmul, so a row's
 // result depends only on (m, n, k), never on the thread count.
