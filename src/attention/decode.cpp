@@ -37,7 +37,7 @@ namespace {
 using decode::Item;
 using decode::Plan;
 using decode::prefetch_ahead;
-using decode::prefetch_range;
+using attnkit::prefetch_range;
 using decode::Rows;
 using decode::Run;
 using decode::score_kernel;

@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/prefetch.hpp"
+
 namespace attnkit::decode {
 
 // Rows of one KV head inside a stage: token t's row starts at base + t·stride bytes; int8 rows
@@ -18,14 +20,8 @@ struct Rows {
   const std::byte* pf_end = nullptr; // rows at or past this address are not prefetched
 };
 
-// Pulls [p, p + bytes) toward the core (into L2) in address order. Both prefetch helpers are
-// always inlined: GCC 12 sees an out-of-line helper as free of side effects (it only reads) and
-// deletes the calls to it, which removed half the prefetches of the AVX2 score kernels.
-[[gnu::always_inline]] inline void prefetch_range(const std::byte* p, int64_t bytes) {
-  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);
-}
-
-// Requests `bytes` of the row that lies rows.pf bytes after `row`, if it is inside the run.
+// Requests `bytes` of the row that lies rows.pf bytes after `row`, if it is inside the run (always
+// inlined, as core/prefetch.hpp explains).
 [[gnu::always_inline]] inline void prefetch_ahead(const Rows& rows, const std::byte* row, int64_t bytes) {
   const std::byte* p = row + rows.pf;
   if (rows.pf != 0 && p < rows.pf_end) prefetch_range(p, bytes);
