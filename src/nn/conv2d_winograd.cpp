@@ -168,21 +168,23 @@ void input_transform(float* v, int64_t plane, const float* x, const Conv2dGeomet
   }
 }
 
-// Planes whose tiles fit in one vector (T <= lanes, e.g. 7×7 with 16 lanes): the plane is copied
-// into the interior of `pad` ([2·TH + 2][2·TW + 2], border zeroed by the caller and never
-// written), then each of the 16 inputs d[k][l] of every tile is one gather (idx[4k + l][tile]),
-// and Bᵀ·d·B runs on whole vectors.
-void input_transform_small(float* v, int64_t plane, const float* x, const Conv2dGeometry& g,
-                           const Tiles& t, const int32_t* idx, float* pad) {
+// Planes whose tiles fit in one vector (T <= lanes, e.g. 7×7 with 16 lanes): each of the 16
+// inputs d[k][l] of every tile is one gather from the plane x (idx[4k + l][tile], -1 where the
+// input lies in the zero padding or past the last tile: those lanes read x[0] and are zeroed),
+// then Bᵀ·d·B runs on whole vectors. (Copying the plane into a zero-bordered buffer first made the
+// first gather wait for the copy's stores: store-to-load forwarding does not serve gathers.)
+void input_transform_small(float* v, int64_t plane, const float* x, const Tiles& t, const int32_t* idx) {
   const DF df;
   const hn::RebindToSigned<DF> di;
-  const int64_t pw = 2 * t.tw + 2, lanes = int64_t(hn::Lanes(df));
-  const auto row = hn::FirstN(df, size_t(g.w));  // W <= 2·TW < lanes
-  for (int64_t i = 0; i < g.h; ++i)
-    hn::BlendedStore(hn::MaskedLoad(row, df, x + i * g.w), row, df, pad + (i + 1) * pw + 1);
+  const int64_t lanes = int64_t(hn::Lanes(df));
+  const auto none = hn::Set(di, -1);
   VF d[4][4];
   for (int k = 0; k < 4; ++k)
-    for (int l = 0; l < 4; ++l) d[k][l] = hn::GatherIndex(df, pad, hn::LoadU(di, idx + (4 * k + l) * lanes));
+    for (int l = 0; l < 4; ++l) {
+      const auto at = hn::LoadU(di, idx + (4 * k + l) * lanes);
+      const auto inside = hn::RebindMask(df, hn::Gt(at, none));
+      d[k][l] = hn::IfThenElseZero(inside, hn::GatherIndex(df, x, hn::Max(at, hn::Zero(di))));
+    }
   VF r[4][4];  // Bᵀ·d
   for (int l = 0; l < 4; ++l) {
     r[0][l] = hn::Sub(d[0][l], d[2][l]);
@@ -240,15 +242,18 @@ std::vector<int32_t> small_plane_rows(const Tiles& t) {
   return rows;
 }
 
-// The gather indices of input_transform_small: idx[(4k + l)·lanes + tile] = the padded-plane
-// offset of input (k, l) of that tile (0 for lanes past the last tile).
-std::vector<int32_t> small_plane_indices(const Tiles& t) {
-  const int64_t lanes = int64_t(hn::Lanes(DF())), pw = 2 * t.tw + 2;
-  std::vector<int32_t> idx(size_t(16 * lanes), 0);
+// The gather indices of input_transform_small: idx[(4k + l)·lanes + tile] = the plane offset of
+// input (k, l) of that tile, x's row 2·(tile / TW) + k - 1 and column 2·(tile % TW) + l - 1, or -1
+// where that lies outside the plane (the zero padding) and for lanes past the last tile.
+std::vector<int32_t> small_plane_indices(const Tiles& t, const Conv2dGeometry& g) {
+  const int64_t lanes = int64_t(hn::Lanes(DF()));
+  std::vector<int32_t> idx(size_t(16 * lanes), -1);
   for (int k = 0; k < 4; ++k)
     for (int l = 0; l < 4; ++l)
-      for (int64_t tile = 0; tile < t.t; ++tile)
-        idx[size_t((4 * k + l) * lanes + tile)] = int32_t((2 * (tile / t.tw) + k) * pw + 2 * (tile % t.tw) + l);
+      for (int64_t tile = 0; tile < t.t; ++tile) {
+        const int64_t r = 2 * (tile / t.tw) + k - 1, c = 2 * (tile % t.tw) + l - 1;
+        if (r >= 0 && r < g.h && c >= 0 && c < g.w) idx[size_t((4 * k + l) * lanes + tile)] = int32_t(r * g.w + c);
+      }
   return idx;
 }
 
@@ -323,21 +328,15 @@ template <bool kWrite = false>
 }
 
 // V[ξ][c][b·T + tile] for images n0 .. n0 + nb - 1 of x (V's rows hold nb·T floats); `idx` is
-// small_plane_indices(t) for small planes, else null.
+// small_plane_indices(t, g) for small planes, else null.
 void transform_inputs(float* v, ConstView4 x, int64_t n0, int64_t nb, const Conv2dGeometry& g,
                       const Tiles& t, const int32_t* idx) {
   const int64_t cols = nb * t.t;
-  float* pad = nullptr;
-  if (idx) {  // zero border for input_transform_small, which writes only the interior
-    const int64_t floats = (2 * t.th + 2) * (2 * t.tw + 2);
-    pad = scratch(2, floats);
-    std::fill(pad, pad + floats, 0.0f);
-  }
   for (int64_t b = 0; b < nb; ++b)
     for (int64_t c = 0; c < g.c; ++c) {
       float* vc = v + c * cols + b * t.t;
       prefetch_plane(plane_ahead(x, n0, nb, b, c), g.h * g.w);
-      if (idx) input_transform_small(vc, g.c * cols, x.ptr(n0 + b, c), g, t, idx, pad);
+      if (idx) input_transform_small(vc, g.c * cols, x.ptr(n0 + b, c), t, idx);
       else input_transform(vc, g.c * cols, x.ptr(n0 + b, c), g, t);
     }
 }
@@ -390,7 +389,7 @@ void winograd_conv3x3(View4 y, ConstView4 x, const float* w, bool flip_transpose
   // Images per chunk: a function of the geometry only.
   const int64_t per = std::clamp<int64_t>(kChunkFloats / (16 * g.c * t.t), 1, g.n);
   const bool small = small_plane(t);
-  const std::vector<int32_t> idx = small ? small_plane_indices(t) : std::vector<int32_t>{};
+  const std::vector<int32_t> idx = small ? small_plane_indices(t, g) : std::vector<int32_t>{};
   const std::vector<int32_t> rows = small ? small_plane_rows(t) : std::vector<int32_t>{};
   const int64_t chunks = (g.n + per - 1) / per;
   BlasThreadsScope blas(1);
