@@ -137,16 +137,58 @@ float tile_exp_sum(float* x, int64_t n, float m) {
   return hn::GetLane(hn::SumOfLanes(df, sum));
 }
 
+#if HWY_TARGET <= HWY_AVX2
+// dst[e·ldd + j] = src[j·lds + e] for an 8 × 8 block (8 rows of 8 floats in, their transpose out):
+// 32-bit, then 64-bit interleaves within 128-bit halves, then the halves recombined (24 shuffles
+// for 64 floats, against 64 scalar loads and stores).
+HWY_INLINE void transpose_8x8(const float* HWY_RESTRICT src, int64_t lds, float* HWY_RESTRICT dst,
+                              int64_t ldd) {
+  const hn::FixedTag<float, 8> d8;
+  const hn::Repartition<double, decltype(d8)> d64;
+  using V8 = hn::Vec<decltype(d8)>;
+  V8 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d8, src + i * lds);
+  for (int i = 0; i < 8; i += 2) {  // t[i] = a0 b0 a1 b1 | a4 b4 a5 b5, t[i + 1] = a2 b2 a3 b3 | a6 b6 a7 b7
+    t[i] = hn::InterleaveLower(d8, r[i], r[i + 1]);
+    t[i + 1] = hn::InterleaveUpper(d8, r[i], r[i + 1]);
+  }
+  auto pairs = [&](const V8& x, const V8& y, bool upper) {  // 64-bit interleave of two t's
+    const auto xd = hn::BitCast(d64, x), yd = hn::BitCast(d64, y);
+    return hn::BitCast(d8, upper ? hn::InterleaveUpper(d64, xd, yd) : hn::InterleaveLower(d64, xd, yd));
+  };
+  // u[c] holds column c (low half) and c + 4 (high half) of rows 0-3, w[c] the same of rows 4-7.
+  const V8 u[4] = {pairs(t[0], t[2], false), pairs(t[0], t[2], true), pairs(t[1], t[3], false),
+                   pairs(t[1], t[3], true)};
+  const V8 w[4] = {pairs(t[4], t[6], false), pairs(t[4], t[6], true), pairs(t[5], t[7], false),
+                   pairs(t[5], t[7], true)};
+  for (int c = 0; c < 4; ++c) {
+    hn::StoreU(hn::ConcatLowerLower(d8, w[c], u[c]), d8, dst + c * ldd);
+    hn::StoreU(hn::ConcatUpperUpper(d8, w[c], u[c]), d8, dst + (c + 4) * ldd);
+  }
+}
+#endif
+
 void pack_keys(const float* k, int64_t ld, int64_t s, int64_t d, float* kp) {
-  // Row by row: each K row is read contiguously (rows are often 4 KiB apart, so reading one
-  // element of NK rows at a time would put them all in one L1 set); the panel (D × NK floats)
-  // stays in L1 while it is written.
+  // Blocks of 8 keys × 8 columns of D are transposed in registers (each K row's 8 floats read
+  // contiguously); the keys and columns past the last whole block are copied one by one. The
+  // panel (D × NK floats) stays in L1 while it is written.
+#if HWY_TARGET <= HWY_AVX2
+  constexpr int64_t kBlock = 8;
+#else
+  constexpr int64_t kBlock = 0;  // no 8-lane vectors: every element one by one
+#endif
   for (int64_t p0 = 0; p0 < s; p0 += kKeyPanel) {
     float* panel = kp + p0 * d;
     const int64_t nk = std::min(kKeyPanel, s - p0);
     if (nk < kKeyPanel) std::fill(panel, panel + d * kKeyPanel, 0.0f);  // contiguous, then the keys
+    const int64_t jb = kBlock ? nk / kBlock * kBlock : 0, eb = kBlock ? d / kBlock * kBlock : 0;
+#if HWY_TARGET <= HWY_AVX2
+    for (int64_t j0 = 0; j0 < jb; j0 += kBlock)
+      for (int64_t e0 = 0; e0 < eb; e0 += kBlock)
+        transpose_8x8(k + (p0 + j0) * ld + e0, ld, panel + e0 * kKeyPanel + j0, kKeyPanel);
+#endif
     for (int64_t j = 0; j < nk; ++j)
-      for (int64_t e = 0; e < d; ++e) panel[e * kKeyPanel + j] = k[(p0 + j) * ld + e];
+      for (int64_t e = j < jb ? eb : 0; e < d; ++e) panel[e * kKeyPanel + j] = k[(p0 + j) * ld + e];
   }
 }
 

@@ -41,6 +41,26 @@ std::vector<float> randn(int64_t n, uint32_t seed) {
   return x;
 }
 
+TEST(FlashTileKernels, PackedKeysFollowTheLayout) {
+  // Kᵀ panels: K[j, e] at ((j / NK)·D + e)·NK + j % NK, keys past s zero (the register
+  // transposes of 8 × 8 blocks and the one-by-one rest alike).
+  for (int64_t d : {1, 7, 8, 20, 24, 33, 128})
+    for (int64_t s : {1, 7, 8, 17, 33, 70}) {
+      const int64_t ld = d + 5;
+      const auto k = randn(s * ld, 4);
+      Buffer kp(packed_keys_size(s, d));
+      std::fill(kp.p, kp.p + kp.n, -1.0f);
+      pack_keys(k.data(), ld, s, d, kp.p);
+      int bad = 0;
+      for (int64_t j = 0; j < round_up(s, kKeyPanel); ++j)
+        for (int64_t e = 0; e < d; ++e) {
+          const float want = j < s ? k[size_t(j * ld + e)] : 0.0f;
+          const float got = kp.p[((j / kKeyPanel) * d + e) * kKeyPanel + j % kKeyPanel];
+          if (got != want && ++bad < 4) ADD_FAILURE() << "d " << d << " s " << s << " K[" << j << ", " << e << "]: " << got << " vs " << want;
+        }
+    }
+}
+
 TEST(FlashTileKernels, ScoresAndValuesMatchDoubleLoops) {
   for (int64_t d : {1, 7, 16, 20, 33, 48, 96, 128})
     for (int64_t rows : {int64_t{1}, kRowBlock - 1, kRowBlock + 1, 2 * kRowBlock + 5})
