@@ -3,6 +3,8 @@
 // (its entries kept one more step as storage to repack into).
 #include "attnkit/core/weight_pack_cache.hpp"
 
+#include <atomic>
+
 namespace attnkit {
 namespace {
 thread_local WeightPackCache* t_current = nullptr;  // the innermost WeightPackScope's cache
@@ -17,8 +19,12 @@ WeightPackCache::Entry WeightPackCache::get(const WeightPackKey& key,
       ++hits_;
       return it->second;
     }
-    if (auto node = previous_.extract(key); node && node.mapped().use_count() == 1)
-      previous = std::move(node.mapped());  // held by nobody else: make() may rewrite it
+    if (auto node = previous_.extract(key); node && node.mapped().use_count() == 1) {
+      // Held by nobody else: make() may rewrite it. use_count() is a relaxed load, so the fence
+      // orders the rewrite after the last holder's release of its copy (and its reads).
+      std::atomic_thread_fence(std::memory_order_acquire);
+      previous = std::move(node.mapped());
+    }
   }
   const bool reused = previous != nullptr;
   Entry made = make(std::move(previous));  // outside the lock: packing may run parallel work
