@@ -172,19 +172,15 @@ void pack_keys(const float* k, int64_t ld, int64_t s, int64_t d, float* kp) {
   // Blocks of 8 keys × 8 columns of D are transposed in registers (each K row's 8 floats read
   // contiguously); the keys and columns past the last whole block are copied one by one. The
   // panel (D × NK floats) stays in L1 while it is written.
-#if HWY_TARGET <= HWY_AVX2
-  constexpr int64_t kBlock = 8;
-#else
-  constexpr int64_t kBlock = 0;  // no 8-lane vectors: every element one by one
-#endif
   for (int64_t p0 = 0; p0 < s; p0 += kKeyPanel) {
     float* panel = kp + p0 * d;
     const int64_t nk = std::min(kKeyPanel, s - p0);
     if (nk < kKeyPanel) std::fill(panel, panel + d * kKeyPanel, 0.0f);  // contiguous, then the keys
-    const int64_t jb = kBlock ? nk / kBlock * kBlock : 0, eb = kBlock ? d / kBlock * kBlock : 0;
+    int64_t jb = 0, eb = 0;  // keys and columns in whole 8 × 8 blocks (none without 8-lane vectors)
 #if HWY_TARGET <= HWY_AVX2
-    for (int64_t j0 = 0; j0 < jb; j0 += kBlock)
-      for (int64_t e0 = 0; e0 < eb; e0 += kBlock)
+    jb = nk / 8 * 8, eb = d / 8 * 8;
+    for (int64_t j0 = 0; j0 < jb; j0 += 8)
+      for (int64_t e0 = 0; e0 < eb; e0 += 8)
         transpose_8x8(k + (p0 + j0) * ld + e0, ld, panel + e0 * kKeyPanel + j0, kKeyPanel);
 #endif
     for (int64_t j = 0; j < nk; ++j)
