@@ -18,7 +18,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // keys): items of tiny sequences (a ViT's 16 patches: 256 pairs per head) run in groups of
 // consecutive items of at least this much (parallel_for_grouped).
 // (Measured on a ViT's shape, B 128, L 16, H 4, D 24, 2 threads: forward 1.19 → 0.74 ms, backward
-// 1.59 → 1.21 ms; docs/performance.md.)
+// 1.59 → 1.21 ms; docs/performance-data.md.)
 constexpr double kMinItemCost = 16384;
 
 struct Context {

@@ -38,7 +38,7 @@ thread_local FlashProducts forced_products = FlashProducts::automatic;
 
 // Whether the forward runs on the packed micro-kernels: always, unless a FlashProductsScope
 // forces OpenBLAS. They measured faster for every head dimension tried (D 8 to 256, AVX-512 and
-// AVX2; docs/performance.md), so the choice never depends on the shape or the thread count.
+// AVX2; docs/performance-data.md), so the choice never depends on the shape or the thread count.
 bool use_packed_kernels() { return forced_products != FlashProducts::blas; }
 
 // Packed Kᵀ and V of one (sequence, KV head) for the packed path; null on the OpenBLAS path.

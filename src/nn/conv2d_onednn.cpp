@@ -318,7 +318,7 @@ bool onednn_applies(ConvPass pass, const Conv2dGeometry& g) {
   if (g.bf16) return pass == ConvPass::kForward || square3;
   if (!onednn_convolutions_preferred()) return false;
   // kAuto on a CPU with AMX: the classes measured faster by oneDNN there (bench/conv_bench.cpp,
-  // the CNN's layers; the table is in docs/performance.md). 3×3 same-size layers with >= 16
+  // the CNN's layers; the table is in docs/performance-data.md). 3×3 same-size layers with >= 16
   // channels each way: d_w on every plane (1.0–1.7× the built-in Winograd or column path); y and
   // d_x on planes smaller than 12×12 (1.0–1.35× Winograd's one-vector path), while on 14×14
   // planes Winograd's 2.25× fewer multiplies win (oneDNN 0.35–0.8×). 1×1 layers (0.5–1.16×,

@@ -4,7 +4,7 @@
 //
 // Why packed: bench/gemm_libs measured oneDNN's matmul with the weight reordered once at 79-80 %
 // of the FMA peak on the GPT/BERT/ViT linear products (y = x·Wᵀ, d_x = d_y·W) against 64-67 % for
-// OpenBLAS, which packs B again on every call (docs/performance.md). The same library taking every
+// OpenBLAS, which packs B again on every call (docs/performance-data.md). The same library taking every
 // operand in place with strides lost inside training (it chose its slower gemm:jit kernels).
 //
 // Layout: the packing is the weights layout oneDNN chooses (format_tag::any) for a product of

@@ -28,7 +28,7 @@ struct FlashTiles {                                // tile sizes, in tokens
 
 // The forward's tile products S = Q·Kᵀ and O += P·V: attnkit's register-blocked kernels on K and
 // V packed once per (sequence, KV head), or OpenBLAS sgemm on each tile. automatic = packed: it
-// measured faster at every head dimension tried (docs/performance.md).
+// measured faster at every head dimension tried (docs/performance-data.md).
 enum class FlashProducts { automatic, packed, blas };
 
 // The tile products the calling thread's forwards use (automatic unless forced).
