@@ -393,7 +393,17 @@ void decode_attention(const DecodeOptions& o, const DecodeArgs& a) {
   partial_store.reserve(sizeof(float) * size_t(items * pf));
   float* const partials = partial_store.alloc<float>(size_t(items * pf));
   auto& spaces = thread_workspaces(size_t(dec.scratch_bytes()));
-  parallel_for(items, [&](int64_t idx) {
+  // Each thread runs a contiguous span of the items (of about equal tokens), so it streams through
+  // one region of the cache and writes the same partials on every call; a thread that finishes
+  // early takes the others' last items. Interleaving the items between the threads (dynamic
+  // scheduling) was 5-9 % slower for GQA and MQA (docs/performance.md, Work plan).
+  const auto tokens = [&](int64_t idx) {
+    const Item& it = plan.items[size_t(idx)];
+    int64_t n = 0;
+    for (int64_t r = it.run_begin; r < it.run_end; ++r) n += plan.runs[size_t(r)].count;
+    return double(n);
+  };
+  parallel_for_spans(items, tokens, [&](int64_t idx) {
     Workspace& ws = spaces[size_t(thread_index())];
     ws.reset();
     dec.run(plan.items[size_t(idx)], ws, partials + idx * pf);

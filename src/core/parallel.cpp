@@ -110,6 +110,84 @@ void parallel_for_grouped(int64_t n, const std::function<double(int64_t)>& cost,
   });
 }
 
+std::vector<int64_t> span_bounds(int64_t n, const std::function<double(int64_t)>& cost, int threads) {
+  threads = std::max(threads, 1);
+  std::vector<int64_t> bounds(size_t(threads) + 1, std::max<int64_t>(n, 0));
+  bounds[0] = 0;
+  if (n <= 0) return bounds;
+  std::vector<double> costs(static_cast<size_t>(n));
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += costs[size_t(i)] = std::max(cost(i), 0.0);
+  // Span of index i: where the middle of its cost falls (its position when all costs are 0).
+  double before = 0;
+  int span = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double mid = total > 0 ? (before + costs[size_t(i)] / 2) / total : (double(i) + 0.5) / double(n);
+    const int s = std::min(threads - 1, int(mid * threads));
+    while (span < s) bounds[size_t(++span)] = i;
+    before += costs[size_t(i)];
+  }
+  return bounds;
+}
+
+void parallel_for_spans(int64_t n, const std::function<double(int64_t)>& cost,
+                        const std::function<void(int64_t)>& body) {
+  if (n <= 0) return;
+  const int threads = int(std::min<int64_t>(num_threads(), n));
+  if (threads <= 1 || n >= (int64_t(1) << 31)) return parallel_for(n, body);
+  const std::vector<int64_t> bounds = span_bounds(n, cost, threads);
+  // Each span's unclaimed indices [front, back), packed in one word (front << 32 | back) so that
+  // its owner (from the front) and thieves (from the back) claim with one compare-exchange.
+  struct alignas(64) Span {
+    std::atomic<uint64_t> ends;
+  };
+  std::vector<Span> spans(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t)
+    spans[size_t(t)].ends = uint64_t(bounds[size_t(t)]) << 32 | uint64_t(bounds[size_t(t) + 1]);
+  // Claims an index of span t from its front or its back; -1 when the span is empty.
+  auto claim = [&](int t, bool from_front) -> int64_t {
+    std::atomic<uint64_t>& ends = spans[size_t(t)].ends;
+    uint64_t e = ends.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t front = e >> 32, back = e & 0xffffffffu;
+      if (front >= back) return -1;
+      const uint64_t next = from_front ? (front + 1) << 32 | back : front << 32 | (back - 1);
+      if (ends.compare_exchange_weak(e, next, std::memory_order_relaxed)) {
+        return int64_t(from_front ? front : back - 1);
+      }
+    }
+  };
+  std::exception_ptr error;
+  std::once_flag once;
+  auto run = [&](int64_t i) {
+    try {
+      body(i);
+    } catch (...) {
+      std::call_once(once, [&] { error = std::current_exception(); });
+    }
+  };
+#pragma omp parallel num_threads(threads)
+  {
+    // A region given fewer threads than asked (nested parallelism) leaves some spans unowned:
+    // the threads it has take them over from the back.
+    const int self = omp_get_thread_num();
+    for (int64_t i; (i = claim(self, true)) >= 0;) run(i);
+    for (;;) {
+      int victim = -1;
+      uint64_t most = 0;
+      for (int t = 0; t < threads; ++t) {
+        const uint64_t e = spans[size_t(t)].ends.load(std::memory_order_relaxed);
+        const uint64_t left = (e & 0xffffffffu) > (e >> 32) ? (e & 0xffffffffu) - (e >> 32) : 0;
+        if (left > most) most = left, victim = t;
+      }
+      if (victim < 0) break;
+      const int64_t i = claim(victim, false);
+      if (i >= 0) run(i);
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
 int openmp_threads() { return omp_get_max_threads(); }
 
 void set_openmp_threads(int n) { omp_set_num_threads(n > 0 ? n : 1); }

@@ -1,6 +1,7 @@
 #pragma once
-// Threading: the only place attnkit talks to OpenMP. parallel_for hands out indices dynamically;
-// callers write results to disjoint places so results never depend on the thread count.
+// Threading: the only place attnkit talks to OpenMP. parallel_for hands out indices dynamically,
+// parallel_for_spans by contiguous spans per thread; callers write results to disjoint places so
+// results never depend on the thread count.
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -36,6 +37,18 @@ void parallel_for_grouped(int64_t n, const std::function<double(int64_t)>& cost,
 // group g being [b_g, b_{g+1}); {0} when n <= 0.
 std::vector<int64_t> group_bounds(int64_t n, const std::function<double(int64_t)>& cost,
                                   double min_cost, int threads);
+
+// Calls body(i) for every i in [0, n): thread t first runs, in order, the t-th of num_threads()
+// spans of consecutive indices of about equal total cost(i) (span_bounds), then takes what is left
+// of the other spans one index at a time from their ends. For items that read neighbouring memory
+// and write per-item outputs: each thread streams through one region and keeps the same items
+// from call to call, where dynamic scheduling would interleave the threads' items.
+void parallel_for_spans(int64_t n, const std::function<double(int64_t)>& cost,
+                        const std::function<void(int64_t)>& body);
+// parallel_for_spans' spans for `threads` threads: 0 = s_0 <= s_1 <= ... <= s_threads = n, span t
+// being [s_t, s_{t+1}). Index i goes to the span in which the middle of its cost falls, the total
+// cost cut in `threads` equal parts (equal counts when every cost is 0).
+std::vector<int64_t> span_bounds(int64_t n, const std::function<double(int64_t)>& cost, int threads);
 
 // Scoped process-wide override of the thread count (set_num_threads), restored on destruction.
 using ThreadCountScope = ScopedSetting<int, num_threads_override, set_num_threads>;
