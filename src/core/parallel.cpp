@@ -45,6 +45,114 @@ const DefaultThreads& default_threads() {
   }();
   return d;
 }
+// Span boundaries 0 = s_0 <= ... <= s_threads = n of equal counts (within one).
+std::vector<int64_t> equal_spans(int64_t n, int threads) {
+  std::vector<int64_t> bounds(size_t(threads) + 1);
+  for (int t = 0; t <= threads; ++t) bounds[size_t(t)] = n * t / threads;
+  return bounds;
+}
+
+// Span boundaries for costs: index i goes to the span in which the middle of its cost falls, the
+// total cut in `threads` equal parts (equal counts when every cost is 0; negative costs count 0).
+std::vector<int64_t> cost_spans(const std::vector<double>& costs, int threads) {
+  threads = std::max(threads, 1);
+  const int64_t n = int64_t(costs.size());
+  std::vector<int64_t> bounds(size_t(threads) + 1, n);
+  bounds[0] = 0;
+  double total = 0;
+  for (const double c : costs) total += std::max(c, 0.0);
+  double before = 0;
+  int span = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double c = std::max(costs[size_t(i)], 0.0);
+    const double mid = total > 0 ? (before + c / 2) / total : (double(i) + 0.5) / double(n);
+    const int s = std::min(threads - 1, int(mid * threads));
+    while (span < s) bounds[size_t(++span)] = i;
+    before += c;
+  }
+  return bounds;
+}
+
+// Calls body(i) for every i in [0, n) on up to num_threads() threads. The region's team of T
+// threads (fewer than asked inside another parallel region) takes spans(T): thread t claims the
+// indices of span t from its front, then takes indices one at a time from the back of whichever
+// other span has most left. Errors thrown by body are rethrown here (the first one).
+void run_spans(int64_t n, const std::function<std::vector<int64_t>(int)>& spans_for,
+               const std::function<void(int64_t)>& body) {
+  if (n <= 0) return;
+  const int threads = int(std::min<int64_t>(num_threads(), n));
+  if (threads <= 1) {
+    for (int64_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+  if (n >= (int64_t(1) << 32)) {  // beyond the packed 32-bit span ends: OpenMP's static split
+    std::exception_ptr error;
+    std::once_flag once;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t i = 0; i < n; ++i) {
+      try {
+        body(i);
+      } catch (...) {
+        std::call_once(once, [&] { error = std::current_exception(); });
+      }
+    }
+    if (error) std::rethrow_exception(error);
+    return;
+  }
+  // Each span's unclaimed indices [front, back), packed in one word (front << 32 | back) so that
+  // its owner (from the front) and others (from the back) claim with one compare-exchange.
+  struct alignas(64) Span {
+    std::atomic<uint64_t> ends{0};
+  };
+  std::vector<Span> spans(static_cast<size_t>(threads));
+  int team = 1;
+  auto claim = [&](int t, bool from_front) -> int64_t {
+    std::atomic<uint64_t>& ends = spans[size_t(t)].ends;
+    uint64_t e = ends.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t front = e >> 32, back = e & 0xffffffffu;
+      if (front >= back) return -1;
+      const uint64_t next = from_front ? (front + 1) << 32 | back : front << 32 | (back - 1);
+      if (ends.compare_exchange_weak(e, next, std::memory_order_relaxed))
+        return int64_t(from_front ? front : back - 1);
+    }
+  };
+  std::exception_ptr error;
+  std::once_flag once;
+  auto run = [&](int64_t i) {
+    try {
+      body(i);
+    } catch (...) {
+      std::call_once(once, [&] { error = std::current_exception(); });
+    }
+  };
+#pragma omp parallel num_threads(threads)
+  {
+#pragma omp single
+    {  // (an implied barrier follows: every thread sees the spans)
+      team = omp_get_num_threads();
+      const std::vector<int64_t> b = spans_for(team);
+      for (int t = 0; t < team; ++t)
+        spans[size_t(t)].ends.store(uint64_t(b[size_t(t)]) << 32 | uint64_t(b[size_t(t) + 1]),
+                                    std::memory_order_relaxed);
+    }
+    const int self = omp_get_thread_num();
+    for (int64_t i; (i = claim(self, true)) >= 0;) run(i);
+    for (;;) {
+      int victim = -1;
+      uint64_t most = 0;
+      for (int t = 0; t < team; ++t) {
+        const uint64_t e = spans[size_t(t)].ends.load(std::memory_order_relaxed);
+        const uint64_t front = e >> 32, back = e & 0xffffffffu;
+        if (back > front && back - front > most) most = back - front, victim = t;
+      }
+      if (victim < 0) break;
+      const int64_t i = claim(victim, false);
+      if (i >= 0) run(i);
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
 }  // namespace
 
 int num_threads() {
@@ -63,23 +171,7 @@ int num_threads_override() { return g_threads.load(); }
 int thread_index() { return omp_in_parallel() ? omp_get_thread_num() : 0; }
 
 void parallel_for(int64_t n, const std::function<void(int64_t)>& body) {
-  if (n <= 0) return;
-  const int threads = int(std::min<int64_t>(num_threads(), n));
-  if (threads <= 1) {
-    for (int64_t i = 0; i < n; ++i) body(i);
-    return;
-  }
-  std::exception_ptr error;
-  std::once_flag once;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t i = 0; i < n; ++i) {
-    try {
-      body(i);
-    } catch (...) {
-      std::call_once(once, [&] { error = std::current_exception(); });
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  run_spans(n, [n](int team) { return equal_spans(n, team); }, body);
 }
 
 std::vector<int64_t> group_bounds(int64_t n, const std::function<double(int64_t)>& cost,
@@ -105,87 +197,26 @@ std::vector<int64_t> group_bounds(int64_t n, const std::function<double(int64_t)
 void parallel_for_grouped(int64_t n, const std::function<double(int64_t)>& cost, double min_cost,
                           const std::function<void(int64_t)>& body) {
   const std::vector<int64_t> bounds = group_bounds(n, cost, min_cost, num_threads());
-  parallel_for(int64_t(bounds.size()) - 1, [&](int64_t g) {
+  const int64_t groups = int64_t(bounds.size()) - 1;
+  std::vector<double> group_cost(static_cast<size_t>(std::max<int64_t>(groups, 0)), 0.0);
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t i = bounds[size_t(g)]; i < bounds[size_t(g) + 1]; ++i) group_cost[size_t(g)] += cost(i);
+  run_spans(groups, [&](int team) { return cost_spans(group_cost, team); }, [&](int64_t g) {
     for (int64_t i = bounds[size_t(g)]; i < bounds[size_t(g) + 1]; ++i) body(i);
   });
 }
 
 std::vector<int64_t> span_bounds(int64_t n, const std::function<double(int64_t)>& cost, int threads) {
-  threads = std::max(threads, 1);
-  std::vector<int64_t> bounds(size_t(threads) + 1, std::max<int64_t>(n, 0));
-  bounds[0] = 0;
-  if (n <= 0) return bounds;
-  std::vector<double> costs(static_cast<size_t>(n));
-  double total = 0;
-  for (int64_t i = 0; i < n; ++i) total += costs[size_t(i)] = std::max(cost(i), 0.0);
-  // Span of index i: where the middle of its cost falls (its position when all costs are 0).
-  double before = 0;
-  int span = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double mid = total > 0 ? (before + costs[size_t(i)] / 2) / total : (double(i) + 0.5) / double(n);
-    const int s = std::min(threads - 1, int(mid * threads));
-    while (span < s) bounds[size_t(++span)] = i;
-    before += costs[size_t(i)];
-  }
-  return bounds;
+  std::vector<double> costs(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  for (int64_t i = 0; i < n; ++i) costs[size_t(i)] = cost(i);
+  return cost_spans(costs, threads);
 }
 
 void parallel_for_spans(int64_t n, const std::function<double(int64_t)>& cost,
                         const std::function<void(int64_t)>& body) {
-  if (n <= 0) return;
-  const int threads = int(std::min<int64_t>(num_threads(), n));
-  if (threads <= 1 || n >= (int64_t(1) << 31)) return parallel_for(n, body);
-  const std::vector<int64_t> bounds = span_bounds(n, cost, threads);
-  // Each span's unclaimed indices [front, back), packed in one word (front << 32 | back) so that
-  // its owner (from the front) and thieves (from the back) claim with one compare-exchange.
-  struct alignas(64) Span {
-    std::atomic<uint64_t> ends;
-  };
-  std::vector<Span> spans(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t)
-    spans[size_t(t)].ends = uint64_t(bounds[size_t(t)]) << 32 | uint64_t(bounds[size_t(t) + 1]);
-  // Claims an index of span t from its front or its back; -1 when the span is empty.
-  auto claim = [&](int t, bool from_front) -> int64_t {
-    std::atomic<uint64_t>& ends = spans[size_t(t)].ends;
-    uint64_t e = ends.load(std::memory_order_relaxed);
-    for (;;) {
-      const uint64_t front = e >> 32, back = e & 0xffffffffu;
-      if (front >= back) return -1;
-      const uint64_t next = from_front ? (front + 1) << 32 | back : front << 32 | (back - 1);
-      if (ends.compare_exchange_weak(e, next, std::memory_order_relaxed)) {
-        return int64_t(from_front ? front : back - 1);
-      }
-    }
-  };
-  std::exception_ptr error;
-  std::once_flag once;
-  auto run = [&](int64_t i) {
-    try {
-      body(i);
-    } catch (...) {
-      std::call_once(once, [&] { error = std::current_exception(); });
-    }
-  };
-#pragma omp parallel num_threads(threads)
-  {
-    // A region given fewer threads than asked (nested parallelism) leaves some spans unowned:
-    // the threads it has take them over from the back.
-    const int self = omp_get_thread_num();
-    for (int64_t i; (i = claim(self, true)) >= 0;) run(i);
-    for (;;) {
-      int victim = -1;
-      uint64_t most = 0;
-      for (int t = 0; t < threads; ++t) {
-        const uint64_t e = spans[size_t(t)].ends.load(std::memory_order_relaxed);
-        const uint64_t left = (e & 0xffffffffu) > (e >> 32) ? (e & 0xffffffffu) - (e >> 32) : 0;
-        if (left > most) most = left, victim = t;
-      }
-      if (victim < 0) break;
-      const int64_t i = claim(victim, false);
-      if (i >= 0) run(i);
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  std::vector<double> costs(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  for (int64_t i = 0; i < n; ++i) costs[size_t(i)] = cost(i);
+  run_spans(n, [&](int team) { return cost_spans(costs, team); }, body);
 }
 
 int openmp_threads() { return omp_get_max_threads(); }

@@ -74,7 +74,7 @@ void parallel_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alp
   int64_t tm = even_tile(m, kTileM), tn = even_tile(n, kTileN);
   // A long product (a weight gradient over many tokens) in fewer than kMinTiles tiles is split
   // further along its wider side: with 2 tiles, a thread slowed by the machine makes the other
-  // wait for the whole difference; with 4 or more, dynamic scheduling evens it out.
+  // wait for the whole difference; with 4 or more, the other thread takes its last tiles.
   constexpr int64_t kMinTiles = 4, kMinSide = 64;
   const bool long_product = double(m) * double(n) * double(k) >= double(1 << 24);
   while (long_product && ((m + tm - 1) / tm) * ((n + tn - 1) / tn) < kMinTiles) {

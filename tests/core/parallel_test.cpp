@@ -165,6 +165,26 @@ TEST(ParallelForSpans, AThreadThatIsHeldUpLosesTheEndOfItsSpan) {
   for (int64_t i = 40; i < 100; ++i) EXPECT_EQ(ran_by[size_t(i)], 1) << "item " << i;
 }
 
+TEST(ParallelFor, EachThreadRunsItsOwnSpanFirstAndANestedLoopRunsEveryIndex) {
+  ThreadCountScope two(2);
+  std::vector<std::vector<int64_t>> by_thread(2);
+  std::vector<std::atomic<int>> nested(50);
+  parallel_for(10, [&](int64_t i) {
+    by_thread[size_t(thread_index())].push_back(i);
+    // Inside a parallel region OpenMP gives the inner loop a team of one (unless nesting is on):
+    // it still runs every index once.
+    parallel_for(5, [&](int64_t j) { ++nested[size_t(5 * i + j)]; });
+  });
+  for (int t = 0; t < 2; ++t) {  // spans [0, 5) and [5, 10): the owner's part is a prefix, in order
+    int64_t next = 5 * t;
+    for (const int64_t i : by_thread[size_t(t)]) {
+      if (i < 5 * t || i >= 5 * t + 5) break;
+      EXPECT_EQ(i, next++);
+    }
+  }
+  for (const auto& count : nested) EXPECT_EQ(count.load(), 1);
+}
+
 TEST(ParallelForSpans, RethrowsTheBodysError) {
   ThreadCountScope two(2);
   EXPECT_THROW(parallel_for_spans(

@@ -1,7 +1,7 @@
 #pragma once
-// Threading: the only place attnkit talks to OpenMP. parallel_for hands out indices dynamically,
-// parallel_for_spans by contiguous spans per thread; callers write results to disjoint places so
-// results never depend on the thread count.
+// Threading: the only place attnkit talks to OpenMP. The loops give each thread a contiguous span
+// of the indices, run in order, and let a thread that finishes early take the others' last
+// indices; callers write results to disjoint places so results never depend on the thread count.
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -24,13 +24,17 @@ void set_num_threads(int n);
 int num_threads_override();
 // Index of the calling thread inside parallel_for, in [0, num_threads()); 0 outside.
 int thread_index();
-// Calls body(i) for every i in [0, n), spread over the threads with dynamic scheduling.
+// Calls body(i) for every i in [0, n): thread t first runs, in order, the t-th of num_threads()
+// spans of about n / num_threads() consecutive indices, then takes what is left of the other spans
+// one index at a time from their ends. So consecutive loops over the same data give each thread the
+// same part of it, which stays in that core's caches, and a thread held up loses the end of its
+// span to the others.
 void parallel_for(int64_t n, const std::function<void(int64_t)>& body);
-// The same, handing out groups of consecutive indices: a group closes once the cost(i) of its
-// indices add up to min_cost (any unit), or to 1/(4·num_threads()) of the total if that is less,
-// so each thread still gets about four groups; the last group may cost less. For many small
-// items, which one at a time would each pay the scheduler and interleave neighbouring writes
-// between threads.
+// parallel_for_spans over groups of consecutive indices, each group run by one thread in order: a
+// group closes once the cost(i) of its indices add up to min_cost (any unit), or to
+// 1/(4·num_threads()) of the total if that is less, so each thread still gets about four groups;
+// the last group may cost less. For many small items, which one at a time would each pay for a
+// claim and, taken from the others' ends, interleave neighbouring writes between threads.
 void parallel_for_grouped(int64_t n, const std::function<double(int64_t)>& cost, double min_cost,
                           const std::function<void(int64_t)>& body);
 // parallel_for_grouped's groups for `threads` threads: boundaries 0 = b_0 < b_1 < ... < b_k = n,
@@ -38,11 +42,7 @@ void parallel_for_grouped(int64_t n, const std::function<double(int64_t)>& cost,
 std::vector<int64_t> group_bounds(int64_t n, const std::function<double(int64_t)>& cost,
                                   double min_cost, int threads);
 
-// Calls body(i) for every i in [0, n): thread t first runs, in order, the t-th of num_threads()
-// spans of consecutive indices of about equal total cost(i) (span_bounds), then takes what is left
-// of the other spans one index at a time from their ends. For items that read neighbouring memory
-// and write per-item outputs: each thread streams through one region and keeps the same items
-// from call to call, where dynamic scheduling would interleave the threads' items.
+// parallel_for with spans of about equal total cost(i) (span_bounds) instead of equal counts.
 void parallel_for_spans(int64_t n, const std::function<double(int64_t)>& cost,
                         const std::function<void(int64_t)>& body);
 // parallel_for_spans' spans for `threads` threads: 0 = s_0 <= s_1 <= ... <= s_threads = n, span t
