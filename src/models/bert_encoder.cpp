@@ -4,10 +4,9 @@
 #include <algorithm>
 
 #include "attnkit/core/error.hpp"
-#include "attnkit/nn/activation.hpp"
 #include "attnkit/nn/dropout.hpp"
 #include "attnkit/nn/embedding.hpp"
-#include "attnkit/nn/linear.hpp"
+#include "attnkit/nn/feed_forward.hpp"
 #include "attnkit/nn/norm.hpp"
 #include "bert_activations.hpp"
 
@@ -98,11 +97,8 @@ void BertModel::run_encoder(const BertBatch& batch) {
     layer_norm_forward(y.h.view(), y.mean1, y.rstd1, y.sum1.view(),
                        vec(ly.norm1.weight),
                        vec(ly.norm1.bias), eps);
-    linear_forward(y.pre.view(), y.h.view(), matrix(ly.intermediate.weight),
-                   vec(ly.intermediate.bias));
-    gelu_forward(y.u.view(), y.pre.view(), c.hidden_act);
-    linear_forward(a.tmp.view(), y.u.view(), matrix(ly.output.weight),
-                   vec(ly.output.bias));
+    feed_forward_forward(a.tmp.view(), {y.pre.view(), y.u.view()}, y.h.view(),
+                         feed_forward_params(store_, ly.intermediate, ly.output), c.hidden_act);
     if (p > 0) dropout_forward(a.tmp.view(), a.tmp.view(), {p, seed_, bert_detail::mlp_stream(l)});
     add_into(y.sum2.view(), y.h.view(), a.tmp.view());
     layer_norm_forward(a.resid[size_t(l) + 1].view(), y.mean2, y.rstd2, y.sum2.view(),
@@ -128,13 +124,9 @@ void BertModel::encoder_backward() {
                         vec(ly.norm2.weight), y.mean2, y.rstd2);
     copy_into(a.d_h.view(), a.d_a.view());
     if (p > 0) dropout_backward(a.d_a.view(), a.d_a.view(), {p, seed_, bert_detail::mlp_stream(l)});
-    linear_backward(a.d_f.view(), grad_matrix(ly.output.weight),
-                    grad_vec(ly.output.bias), a.d_a.view(), y.u.view(),
-                    matrix(ly.output.weight));
-    gelu_backward(a.d_f.view(), a.d_f.view(), y.pre.view(), c.hidden_act);
-    linear_backward(a.d_x.view(), grad_matrix(ly.intermediate.weight),
-                    grad_vec(ly.intermediate.bias), a.d_f.view(), y.h.view(),
-                    matrix(ly.intermediate.weight));
+    feed_forward_backward(a.d_x.view(), feed_forward_grads(store_, ly.intermediate, ly.output),
+                          a.d_f.view(), a.d_a.view(), y.h.view(), {y.pre.view(), y.u.view()},
+                          feed_forward_params(store_, ly.intermediate, ly.output), c.hidden_act);
     add_into(a.d_h.view(), a.d_h.view(), a.d_x.view());
     // d_sum1 (in d_resid, whose old value is no longer needed) from LN₁.
     layer_norm_backward(a.d_resid.view(), grad_vec(ly.norm1.weight),

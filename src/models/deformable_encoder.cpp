@@ -10,7 +10,8 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/models/deformable_classifier.hpp"
-#include "attnkit/nn/activation.hpp"
+#include "attnkit/models/encoder_layer.hpp"
+#include "attnkit/nn/feed_forward.hpp"
 #include "attnkit/nn/linear.hpp"
 #include "attnkit/nn/norm.hpp"
 #include "deformable_activations.hpp"
@@ -146,12 +147,9 @@ void DeformableClassifier::layer_forward(int64_t k) {
   add_rows(y.sum1, a.src[size_t(k)], a.tmp);
   ln_fwd(reference_, y.h1.view(), y.mean1, y.rstd1, y.sum1.view(), param(ly.norm1.weight),
          param(ly.norm1.bias), eps);
-  linear_fwd(reference_, y.pre.view(), y.h1.view(), matrix(ly.linear1.weight),
-             param(ly.linear1.bias));
-  (reference_ ? gelu_forward_reference : gelu_forward)(y.u.view(), y.pre.view(),
-                                                       GeluApproximation::kNone);
-  linear_fwd(reference_, a.tmp.view(), y.u.view(), matrix(ly.linear2.weight),
-             param(ly.linear2.bias));
+  (reference_ ? feed_forward_forward_reference : feed_forward_forward)(
+      a.tmp.view(), {y.pre.view(), y.u.view()}, y.h1.view(),
+      feed_forward_params(store_, ly.linear1, ly.linear2), GeluApproximation::kNone);
   add_rows(y.sum2, y.h1, a.tmp);
   ln_fwd(reference_, a.src[size_t(k) + 1].view(), y.mean2, y.rstd2, y.sum2.view(),
          param(ly.norm2.weight), param(ly.norm2.bias), eps);
@@ -196,12 +194,10 @@ void DeformableClassifier::layer_backward(int64_t k) {
   ln_bwd(reference_, a.d_a.view(), grad_vec(ly.norm2.weight), grad_vec(ly.norm2.bias),
          a.d_src.view(), y.sum2.view(), param(ly.norm2.weight), y.mean2, y.rstd2);
   std::copy_n(a.d_a.data(), a.d_a.numel(), a.d_h.data());
-  linear_bwd(reference_, a.d_f.view(), grad_matrix(ly.linear2.weight), grad_vec(ly.linear2.bias),
-             a.d_a.view(), y.u.view(), matrix(ly.linear2.weight));
-  (reference_ ? gelu_backward_reference : gelu_backward)(a.d_f.view(), a.d_f.view(), y.pre.view(),
-                                                         GeluApproximation::kNone);
-  linear_bwd(reference_, a.d_x.view(), grad_matrix(ly.linear1.weight), grad_vec(ly.linear1.bias),
-             a.d_f.view(), y.h1.view(), matrix(ly.linear1.weight));
+  (reference_ ? feed_forward_backward_reference : feed_forward_backward)(
+      a.d_x.view(), feed_forward_grads(store_, ly.linear1, ly.linear2), a.d_f.view(),
+      a.d_a.view(), y.h1.view(), {y.pre.view(), y.u.view()},
+      feed_forward_params(store_, ly.linear1, ly.linear2), GeluApproximation::kNone);
   add_into(a.d_h, a.d_x);
   // d_sum1 (in d_src, whose old value is no longer needed) from LN₁: the residual's gradient.
   ln_bwd(reference_, a.d_src.view(), grad_vec(ly.norm1.weight), grad_vec(ly.norm1.bias),

@@ -1,4 +1,5 @@
-// Hugging Face encoder layer layout, ids and attention options (models/encoder_layer.hpp).
+// Hugging Face encoder layer layout, ids, feed-forward views and attention options
+// (models/encoder_layer.hpp).
 #include "attnkit/models/encoder_layer.hpp"
 
 namespace attnkit {
@@ -21,6 +22,16 @@ EncoderLayerIds encoder_layer_ids(const ParameterStore& s, const std::string& pr
           .norm2 = s.layer(prefix + n.norm2),
           .intermediate = s.layer(prefix + "intermediate.dense"),
           .output = s.layer(prefix + "output.dense")};
+}
+
+FeedForwardParams feed_forward_params(const ParameterStore& s, const LayerIds& fc1,
+                                      const LayerIds& fc2) {
+  return {s.matrix(fc1.weight), s.vec(fc1.bias), s.matrix(fc2.weight), s.vec(fc2.bias)};
+}
+
+FeedForwardGrads feed_forward_grads(ParameterStore& s, const LayerIds& fc1, const LayerIds& fc2) {
+  return {s.grad_matrix(fc1.weight), s.grad_vec(fc1.bias), s.grad_matrix(fc2.weight),
+          s.grad_vec(fc2.bias)};
 }
 
 AttentionBlockOptions encoder_block_options(int64_t heads, int64_t head_dim, bool qkv_bias,

@@ -5,8 +5,8 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
-#include "attnkit/nn/activation.hpp"
 #include "attnkit/nn/dropout.hpp"
+#include "attnkit/nn/feed_forward.hpp"
 #include "attnkit/nn/linear.hpp"
 #include "attnkit/nn/norm.hpp"
 #include "vit_activations.hpp"
@@ -117,13 +117,10 @@ void VitModel::encoder_forward() {
     layer_norm_forward(y.h2.view(), y.mean2, y.rstd2, y.mid.view(),
                        vec(ly.norm2.weight), vec(ly.norm2.bias),
                        eps);
-    linear_forward(y.pre.view(), y.h2.view(), matrix(ly.intermediate.weight),
-                   vec(ly.intermediate.bias));
-    gelu_forward(y.u.view(), y.pre.view(), c.hidden_act);
-    // x' = mid + drop(W₂·u + b₂), formed in place in the next residual.
+    // x' = mid + drop(W₂·gelu(W₁·h2 + b₁) + b₂), formed in place in the next residual.
     const View2 next = a.resid[size_t(l) + 1].view();
-    linear_forward(next, y.u.view(), matrix(ly.output.weight),
-                   vec(ly.output.bias));
+    feed_forward_forward(next, {y.pre.view(), y.u.view()}, y.h2.view(),
+                         feed_forward_params(store_, ly.intermediate, ly.output), c.hidden_act);
     if (p > 0) dropout_forward(next, next, {p, seed_, vit_detail::mlp_stream(l)});
     add_inplace(next, y.mid.view());
   }
@@ -216,13 +213,9 @@ void VitModel::encoder_backward() {
       dropout_backward(d_a, d_resid, {p, seed_, vit_detail::mlp_stream(l)});
       d_o = d_a;
     }
-    linear_backward(a.d_f.view(), grad_matrix(ly.output.weight),
-                    grad_vec(ly.output.bias), d_o, y.u.view(),
-                    matrix(ly.output.weight));
-    gelu_backward(a.d_f.view(), a.d_f.view(), y.pre.view(), c.hidden_act);
-    linear_backward(d_h, grad_matrix(ly.intermediate.weight),
-                    grad_vec(ly.intermediate.bias), a.d_f.view(), y.h2.view(),
-                    matrix(ly.intermediate.weight));
+    feed_forward_backward(d_h, feed_forward_grads(store_, ly.intermediate, ly.output),
+                          a.d_f.view(), d_o, y.h2.view(), {y.pre.view(), y.u.view()},
+                          feed_forward_params(store_, ly.intermediate, ly.output), c.hidden_act);
     // d(mid): the residual path plus the MLP path.
     layer_norm_backward(d_resid, grad_vec(ly.norm2.weight),
                         grad_vec(ly.norm2.bias), d_h, y.mid.view(),

@@ -3,12 +3,15 @@
 // (prefix + qkv.{query,key,value}, prefix + "attention.output.dense"), two LayerNorms and the MLP
 // (prefix + "intermediate.dense" [F, C], prefix + "output.dense" [C, F]). BERT normalises after
 // each residual sum (post-LN), ViT before each sublayer (pre-LN); the layout order follows.
+// Also the feed-forward block's weight and gradient views from its two linear layers' ids, for
+// any model's GELU MLP (BERT, ViT, the deformable encoder's FFN).
 #include <cstdint>
 #include <string>
 
 #include "attnkit/models/attention_ids.hpp"
 #include "attnkit/models/parameter_store.hpp"
 #include "attnkit/nn/attention_block.hpp"
+#include "attnkit/nn/feed_forward.hpp"
 
 namespace attnkit {
 
@@ -30,6 +33,13 @@ void add_encoder_layer(ParameterStore& store, const std::string& prefix,
 // The ids of layer `prefix`'s tensors (hidden width c), resolved once.
 EncoderLayerIds encoder_layer_ids(const ParameterStore& store, const std::string& prefix,
                                   const EncoderLayerNames& names, int64_t c);
+
+// The feed-forward block's weights / gradients (views into `store`) from its layers fc1 (W₁ [F, C],
+// b₁ [F]) and fc2 (W₂ [C, F], b₂ [C]); an absent bias gives an empty span.
+FeedForwardParams feed_forward_params(const ParameterStore& store, const LayerIds& fc1,
+                                      const LayerIds& fc2);
+FeedForwardGrads feed_forward_grads(ParameterStore& store, const LayerIds& fc1,
+                                    const LayerIds& fc2);
 
 // Bidirectional attention block options of encoder layer `layer` (no RoPE: learned absolute
 // positions are added to the embeddings instead; output bias on); attention_dropout > 0 draws the
