@@ -73,29 +73,31 @@ std::vector<int64_t> cost_spans(const std::vector<double>& costs, int threads) {
   return bounds;
 }
 
-// Calls body(i) for every i in [0, n) on up to num_threads() threads. The region's team of T
-// threads (fewer than asked inside another parallel region) takes spans(T): thread t claims the
-// indices of span t from its front, then takes indices one at a time from the back of whichever
-// other span has most left. Errors thrown by body are rethrown here (the first one).
+// Calls body(i) for every i in [0, n) on up to num_threads() threads: thread t claims the indices
+// of span t of spans_for(threads) from its front, then takes indices one at a time from the back
+// of whichever span has most left (so spans a smaller team leaves unowned are taken over too).
+// Inside a parallel region that cannot nest, the indices run in order on the calling thread.
+// Errors thrown by body are rethrown here (the first one).
 void run_spans(int64_t n, const std::function<std::vector<int64_t>(int)>& spans_for,
                const std::function<void(int64_t)>& body) {
   if (n <= 0) return;
   const int threads = int(std::min<int64_t>(num_threads(), n));
-  if (threads <= 1) {
+  if (threads <= 1 || omp_get_active_level() >= omp_get_max_active_levels()) {
     for (int64_t i = 0; i < n; ++i) body(i);
     return;
   }
-  if (n >= (int64_t(1) << 32)) {  // beyond the packed 32-bit span ends: OpenMP's static split
-    std::exception_ptr error;
-    std::once_flag once;
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t i = 0; i < n; ++i) {
-      try {
-        body(i);
-      } catch (...) {
-        std::call_once(once, [&] { error = std::current_exception(); });
-      }
+  std::exception_ptr error;
+  std::once_flag once;
+  auto run = [&](int64_t i) {
+    try {
+      body(i);
+    } catch (...) {
+      std::call_once(once, [&] { error = std::current_exception(); });
     }
+  };
+  if (n >= (int64_t(1) << 32)) {  // beyond the packed 32-bit span ends: OpenMP's static split
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t i = 0; i < n; ++i) run(i);
     if (error) std::rethrow_exception(error);
     return;
   }
@@ -105,7 +107,10 @@ void run_spans(int64_t n, const std::function<std::vector<int64_t>(int)>& spans_
     std::atomic<uint64_t> ends{0};
   };
   std::vector<Span> spans(static_cast<size_t>(threads));
-  int team = 1;
+  const std::vector<int64_t> b = spans_for(threads);
+  for (int t = 0; t < threads; ++t)
+    spans[size_t(t)].ends.store(uint64_t(b[size_t(t)]) << 32 | uint64_t(b[size_t(t) + 1]),
+                                std::memory_order_relaxed);
   auto claim = [&](int t, bool from_front) -> int64_t {
     std::atomic<uint64_t>& ends = spans[size_t(t)].ends;
     uint64_t e = ends.load(std::memory_order_relaxed);
@@ -117,31 +122,13 @@ void run_spans(int64_t n, const std::function<std::vector<int64_t>(int)>& spans_
         return int64_t(from_front ? front : back - 1);
     }
   };
-  std::exception_ptr error;
-  std::once_flag once;
-  auto run = [&](int64_t i) {
-    try {
-      body(i);
-    } catch (...) {
-      std::call_once(once, [&] { error = std::current_exception(); });
-    }
-  };
 #pragma omp parallel num_threads(threads)
   {
-#pragma omp single
-    {  // (an implied barrier follows: every thread sees the spans)
-      team = omp_get_num_threads();
-      const std::vector<int64_t> b = spans_for(team);
-      for (int t = 0; t < team; ++t)
-        spans[size_t(t)].ends.store(uint64_t(b[size_t(t)]) << 32 | uint64_t(b[size_t(t) + 1]),
-                                    std::memory_order_relaxed);
-    }
-    const int self = omp_get_thread_num();
-    for (int64_t i; (i = claim(self, true)) >= 0;) run(i);
+    for (int64_t i; (i = claim(omp_get_thread_num(), true)) >= 0;) run(i);
     for (;;) {
       int victim = -1;
       uint64_t most = 0;
-      for (int t = 0; t < team; ++t) {
+      for (int t = 0; t < threads; ++t) {
         const uint64_t e = spans[size_t(t)].ends.load(std::memory_order_relaxed);
         const uint64_t front = e >> 32, back = e & 0xffffffffu;
         if (back > front && back - front > most) most = back - front, victim = t;
