@@ -105,30 +105,30 @@ class Decoder {
     run_item(it, kn, ws, partial);
   }
 
-  // Merges the partials of items [first, last) of sequence b into out and lse.
-  void merge(int64_t b, const float* partials, int64_t first, int64_t last) const {
+  // Merges the partials of items [first, last) of sequence b into out and lse, for KV head hk's
+  // query rows.
+  void merge(int64_t b, int64_t hk, const float* partials, int64_t first, int64_t last) const {
     const int64_t pf = partial_floats();
     std::vector<double> acc(static_cast<size_t>(d_));
-    for (int64_t hk = 0; hk < hkv_; ++hk)
-      for (int64_t r = 0; r < rows_; ++r) {
-        const int64_t row = hk * rows_ + r, i = r / g_, hq = hk * g_ + r % g_;
-        double mx = a_.sink_logits.empty() ? -INFINITY : double(a_.sink_logits[size_t(hq)]);
-        for (int64_t it = first; it < last; ++it) mx = std::max(mx, double(partials[it * pf + row]));
-        double sum = a_.sink_logits.empty() ? 0.0 : std::exp(a_.sink_logits[size_t(hq)] - mx);
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t it = first; it < last; ++it) {
-          const float* p = partials + it * pf;
-          if (p[row] == kNegInf) continue;
-          const double w = std::exp(double(p[row]) - mx);
-          sum += w * p[hkv_ * rows_ + row];
-          const float* oi = p + 2 * hkv_ * rows_ + row * d_;
-          for (int64_t e = 0; e < d_; ++e) acc[size_t(e)] += w * oi[e];
-        }
-        float* out = a_.out.ptr(b * n_ + i, hq);
-        // No visible key and no sink: zeros and lse = -inf, never NaN.
-        for (int64_t e = 0; e < d_; ++e) out[e] = sum > 0 ? float(acc[size_t(e)] / sum) : 0.0f;
-        if (!a_.lse.empty()) a_.lse(hq, b * n_ + i) = sum > 0 ? float(mx + std::log(sum)) : kNegInf;
+    for (int64_t r = 0; r < rows_; ++r) {
+      const int64_t row = hk * rows_ + r, i = r / g_, hq = hk * g_ + r % g_;
+      double mx = a_.sink_logits.empty() ? -INFINITY : double(a_.sink_logits[size_t(hq)]);
+      for (int64_t it = first; it < last; ++it) mx = std::max(mx, double(partials[it * pf + row]));
+      double sum = a_.sink_logits.empty() ? 0.0 : std::exp(a_.sink_logits[size_t(hq)] - mx);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t it = first; it < last; ++it) {
+        const float* p = partials + it * pf;
+        if (p[row] == kNegInf) continue;
+        const double w = std::exp(double(p[row]) - mx);
+        sum += w * p[hkv_ * rows_ + row];
+        const float* oi = p + 2 * hkv_ * rows_ + row * d_;
+        for (int64_t e = 0; e < d_; ++e) acc[size_t(e)] += w * oi[e];
       }
+      float* out = a_.out.ptr(b * n_ + i, hq);
+      // No visible key and no sink: zeros and lse = -inf, never NaN.
+      for (int64_t e = 0; e < d_; ++e) out[e] = sum > 0 ? float(acc[size_t(e)] / sum) : 0.0f;
+      if (!a_.lse.empty()) a_.lse(hq, b * n_ + i) = sum > 0 ? float(mx + std::log(sum)) : kNegInf;
+    }
   }
 
  private:
@@ -408,12 +408,16 @@ void decode_attention(const DecodeOptions& o, const DecodeArgs& a) {
     ws.reset();
     dec.run(plan.items[size_t(idx)], ws, partials + idx * pf);
   });
-  // Items of a sequence are consecutive; merge each sequence's range.
+  // Items of a sequence are consecutive; merge each sequence's range, one KV head per index.
   const int64_t nseq = int64_t(a.seqs.size());
   std::vector<int64_t> begin(static_cast<size_t>(nseq + 1), items);
   for (int64_t it = items - 1; it >= 0; --it) begin[size_t(plan.items[size_t(it)].b)] = it;
   for (int64_t b = nseq - 1; b >= 0; --b) begin[size_t(b)] = std::min(begin[size_t(b)], begin[size_t(b + 1)]);
-  parallel_for(nseq, [&](int64_t b) { dec.merge(b, partials, begin[size_t(b)], begin[size_t(b + 1)]); });
+  const int64_t hkv = a.cache->config().kv_heads;
+  parallel_for(nseq * hkv, [&](int64_t idx) {
+    const int64_t b = idx / hkv;
+    dec.merge(b, idx % hkv, partials, begin[size_t(b)], begin[size_t(b + 1)]);
+  });
 }
 
 }  // namespace attnkit
