@@ -1,4 +1,5 @@
-"""Helpers shared by the Python benchmarks in bench/: the attention shape flags and the CPU name."""
+"""Helpers shared by the Python benchmarks in bench/: the attention shape flags, the A/B scripts'
+command line and the CPU name."""
 import platform
 
 
@@ -10,6 +11,24 @@ def add_attention_shape_args(ap, rounds):
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=rounds)
+
+
+def parse_ab(ap, argv):
+    """Parses an A/B script's command line with the argparse parser `ap`, to which it adds the
+    binaries to compare and --rounds (default 6). Everything before `--` is the script's; returns
+    (options, the arguments after `--`, or None without `--`). Exits through ap.error unless there
+    are at least two binaries, each given once, and at least one round."""
+    ap.add_argument("binaries", nargs="+", help="attnkit executables to compare (at least two)")
+    ap.add_argument("--rounds", type=int, default=6, help="alternating rounds (default 6)")
+    own, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, None)
+    opts = ap.parse_args(own)
+    if len(opts.binaries) < 2:
+        ap.error("give at least two binaries")
+    if opts.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    if len(set(opts.binaries)) != len(opts.binaries):
+        ap.error("each binary may be given once (a symlink gives the same one a second path)")
+    return opts, rest
 
 
 def cpu_model():

@@ -15,6 +15,8 @@ import statistics
 import subprocess
 import sys
 
+from bench_common import parse_ab
+
 
 KEYS = ("kv_heads", "ms_per_token", "fraction_of_fma_peak", "fraction_of_bandwidth")
 
@@ -44,16 +46,8 @@ def run_once(binary, args):
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog="Arguments after -- go to `attnkit bench decode`.")
-    ap.add_argument("binaries", nargs="+", help="attnkit executables to compare (at least two)")
-    ap.add_argument("--rounds", type=int, default=6, help="alternating rounds (default 6)")
-    own, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    opts = ap.parse_args(own)
-    if len(opts.binaries) < 2:
-        ap.error("give at least two binaries")
-    if opts.rounds < 1:
-        ap.error("--rounds must be at least 1")
-    if len(set(opts.binaries)) != len(opts.binaries):
-        ap.error("each binary may be given once")
+    opts, rest = parse_ab(ap, argv)
+    rest = rest or []
     for b in opts.binaries:
         if shutil.which(b) is None:
             ap.error(f"not an executable: {b}")

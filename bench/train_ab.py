@@ -33,6 +33,8 @@ import subprocess
 import sys
 import tempfile
 
+from bench_common import parse_ab
+
 GPT_LIKE = ("--eval-every", "0", "--checkpoint-every", "0", "--quiet")
 IMAGES = ("--train-limit", "12800", "--eval-limit", "100", "--epochs", "1")
 DEFAULTS = {
@@ -110,17 +112,8 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog="Arguments after -- replace the model's defaults for "
                                         "`attnkit train MODEL` entirely (see the module docstring).")
-    ap.add_argument("binaries", nargs="+", help="attnkit executables to compare (at least two)")
     ap.add_argument("--model", required=True, choices=list(DEFAULTS), help="what to train")
-    ap.add_argument("--rounds", type=int, default=6, help="alternating rounds (default 6)")
-    own, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, None)
-    opts = ap.parse_args(own)
-    if len(opts.binaries) < 2:
-        ap.error("give at least two binaries")
-    if opts.rounds < 1:
-        ap.error("--rounds must be at least 1")
-    if len(set(opts.binaries)) != len(opts.binaries):
-        ap.error("each binary may be given once (a symlink gives the same one a second path)")
+    opts, rest = parse_ab(ap, argv)
     args = list(DEFAULTS[opts.model]) if rest is None else rest
     runs = {b: [] for b in opts.binaries}
     try:
