@@ -45,6 +45,7 @@ const DefaultThreads& default_threads() {
   }();
   return d;
 }
+
 // Span boundaries 0 = s_0 <= ... <= s_threads = n of equal counts (within one).
 std::vector<int64_t> equal_spans(int64_t n, int threads) {
   std::vector<int64_t> bounds(size_t(threads) + 1);
@@ -158,7 +159,7 @@ int num_threads_override() { return g_threads.load(); }
 int thread_index() { return omp_in_parallel() ? omp_get_thread_num() : 0; }
 
 void parallel_for(int64_t n, const std::function<void(int64_t)>& body) {
-  run_spans(n, [n](int team) { return equal_spans(n, team); }, body);
+  run_spans(n, [n](int threads) { return equal_spans(n, threads); }, body);
 }
 
 std::vector<int64_t> group_bounds(int64_t n, const std::function<double(int64_t)>& cost,
@@ -188,7 +189,7 @@ void parallel_for_grouped(int64_t n, const std::function<double(int64_t)>& cost,
   std::vector<double> group_cost(static_cast<size_t>(std::max<int64_t>(groups, 0)), 0.0);
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t i = bounds[size_t(g)]; i < bounds[size_t(g) + 1]; ++i) group_cost[size_t(g)] += cost(i);
-  run_spans(groups, [&](int team) { return cost_spans(group_cost, team); }, [&](int64_t g) {
+  run_spans(groups, [&](int threads) { return cost_spans(group_cost, threads); }, [&](int64_t g) {
     for (int64_t i = bounds[size_t(g)]; i < bounds[size_t(g) + 1]; ++i) body(i);
   });
 }
@@ -201,9 +202,7 @@ std::vector<int64_t> span_bounds(int64_t n, const std::function<double(int64_t)>
 
 void parallel_for_spans(int64_t n, const std::function<double(int64_t)>& cost,
                         const std::function<void(int64_t)>& body) {
-  std::vector<double> costs(static_cast<size_t>(std::max<int64_t>(n, 0)));
-  for (int64_t i = 0; i < n; ++i) costs[size_t(i)] = cost(i);
-  run_spans(n, [&](int team) { return cost_spans(costs, team); }, body);
+  run_spans(n, [&](int threads) { return span_bounds(n, cost, threads); }, body);
 }
 
 int openmp_threads() { return omp_get_max_threads(); }
