@@ -12,10 +12,13 @@ namespace attnkit {
 void linear_forward_reference(View2 y, ConstView2 x, ConstView2 w, std::span<const float> b) {
   nn::check_linear_forward("linear_forward_reference", y, x, w, b);
   const int64_t in = x.shape[1], out = w.shape[0];
+  const int64_t xs = x.stride[1], ws = w.stride[1];
   parallel_for(x.shape[0], [&](int64_t t) {  // rows are independent: any thread count
+    const float* xr = x.ptr(t);  // row pointers with their strides: the same sums as x(t, i)
     for (int64_t o = 0; o < out; ++o) {
+      const float* wr = w.ptr(o);
       double acc = b.empty() ? 0.0 : double(b[size_t(o)]);
-      for (int64_t i = 0; i < in; ++i) acc += double(x(t, i)) * double(w(o, i));
+      for (int64_t i = 0; i < in; ++i) acc += double(xr[i * xs]) * double(wr[i * ws]);
       y(t, o) = float(acc);
     }
   });

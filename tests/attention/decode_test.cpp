@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <random>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -48,23 +49,47 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // reference to float32 rounding.
 struct OneSequence {
   int64_t h, hkv, d, n, len;
-  DType dt;
   uint32_t seed;
 };
-void expect_decode_equals_reference(const OneSequence& p, const DecodeOptions& o,
-                                    const std::string& what) {
+// Fills a cache per storage dtype in `dtypes` with the same random K and V, and decodes p's
+// queries with each option set in `opts`: by the reference once, and by the kernels once per
+// reading order in `orders` (a DecodePageOrderScope each). Expects every kernel result to equal
+// the reference to float32 rounding. The data and the reference are shared: neither depends on
+// the reading order, and drawing the data is most of the time.
+void expect_decode_equals_reference(const OneSequence& p, std::span<const DType> dtypes,
+                                    std::span<const DecodeOptions> opts,
+                                    std::span<const bool> orders, const std::string& what) {
   const int64_t h = p.h, hkv = p.hkv, d = p.d, len = p.len;
-  KVCache c({.kv_heads = hkv, .head_dim = d, .capacity = len, .dtype = p.dt});
-  c.add_sequence();
   const auto k = randn(len * hkv * d, p.seed), v = randn(len * hkv * d, p.seed + 1),
              q = randn(p.n * h * d, p.seed + 2);
-  c.append(0, 0, ConstView3::contiguous(k.data(), {len, hkv, d}),
-           ConstView3::contiguous(v.data(), {len, hkv, d}));
   const std::vector<int64_t> seqs{0};
-  const auto fast = run(true, o, c, seqs, q, h, d), ref = run(false, o, c, seqs, q, h, d);
-  EXPECT_LT(max_diff(fast.out, ref.out), 2e-6) << what;
-  EXPECT_LT(max_diff(fast.lse, ref.lse), 2e-5) << what;
+  for (const DType dt : dtypes) {
+    KVCache c({.kv_heads = hkv, .head_dim = d, .capacity = len, .dtype = dt});
+    c.add_sequence();
+    c.append(0, 0, ConstView3::contiguous(k.data(), {len, hkv, d}),
+             ConstView3::contiguous(v.data(), {len, hkv, d}));
+    for (const DecodeOptions& o : opts) {
+      const auto ref = run(false, o, c, seqs, q, h, d);
+      for (const bool page_order : orders) {
+        const DecodePageOrderScope order(page_order);
+        const auto fast = run(true, o, c, seqs, q, h, d);
+        const std::string which = what + " " + std::string(dtype_name(dt)) +
+                                  (page_order ? " page order" : " address order") +
+                                  " window=" + std::to_string(o.attention.window_left) +
+                                  " rope=" + std::to_string(o.rope_theta);
+        EXPECT_LT(max_diff(fast.out, ref.out), 2e-6) << which;
+        EXPECT_LT(max_diff(fast.lse, ref.lse), 2e-5) << which;
+      }
+    }
+  }
 }
+
+// Every storage dtype; the two the benchmark and the reading-order tests use; the default
+// reading order; no options.
+constexpr DType kAllDtypes[] = {DType::f32, DType::f16, DType::bf16, DType::i8};
+const bool kDefaultOrder[] = {decode_page_order()};
+constexpr DType kF16AndInt8[] = {DType::f16, DType::i8};
+const DecodeOptions kPlain[] = {DecodeOptions{}};
 
 TEST(Decode, DenseEqualsFlashAttentionOverTheHistory) {
   const int64_t h = 8, hkv = 2, d = 64, len = 1300, n = 3;
@@ -186,11 +211,9 @@ TEST(Decode, OddHeadDimsAndRowCountsEqualTheReference) {
   ThreadCountScope one(1);
   for (const int64_t d : {8, 24, 32, 40, 96, 112, 136})
     for (const auto& [h, hkv, n] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 1}, {8, 2, 3}, {6, 2, 1}, {5, 5, 2}})
-      for (const DType dt : {DType::f32, DType::f16, DType::bf16, DType::i8})
-        expect_decode_equals_reference({h, hkv, d, n, 203, dt, 21}, {},
-                                       "d=" + std::to_string(d) + " h=" + std::to_string(h) +
-                                           " hkv=" + std::to_string(hkv) + " n=" + std::to_string(n) +
-                                           " " + std::string(dtype_name(dt)));
+      expect_decode_equals_reference({h, hkv, d, n, 203, 21}, kAllDtypes, kPlain, kDefaultOrder,
+                                     "d=" + std::to_string(d) + " h=" + std::to_string(h) +
+                                         " hkv=" + std::to_string(hkv) + " n=" + std::to_string(n));
 }
 
 // The benchmark's shapes (H = 32, D = 128): rows of 2–8 KiB per token, so a block holds several
@@ -199,27 +222,20 @@ TEST(Decode, OddHeadDimsAndRowCountsEqualTheReference) {
 TEST(Decode, BenchmarkShapesWithPartialSubBlocksEqualTheReference) {
   const int64_t h = 32, d = 128;
   for (const int64_t hkv : {32, 8, 1})
-    for (const DType dt : {DType::f16, DType::i8})
-      expect_decode_equals_reference({h, hkv, d, 1, 2237, dt, 31}, {},
-                                     "hkv=" + std::to_string(hkv) + " " + std::string(dtype_name(dt)));
+    expect_decode_equals_reference({h, hkv, d, 1, 2237, 31}, kF16AndInt8, kPlain, kDefaultOrder,
+                                   "hkv=" + std::to_string(hkv));
 }
 
 // Both reading orders (decode_page_order): tokens of 256 B–8 KiB, so 16, 4, 2 and 1 tokens per
 // 4 KiB page, unmasked blocks read by page phase and windowed blocks in address order; each order
 // equals the reference and gives the same bits on one and two threads.
 TEST(Decode, EitherReadingOrderEqualsTheReference) {
-  for (const bool page_order : {false, true}) {
-    DecodePageOrderScope order(page_order);
-    const std::string which = page_order ? "page order: " : "address order: ";
-    const AttentionOptions window{.window_left = 300, .window_right = 0};
-    for (const auto& [hkv, d] : {std::pair<int64_t, int64_t>{2, 64}, {8, 64}, {8, 128}, {32, 128}})
-      for (const DType dt : {DType::f16, DType::i8})
-        for (const DecodeOptions& o : {DecodeOptions{}, DecodeOptions{.attention = window}})
-          expect_decode_equals_reference({32, hkv, d, 1, 1337, dt, 71}, o,
-                                         which + "hkv=" + std::to_string(hkv) + " d=" +
-                                             std::to_string(d) + " " + std::string(dtype_name(dt)) +
-                                             " window=" + std::to_string(o.attention.window_left));
-  }
+  const AttentionOptions window{.window_left = 300, .window_right = 0};
+  const DecodeOptions opts[] = {DecodeOptions{}, DecodeOptions{.attention = window}};
+  const bool orders[] = {false, true};
+  for (const auto& [hkv, d] : {std::pair<int64_t, int64_t>{2, 64}, {8, 64}, {8, 128}, {32, 128}})
+    expect_decode_equals_reference({32, hkv, d, 1, 1337, 71}, kF16AndInt8, opts, orders,
+                                   "hkv=" + std::to_string(hkv) + " d=" + std::to_string(d));
   // The switch reaches the kernels: the two orders sum in different orders (hkv 8, D 128, f16:
   // two tokens per page), so their last bits differ.
   KVCache c({.kv_heads = 8, .head_dim = 128, .capacity = 1337, .dtype = DType::f16});
@@ -241,16 +257,13 @@ TEST(Decode, EitherReadingOrderEqualsTheReference) {
 TEST(Decode, WideGroupsEqualTheReference) {
   const int64_t h = 32;
   const AttentionOptions window{.window_left = 300, .window_right = 0};
+  const DecodeOptions opts[] = {DecodeOptions{}, DecodeOptions{.attention = window},
+                                DecodeOptions{.rope_theta = 10000}};
   for (const int64_t d : {64, 128})
     for (const auto& [hkv, n] : {std::pair<int64_t, int64_t>{1, 1}, {1, 3}, {2, 1}, {2, 2}})
-      for (const DType dt : {DType::f32, DType::f16, DType::bf16, DType::i8})
-        for (const DecodeOptions& o : {DecodeOptions{}, DecodeOptions{.attention = window},
-                                       DecodeOptions{.rope_theta = 10000}})
-          expect_decode_equals_reference(
-              {h, hkv, d, n, 600, dt, 41}, o,
-              "d=" + std::to_string(d) + " hkv=" + std::to_string(hkv) + " n=" + std::to_string(n) +
-                  " " + std::string(dtype_name(dt)) + " window=" +
-                  std::to_string(o.attention.window_left) + " rope=" + std::to_string(o.rope_theta));
+      expect_decode_equals_reference(
+          {h, hkv, d, n, 600, 41}, kAllDtypes, opts, kDefaultOrder,
+          "d=" + std::to_string(d) + " hkv=" + std::to_string(hkv) + " n=" + std::to_string(n));
 }
 
 // Groups of 4 query rows per KV head (G = 4, 16 and G = 4 with two queries), the score kernel's
@@ -259,16 +272,13 @@ TEST(Decode, WideGroupsEqualTheReference) {
 TEST(Decode, GroupsOfFourRowsEqualTheReference) {
   const int64_t h = 32;
   const AttentionOptions window{.window_left = 300, .window_right = 0};
+  const DecodeOptions opts[] = {DecodeOptions{}, DecodeOptions{.attention = window},
+                                DecodeOptions{.rope_theta = 10000}};
   for (const int64_t d : {64})
     for (const auto& [hkv, n] : {std::pair<int64_t, int64_t>{8, 1}, {2, 1}, {8, 2}})
-      for (const DType dt : {DType::f32, DType::f16, DType::bf16, DType::i8})
-        for (const DecodeOptions& o : {DecodeOptions{}, DecodeOptions{.attention = window},
-                                       DecodeOptions{.rope_theta = 10000}})
-          expect_decode_equals_reference(
-              {h, hkv, d, n, 601, dt, 61}, o,
-              "d=" + std::to_string(d) + " hkv=" + std::to_string(hkv) + " n=" + std::to_string(n) +
-                  " " + std::string(dtype_name(dt)) + " window=" +
-                  std::to_string(o.attention.window_left) + " rope=" + std::to_string(o.rope_theta));
+      expect_decode_equals_reference(
+          {h, hkv, d, n, 601, 61}, kAllDtypes, opts, kDefaultOrder,
+          "d=" + std::to_string(d) + " hkv=" + std::to_string(hkv) + " n=" + std::to_string(n));
 }
 
 // The wide groups' fused softmax pass keeps a reference max per row and raises it only when a
