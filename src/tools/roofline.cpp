@@ -2,9 +2,11 @@
 #include "attnkit/tools/roofline.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "attnkit/core/error.hpp"
+#include "attnkit/core/huge_pages.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/ops/gemm.hpp"
 #include "attnkit/ops/gemm_onednn.hpp"
@@ -15,6 +17,12 @@ namespace attnkit {
 namespace hn = hwy::HWY_NAMESPACE;
 
 namespace {
+
+// unique_ptr deleter for a huge_page_alloc block of `bytes`.
+struct HugePageFree {
+  size_t bytes;
+  void operator()(float* p) const noexcept { huge_page_free(p, bytes); }
+};
 
 // 2·lanes·12·iters flops; 12 independent chains hide the FMA latency (4 cycles × 2 ports + slack).
 float fma_chains(int64_t iters, float seed) {
@@ -67,15 +75,20 @@ double measure_read_gbps(int threads, int64_t bytes, int streams) {
   check(part > 0, "measure_read_gbps: ", bytes, " bytes is less than 16 KiB per stream and thread");
   const int64_t per = kStreams * part;
   ThreadCountScope scope(threads);
-  std::vector<float> data(static_cast<size_t>(per * threads)), partial(static_cast<size_t>(threads));
+  // Huge pages, and no zeroing before the fill (the fill is the first touch): on a VM whose page
+  // faults are slow, zeroing 512 MiB in 4 KiB pages took longer than the probe's reads.
+  const size_t data_bytes = size_t(per * threads) * sizeof(float);
+  const std::unique_ptr<float, HugePageFree> data(static_cast<float*>(huge_page_alloc(data_bytes)),
+                                                  HugePageFree{data_bytes});
+  std::vector<float> partial(static_cast<size_t>(threads));
   parallel_for(threads, [&](int64_t w) {
-    for (int64_t i = w * per; i < (w + 1) * per; ++i) data[size_t(i)] = float(i & 1023);
+    for (int64_t i = w * per; i < (w + 1) * per; ++i) data.get()[i] = float(i & 1023);
   });
   volatile float sink = 0;
   const double t = best_of(5, [&] {
     parallel_for(threads, [&](int64_t w) {
       auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-      const float* p = data.data() + w * per;
+      const float* p = data.get() + w * per;
       for (int64_t j = 0; j < part; j += 4 * lanes)
         for (int64_t s = 0; s < kStreams; ++s) {
           const float* x = p + s * part + j;

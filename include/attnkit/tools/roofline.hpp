@@ -26,7 +26,8 @@ double best_of(int repeats, F&& f) {
 double measure_fma_gflops(int threads);
 // Sustained memory read bandwidth in GB/s (1e9 bytes/s) with `threads` threads over `bytes`
 // (0: 512 MiB or twice the last-level cache, whichever is larger), each thread reading `streams`
-// forward streams in lockstep; best of a few repeats.
+// forward streams in lockstep; best of a few repeats. The buffer is on transparent huge pages
+// where the kernel gives them, as the KV cache's storage is.
 double measure_read_gbps(int threads, int64_t bytes = 0, int streams = 4);
 // OpenBLAS sgemm rate in GFLOP/s (2·n³ flops) for square n×n matrices with `threads` threads;
 // best of a few repeats.
