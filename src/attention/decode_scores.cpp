@@ -155,7 +155,12 @@ void block_scores(const float* q, int64_t rows, const Rows& k, int64_t bt, int64
         a2 = hn::MulAdd(qv, L::load(kt[2] + e * L::kBytes), a2);
         a3 = hn::MulAdd(qv, L::load(kt[3] + e * L::kBytes), a3);
       }
-      hn::Store(reduce4(df, a0, a1, a2, a3), d4, out);
+      const auto sums = reduce4(df, a0, a1, a2, a3);
+      if (nt == 4 && dv == d && !k.scale) {  // four whole tokens, no scales: one store
+        hn::StoreU(sums, d4, s + r * ls + t);
+        continue;
+      }
+      hn::Store(sums, d4, out);
       for (int64_t j = 0; j < nt; ++j) s[r * ls + t + j] = k.scale_at(t + j) * (out[j] + tail(qr, kt[j]));
     }
   }
