@@ -44,9 +44,8 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return testing::max_abs_diff(a.data(), b.data(), int64_t(a.size()));
 }
 
-// One sequence of `len` random cached tokens (Hkv heads of width D, stored as dt; random data
-// from seeds seed, seed + 1, seed + 2): n queries of H heads decoded by the kernels equal the
-// reference to float32 rounding.
+// One sequence of `len` random cached tokens (Hkv heads of width D; random K, V and queries from
+// seeds seed, seed + 1, seed + 2) and n queries of H heads.
 struct OneSequence {
   int64_t h, hkv, d, n, len;
   uint32_t seed;
