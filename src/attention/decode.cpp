@@ -254,8 +254,9 @@ class Decoder {
       const Run& run = p_.runs[size_t(ri)];
       const KVSegment& sg = p_.segs[size_t(it.b)][size_t(run.seg)];
       const int64_t pf = ahead_ * token_bytes;
-      const std::byte* k_end = sg.k + (run.start + run.count) * token_bytes;
-      const std::byte* v_end = sg.v + (run.start + run.count) * token_bytes;
+      // Prefetches run on to the segment's end: a thread's next item usually continues this run.
+      const std::byte* k_end = sg.k + sg.n * token_bytes;
+      const std::byte* v_end = sg.v + sg.n * token_bytes;
       for (int64_t t0 = run.start; t0 < run.start + run.count; t0 += kWideTokens) {
         const int64_t bt = std::min(kWideTokens, run.start + run.count - t0);
         const int64_t pos0 = sg.logical_start + t0;
@@ -288,9 +289,11 @@ class Decoder {
             mask_columns(pt, bt, pos0, held);
             decode::wide_online_softmax(pt, rows_, rows_, bt, mh, lh, oh, d_);
           } else if (rope_) {
-            kern.scores_rotated(qh, rows_, staged, bt, d_, pt, mh, lh, oh, nullptr);
-          } else {
-            kern.scores(qh, rows_, k, bt, d_, pt, mh, lh, oh, stage);
+            kern.scores_rotated(qh, rows_, staged, bt, d_, pt, mh, lh, oh, nullptr, nullptr);
+          } else {  // the score pass requests V's rows ahead too, spread over its loop
+            kern.scores(qh, rows_, k, bt, d_, pt, mh, lh, oh, stage, &v);
+            kern.values(pt, rows_, Rows{v.base, v.stride, v.scale, v.scale_stride}, bt, d_, oh, stage);
+            continue;
           }
           kern.values(pt, rows_, v, bt, d_, oh, stage);
         }

@@ -29,9 +29,11 @@ WideStage wide_stage(DType stored);
 // float32, queries transposed; k `bt` stored rows, converted kTok rows at a time into `tile`
 // [kTok, d] float32 unless stored as float32), l[r] += Σ_t pt[t·rows + r]. The reference max m[r]
 // is raised (and l[r], o[r, :] (o [rows, d]) and the block's earlier pt rescaled) only when a
-// score exceeds it by more than 8, so pt ≤ e^8; prefetches k.pf bytes ahead while reading.
+// score exceeds it by more than 8, so pt ≤ e^8. Requests the bt rows k.pf bytes ahead of k, then
+// those v_ahead->pf bytes ahead of *v_ahead (if given), spread over its FMA loop.
 using WideScoresSoftmax = void (*)(const float* qt, int64_t rows, const Rows& k, int64_t bt,
-                                   int64_t d, float* pt, float* m, float* l, float* o, float* tile);
+                                   int64_t d, float* pt, float* m, float* l, float* o, float* tile,
+                                   const Rows* v_ahead);
 // The fused score kernel for K rows stored as `stored` (f32, f16, bf16 or int8).
 WideScoresSoftmax wide_scores_softmax(DType stored);
 
