@@ -317,15 +317,13 @@ bool onednn_applies(ConvPass pass, const Conv2dGeometry& g) {
   // was even (1.0–1.15×).
   if (g.bf16) return pass == ConvPass::kForward || square3;
   if (!onednn_convolutions_preferred()) return false;
-  // kAuto on a CPU with AMX: the classes measured faster by oneDNN there (bench/conv_bench.cpp,
-  // the CNN's layers; the table is in docs/performance-data.md). 3×3 same-size layers with >= 16
-  // channels each way: d_w on every plane (1.0–1.7× the built-in Winograd or column path); y and
-  // d_x on planes smaller than 12×12 (1.0–1.35× Winograd's one-vector path), while on 14×14
-  // planes Winograd's 2.25× fewer multiplies win (oneDNN 0.35–0.8×). 1×1 layers (0.5–1.16×,
-  // unsteady across runs), the 1-channel stem (0.04–0.94×) and CBAM's 2 → 1 gate (0.1–1.6×,
-  // under 1 ms a pass) stay built-in.
-  if (pass == ConvPass::kBackwardWeights) return square3;
-  return square3 && g.h * g.w < 144;
+  // kAuto on a CPU with AMX: the one class measured faster by oneDNN there (bench/conv_bench.cpp,
+  // the CNN's layers, 1 thread; the table is in docs/performance-data.md): d_w of 3×3 same-size
+  // layers with >= 16 channels each way on planes smaller than 12×12, where the built-in d_w is
+  // the column path (oneDNN 1.39–1.42×). The built-in Winograd paths win y and d_x on every
+  // plane (oneDNN 0.81–1.01× on 7×7, 0.89–1.12× on 14×14) and d_w on 14×14 (0.83–0.93×); 1×1
+  // layers, the 1-channel stem and CBAM's 2 → 1 gate stay built-in as well.
+  return pass == ConvPass::kBackwardWeights && square3 && g.h * g.w < 144;
 }
 
 void onednn_conv_forward(View4 y, ConstView4 x, const float* w, const Conv2dGeometry& g) {
