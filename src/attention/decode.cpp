@@ -95,6 +95,8 @@ class Decoder {
   // rounded up to a cache line (16 floats) so that items running on two threads never share one
   // (their m, l and O are rewritten on every block of keys).
   int64_t partial_floats() const { return (hkv_ * rows_ * (d_ + 2) + 15) / 16 * 16; }
+  // Query rows per KV head and sequence (n·G).
+  int64_t rows() const { return rows_; }
 
   // Runs one item, leaving its unnormalised (m, l, O) per row in `partial`.
   void run(const Item& it, Workspace& ws, float* partial) const {
@@ -105,12 +107,13 @@ class Decoder {
     run_item(it, kn, ws, partial);
   }
 
-  // Merges the partials of items [first, last) of sequence b into out and lse, for KV head hk's
-  // query rows.
-  void merge(int64_t b, int64_t hk, const float* partials, int64_t first, int64_t last) const {
+  // Merges the partials of items [first, last) of sequence b into out and lse, for query rows
+  // [r0, r1) of KV head hk (each row on its own: the rows' blocking does not change results).
+  void merge(int64_t b, int64_t hk, int64_t r0, int64_t r1, const float* partials, int64_t first,
+             int64_t last) const {
     const int64_t pf = partial_floats();
     std::vector<double> acc(static_cast<size_t>(d_));
-    for (int64_t r = 0; r < rows_; ++r) {
+    for (int64_t r = r0; r < r1; ++r) {
       const int64_t row = hk * rows_ + r, i = r / g_, hq = hk * g_ + r % g_;
       double mx = a_.sink_logits.empty() ? -INFINITY : double(a_.sink_logits[size_t(hq)]);
       for (int64_t it = first; it < last; ++it) mx = std::max(mx, double(partials[it * pf + row]));
@@ -411,15 +414,20 @@ void decode_attention(const DecodeOptions& o, const DecodeArgs& a) {
     ws.reset();
     dec.run(plan.items[size_t(idx)], ws, partials + idx * pf);
   });
-  // Items of a sequence are consecutive; merge each sequence's range, one KV head per index.
+  // Items of a sequence are consecutive; merge each sequence's range, one block of up to kMergeRows
+  // query rows of one KV head per index (MQA's 32 rows of one head in 4 blocks, so both threads
+  // merge).
   const int64_t nseq = int64_t(a.seqs.size());
   std::vector<int64_t> begin(static_cast<size_t>(nseq + 1), items);
   for (int64_t it = items - 1; it >= 0; --it) begin[size_t(plan.items[size_t(it)].b)] = it;
   for (int64_t b = nseq - 1; b >= 0; --b) begin[size_t(b)] = std::min(begin[size_t(b)], begin[size_t(b + 1)]);
-  const int64_t hkv = a.cache->config().kv_heads;
-  parallel_for(nseq * hkv, [&](int64_t idx) {
-    const int64_t b = idx / hkv;
-    dec.merge(b, idx % hkv, partials, begin[size_t(b)], begin[size_t(b + 1)]);
+  const int64_t hkv = a.cache->config().kv_heads, rows = dec.rows();
+  constexpr int64_t kMergeRows = 8;
+  const int64_t blocks = (rows + kMergeRows - 1) / kMergeRows;
+  parallel_for(nseq * hkv * blocks, [&](int64_t idx) {
+    const int64_t b = idx / (hkv * blocks), hk = idx / blocks % hkv, r0 = idx % blocks * kMergeRows;
+    dec.merge(b, hk, r0, std::min(rows, r0 + kMergeRows), partials, begin[size_t(b)],
+              begin[size_t(b + 1)]);
   });
 }
 
