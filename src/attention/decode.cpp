@@ -293,12 +293,13 @@ class Decoder {
             decode::wide_online_softmax(pt, rows_, rows_, bt, mh, lh, oh, d_);
           } else if (rope_) {
             kern.scores_rotated(qh, rows_, staged, bt, d_, pt, mh, lh, oh, nullptr, nullptr);
-          } else {  // the score pass requests V's rows ahead too, spread over its loop
+          } else {
             kern.scores(qh, rows_, k, bt, d_, pt, mh, lh, oh, stage, &v);
-            kern.values(pt, rows_, Rows{v.base, v.stride, v.scale, v.scale_stride}, bt, d_, oh, stage);
-            continue;
           }
-          kern.values(pt, rows_, v, bt, d_, oh, stage);
+          // The fused score pass has requested V's rows ahead; the other paths leave it to values.
+          const bool fused = !masked && !rope_;
+          kern.values(pt, rows_, fused ? Rows{v.base, v.stride, v.scale, v.scale_stride} : v, bt, d_,
+                      oh, stage);
         }
       }
     }

@@ -47,7 +47,6 @@ int64_t lanes() { return int64_t(hn::Lanes(DF())); }
 // core on a cold cache (AMX Xeon: 11 % of the score kernel's samples, against 4 % warm).
 class AheadLines {
  public:
-  AheadLines() = default;
   // The lines of `first`'s rows ahead, then those of `*second` (if given).
   AheadLines(const Rows& first, const Rows* second, int64_t bt, int64_t row_bytes)
       : row_bytes_(row_bytes) {
@@ -191,16 +190,15 @@ HWY_INLINE void score_softmax_tile(const float* qt, int64_t rows, const float* k
   for (; r < rows; r += n) score_softmax_block<T, 1, kEvery>(qt, rows, r, kt, ldk, t, d, pt, m, l, o, pf);
 }
 
-// Stored rows → float32 [bt, d], each vector converted once; prefetching r.pf bytes ahead row by
-// row when kPrefetch.
-template <class L, bool kPrefetch = true>
+// Stored rows → float32 [bt, d], each vector converted once; prefetching r.pf bytes ahead.
+template <class L>
 HWY_INLINE void stage(const Rows& r, int64_t bt, int64_t d, float* dst) {
   const DF df;
   const int64_t n = lanes(), dv = d - d % n;
   for (int64_t t = 0; t < bt; ++t) {
     const std::byte* row = r.base + t * r.stride;
     float* out = dst + t * d;
-    if constexpr (kPrefetch) prefetch_ahead(r, row, d * L::kBytes);
+    prefetch_ahead(r, row, d * L::kBytes);
     const float c = std::is_same_v<L, LoadI8> ? r.scale_at(t) : 1.0f;
     if constexpr (std::is_same_v<L, LoadI8>) {
       const VF s = hn::Set(df, c);
@@ -222,15 +220,16 @@ void scores_softmax(const float* qt, int64_t rows, const Rows& k, int64_t bt, in
   AheadLines ahead(k, v_ahead, bt, d * L::kBytes);  // K's (and V's) rows ahead, over the loops
   for (int64_t t = 0; t < bt; t += kWideTok) {
     const int64_t tt = std::min<int64_t>(kWideTok, bt - t);
+    // No prefetch distance: `ahead` requests the rows ahead over the score loop.
     const Rows kr{k.base + t * k.stride, k.stride, k.scale ? k.scale + t * k.scale_stride : nullptr,
-                  k.scale_stride, k.pf, k.pf_end};
+                  k.scale_stride};
     const float* kt = tile;
     int64_t ldk = d;
     if constexpr (kInPlace) {
       kt = reinterpret_cast<const float*>(kr.base);
       ldk = k.stride / 4;
     } else {
-      stage<L, false>(kr, tt, d, tile);
+      stage<L>(kr, tt, d, tile);
     }
     constexpr int kEvery = kAheadEvery<L>;
     if (tt == kWideTok) {
