@@ -50,12 +50,6 @@ bool winograd_applies(const Conv2dGeometry& g);
 // [O, C, 3, 3], or with `flip_transpose` [C, O, 3, 3] used rotated by 180° (the input gradient).
 void winograd_conv3x3(View4 y, ConstView4 x, const float* w, bool flip_transpose,
                       const Conv2dGeometry& g);
-// True for the convolutions winograd_conv3x3 runs by F(4×4, 3×3) (conv2d_winograd4.cpp): as
-// winograd_applies' class, on planes of 5×5 to 8×8 (2×2 tiles of 4×4 outputs).
-bool winograd4_applies(const Conv2dGeometry& g);
-// winograd_conv3x3 by F(4×4, 3×3), for a geometry winograd4_applies to.
-void winograd4_conv3x3(View4 y, ConstView4 x, const float* w, bool flip_transpose,
-                       const Conv2dGeometry& g);
 // True where conv2d computes d_w by Winograd too: as winograd_applies, except planes of one vector
 // of tiles. Measured on the CNN's shapes (1 thread, batch 128): 14×14 layers 0.9–1.3× the speed
 // of im2col + sgemm (1.2–1.3× with 64 channels), 7×7 layers 0.65–0.85× (16 GEMMs with an inner

@@ -373,20 +373,16 @@ void gradient_transform(float* dm, int64_t plane, const float* dy, const Conv2dG
     }
 }
 
-// The class F(2×2, 3×3) serves: winograd_applies' planes outside F(4×4, 3×3)'s.
-bool winograd2_applies(const Conv2dGeometry& g) {
+}  // namespace
+
+bool winograd_applies(const Conv2dGeometry& g) {
   return g.kh == 3 && g.kw == 3 && g.stride == 1 && g.pad == 1 && g.oh == g.h && g.ow == g.w &&
-         g.c >= kMinChannels && g.o >= kMinChannels && !winograd4_applies(g) &&
+         g.c >= kMinChannels && g.o >= kMinChannels &&
          ((g.h >= kMinSide && g.w >= kMinSide) || small_plane(tiles_of(g)));
 }
 
-}  // namespace
-
-bool winograd_applies(const Conv2dGeometry& g) { return winograd4_applies(g) || winograd2_applies(g); }
-
 void winograd_conv3x3(View4 y, ConstView4 x, const float* w, bool flip_transpose,
                       const Conv2dGeometry& g) {
-  if (winograd4_applies(g)) return winograd4_conv3x3(y, x, w, flip_transpose, g);
   const Tiles t = tiles_of(g);
   std::vector<float> u(size_t(16 * g.o * g.c));
   transform_weights(u.data(), w, g.o, g.c, flip_transpose);
@@ -415,7 +411,7 @@ void winograd_conv3x3(View4 y, ConstView4 x, const float* w, bool flip_transpose
 }
 
 bool winograd_weight_gradient_applies(const Conv2dGeometry& g) {
-  return winograd2_applies(g) && !small_plane(tiles_of(g));
+  return winograd_applies(g) && !small_plane(tiles_of(g));
 }
 
 void winograd_weight_gradient(View4 d_w, ConstView4 d_y, ConstView4 x, const Conv2dGeometry& g) {

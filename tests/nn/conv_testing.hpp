@@ -75,13 +75,10 @@ inline const std::vector<ConvCase>& conv_cases() {
       {2, 8, 12, 16, 8, 3, 3, 1, 1, true},  // 16 wide: row-by-row input, per-row-of-tiles output
       // Input gradient by Winograd only when both directions qualify: here O = 4 < 8.
       {2, 12, 12, 12, 4, 3, 3, 1, 1, true},
-      // Winograd F(4×4, 3×3) on planes of 5×5 to 8×8: 7×7 with a short group of images (3 of
-      // the 4 a 16-lane vector holds), 8×6, 8×8 with a last chunk of 1 image, and 70 images of
-      // 5×7 (chunks of 8, the last of 6: a short group with 8 or 16 lanes alike).
+      // Winograd on planes whose tiles fit in one vector (with 16 lanes: 7×7, 8×6, 1×1, 5×7),
+      // four chunks of 21 images with a short last one (70 images, 32 channels, 12 tiles each).
       {3, 8, 7, 7, 9, 3, 3, 1, 1, true}, {2, 10, 8, 6, 8, 3, 3, 1, 1, false},
-      {9, 8, 8, 8, 8, 3, 3, 1, 1, true}, {70, 32, 5, 7, 8, 3, 3, 1, 1, false},
-      // F(2×2, 3×3) on planes whose tiles fit in one vector (with 8 or 16 lanes: 1×1, 4×6).
-      {2, 8, 1, 1, 8, 3, 3, 1, 1, true}, {3, 8, 4, 6, 9, 3, 3, 1, 1, false},
+      {2, 8, 1, 1, 8, 3, 3, 1, 1, true}, {70, 32, 5, 7, 8, 3, 3, 1, 1, false},
       // Layers Conv2dEngine::kAuto gives to oneDNN (>= 16 channels each way): all three passes on
       // a 7×7 plane over groups of images, d_w only on a 13×12 plane.
       {35, 16, 7, 7, 24, 3, 3, 1, 1, true}, {5, 16, 13, 12, 16, 3, 3, 1, 1, false},
