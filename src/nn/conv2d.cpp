@@ -1,7 +1,7 @@
 // conv2d fast path: im2col + one sgemm per chunk of images (see conv2d.hpp). Passes of the layer
 // classes nn::onednn_applies selects run by oneDNN's convolution (conv2d_onednn.cpp). 3×3, stride-1,
-// padding-1 layers with >= 8 channels on planes of at least 12×12 (or of one vector of tiles,
-// such as 7×7) compute y and d_x by Winograd F(2×2, 3×3) instead (conv2d_winograd.cpp), and
+// padding-1 layers with >= 8 channels on planes of at least 12×12 (or of one or two vectors of
+// tiles, such as 7×7) compute y and d_x by Winograd F(2×2, 3×3) instead (conv2d_winograd.cpp), and
 // d_w too on the larger planes.
 //   forward:  col[C·KH·KW, nb·OH·OW] = im2col(x[n0 .. n0+nb)); y = w[O, C·KH·KW]·col (+ b),
 //             scattered back to NCHW;

@@ -44,7 +44,7 @@ ImageGroups weight_gradient_groups(int64_t n);
 
 // True for the convolutions conv2d runs by Winograd F(2×2, 3×3): 3×3, stride 1, padding 1, and at
 // least 8 input and 8 output channels, on planes of at least 12×12 or whose 2×2 tiles fit in one
-// vector (7×7 with AVX-512).
+// or two vectors (7×7 with AVX-512 or AVX2).
 bool winograd_applies(const Conv2dGeometry& g);
 // y[N, O, H, W] = conv(x[N, C, H, W], w) for a geometry winograd_applies to (no bias); w is
 // [O, C, 3, 3], or with `flip_transpose` [C, O, 3, 3] used rotated by 180° (the input gradient).

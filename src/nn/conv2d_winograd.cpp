@@ -32,28 +32,36 @@ using VF = hn::Vec<DF>;
 // Fewer channels give GEMMs with K = C too thin to pay for the transforms; 8 is a judgement, not a
 // measurement (the CNN's stem, 1 channel, and CBAM's 2 → 1 gate stay on im2col).
 constexpr int64_t kMinChannels = 8;
-// Planes between one vector of tiles and 12×12 (9×9 to 11×11 with 16 lanes) stay on im2col +
+// Planes below 12×12 that small_plane does not take (9×9 to 11×11 with 16 lanes) stay on im2col +
 // sgemm: they waste tiles and pay the row-by-row transforms' per-plane overhead on few pixels.
 // Measured on the CNN's shapes (1 thread, batch 128): 14×14 layers 1.4–1.8× faster than
 // im2col + sgemm; 7×7 layers 0.8–0.9× as fast with the row-by-row transforms, 1.1–1.3× faster
-// with the one-vector transforms (small_plane).
+// with the one-vector transforms (small_plane); with 8 lanes, on two vectors, the CNN's step
+// 1.10× (AMX Xeon, `avx2` build).
 constexpr int64_t kMinSide = 12;
 constexpr int64_t kChunkFloats = 128 << 10;  // V of one chunk (16·C·tiles) stays in L2 (512 KiB)
 
 struct Tiles {
   int64_t th, tw, t;  // tile rows, tile columns, tiles per image
+  int64_t h, w;       // the plane's sides
 };
 Tiles tiles_of(const Conv2dGeometry& g) {
   const int64_t th = (g.h + 1) / 2, tw = (g.w + 1) / 2;
-  return {th, tw, th * tw};
+  return {th, tw, th * tw, g.h, g.w};
 }
 
-// All tiles of a plane in one vector, and a row of the plane within one vector (2·TW < lanes):
-// the gather / permutation transforms (input_transform_small, output_transform_small).
-bool small_plane(const Tiles& t) {
+// Vectors of tiles per plane on the gather / permutation transforms (input_transform_small,
+// output_transform_small): all tiles of a plane in one vector with a row of the plane in less than
+// one (2·TW < lanes), or, on planes the row-by-row path does not take (a side below 12), in two
+// vectors that each hold whole rows of tiles and a row of the plane (7×7 with 8 lanes: two rows of
+// 4 tiles per vector). 0: not such a plane.
+int64_t small_vectors(const Tiles& t) {
   const int64_t lanes = int64_t(hn::Lanes(DF()));
-  return t.t <= lanes && 2 * t.tw < lanes;
+  if (t.t <= lanes && 2 * t.tw < lanes) return 1;
+  const bool below_row_path = t.h < kMinSide || t.w < kMinSide;
+  return below_row_path && t.t <= 2 * lanes && 2 * t.tw <= lanes && lanes % t.tw == 0 ? 2 : 0;
 }
+bool small_plane(const Tiles& t) { return small_vectors(t) > 0; }
 
 float* scratch(int which, int64_t n) { return conv_scratch(which, n); }
 
@@ -168,91 +176,101 @@ void input_transform(float* v, int64_t plane, const float* x, const Conv2dGeomet
   }
 }
 
-// Planes whose tiles fit in one vector (T <= lanes, e.g. 7×7 with 16 lanes): each of the 16
-// inputs d[k][l] of every tile is one gather from the plane x (idx[4k + l][tile], -1 where the
-// input lies in the zero padding or past the last tile: those lanes read x[0] and are zeroed),
-// then Bᵀ·d·B runs on whole vectors. (Copying the plane into a zero-bordered buffer first made the
+// Small planes (small_vectors: one or two vectors of tiles, e.g. 7×7 with 16 or 8 lanes): per
+// vector of tiles, each of the 16 inputs d[k][l] of every tile is one gather from the plane x
+// (idx[4k + l][tile], -1 where the input lies in the zero padding or past the last tile: those
+// lanes read x[0] and are zeroed), then Bᵀ·d·B runs on whole vectors. (Copying the plane into a zero-bordered buffer first made the
 // first gather wait for the copy's stores: store-to-load forwarding does not serve gathers.)
 void input_transform_small(float* v, int64_t plane, const float* x, const Tiles& t, const int32_t* idx) {
   const DF df;
   const hn::RebindToSigned<DF> di;
-  const int64_t lanes = int64_t(hn::Lanes(df));
+  const int64_t lanes = int64_t(hn::Lanes(df)), nv = small_vectors(t), row = nv * lanes;
   const auto none = hn::Set(di, -1);
-  VF d[4][4];
-  for (int k = 0; k < 4; ++k)
+  for (int64_t q = 0; q < nv; ++q) {  // the tiles q·lanes .. q·lanes + lanes - 1
+    VF d[4][4];
+    for (int k = 0; k < 4; ++k)
+      for (int l = 0; l < 4; ++l) {
+        const auto at = hn::LoadU(di, idx + (4 * k + l) * row + q * lanes);
+        const auto inside = hn::RebindMask(df, hn::Gt(at, none));
+        d[k][l] = hn::IfThenElseZero(inside, hn::GatherIndex(df, x, hn::Max(at, hn::Zero(di))));
+      }
+    VF r[4][4];  // Bᵀ·d
     for (int l = 0; l < 4; ++l) {
-      const auto at = hn::LoadU(di, idx + (4 * k + l) * lanes);
-      const auto inside = hn::RebindMask(df, hn::Gt(at, none));
-      d[k][l] = hn::IfThenElseZero(inside, hn::GatherIndex(df, x, hn::Max(at, hn::Zero(di))));
+      r[0][l] = hn::Sub(d[0][l], d[2][l]);
+      r[1][l] = hn::Add(d[1][l], d[2][l]);
+      r[2][l] = hn::Sub(d[2][l], d[1][l]);
+      r[3][l] = hn::Sub(d[1][l], d[3][l]);
     }
-  VF r[4][4];  // Bᵀ·d
-  for (int l = 0; l < 4; ++l) {
-    r[0][l] = hn::Sub(d[0][l], d[2][l]);
-    r[1][l] = hn::Add(d[1][l], d[2][l]);
-    r[2][l] = hn::Sub(d[2][l], d[1][l]);
-    r[3][l] = hn::Sub(d[1][l], d[3][l]);
-  }
-  const auto keep = hn::FirstN(df, size_t(t.t));
-  for (int i = 0; i < 4; ++i) {  // (Bᵀ·d)·B
-    hn::BlendedStore(hn::Sub(r[i][0], r[i][2]), keep, df, v + (4 * i) * plane);
-    hn::BlendedStore(hn::Add(r[i][1], r[i][2]), keep, df, v + (4 * i + 1) * plane);
-    hn::BlendedStore(hn::Sub(r[i][2], r[i][1]), keep, df, v + (4 * i + 2) * plane);
-    hn::BlendedStore(hn::Sub(r[i][1], r[i][3]), keep, df, v + (4 * i + 3) * plane);
+    const auto keep = hn::FirstN(df, size_t(std::min(lanes, t.t - q * lanes)));
+    float* vq = v + q * lanes;
+    for (int i = 0; i < 4; ++i) {  // (Bᵀ·d)·B
+      hn::BlendedStore(hn::Sub(r[i][0], r[i][2]), keep, df, vq + (4 * i) * plane);
+      hn::BlendedStore(hn::Add(r[i][1], r[i][2]), keep, df, vq + (4 * i + 1) * plane);
+      hn::BlendedStore(hn::Sub(r[i][2], r[i][1]), keep, df, vq + (4 * i + 2) * plane);
+      hn::BlendedStore(hn::Sub(r[i][1], r[i][3]), keep, df, vq + (4 * i + 3) * plane);
+    }
   }
 }
 
-// output_transform for planes whose tiles fit in one vector: the four outputs of all tiles are
-// four vectors, and each output row is two lane permutations of them (rows[ty]: lane j takes
-// tile ty·TW + j/2) blended by column parity, stored without a round trip through memory.
+// output_transform for small planes: per vector of tiles, the four outputs of its tiles are four
+// vectors, and each output row is two lane permutations of them (rows[ty]: lane j takes tile
+// ty·TW + j/2, counted from the vector's first tile) blended by column parity, stored without a
+// round trip through memory.
 void output_transform_small(float* y, const float* m, int64_t plane, const Conv2dGeometry& g,
                             const Tiles& t, const int32_t* rows) {
   const DF df;
   const hn::RebindToSigned<DF> di;
-  const int64_t lanes = int64_t(hn::Lanes(df));
-  const auto in = hn::FirstN(df, size_t(t.t));
-  VF s[4], d[4];
-  for (int j = 0; j < 4; ++j) {
-    const VF m0 = hn::MaskedLoad(in, df, m + j * plane), m1 = hn::MaskedLoad(in, df, m + (4 + j) * plane);
-    const VF m2 = hn::MaskedLoad(in, df, m + (8 + j) * plane), m3 = hn::MaskedLoad(in, df, m + (12 + j) * plane);
-    s[j] = hn::Add(hn::Add(m0, m1), m2);
-    d[j] = hn::Sub(hn::Sub(m1, m2), m3);
-  }
-  const VF y00 = hn::Add(hn::Add(s[0], s[1]), s[2]), y01 = hn::Sub(hn::Sub(s[1], s[2]), s[3]);
-  const VF y10 = hn::Add(hn::Add(d[0], d[1]), d[2]), y11 = hn::Sub(hn::Sub(d[1], d[2]), d[3]);
+  const int64_t lanes = int64_t(hn::Lanes(df)), nv = small_vectors(t);
+  const int64_t rows_per = nv == 1 ? t.th : lanes / t.tw;  // tile rows per vector
   const auto odd = hn::RebindMask(df, hn::Eq(hn::And(hn::Iota(di, 0), hn::Set(di, 1)), hn::Set(di, 1)));
   const auto keep = hn::FirstN(df, size_t(g.w));
-  for (int64_t ty = 0; ty < t.th; ++ty) {
-    const auto idx = hn::IndicesFromVec(df, hn::LoadU(di, rows + ty * lanes));
-    const VF top = hn::IfThenElse(odd, hn::TableLookupLanes(y01, idx), hn::TableLookupLanes(y00, idx));
-    hn::BlendedStore(top, keep, df, y + 2 * ty * g.w);
-    if (2 * ty + 1 < g.h) {
-      const VF bottom = hn::IfThenElse(odd, hn::TableLookupLanes(y11, idx), hn::TableLookupLanes(y10, idx));
-      hn::BlendedStore(bottom, keep, df, y + (2 * ty + 1) * g.w);
+  for (int64_t q = 0; q < nv; ++q) {
+    const auto in = hn::FirstN(df, size_t(std::min(lanes, t.t - q * lanes)));
+    const float* mq = m + q * lanes;
+    VF s[4], d[4];
+    for (int j = 0; j < 4; ++j) {
+      const VF m0 = hn::MaskedLoad(in, df, mq + j * plane), m1 = hn::MaskedLoad(in, df, mq + (4 + j) * plane);
+      const VF m2 = hn::MaskedLoad(in, df, mq + (8 + j) * plane), m3 = hn::MaskedLoad(in, df, mq + (12 + j) * plane);
+      s[j] = hn::Add(hn::Add(m0, m1), m2);
+      d[j] = hn::Sub(hn::Sub(m1, m2), m3);
+    }
+    const VF y00 = hn::Add(hn::Add(s[0], s[1]), s[2]), y01 = hn::Sub(hn::Sub(s[1], s[2]), s[3]);
+    const VF y10 = hn::Add(hn::Add(d[0], d[1]), d[2]), y11 = hn::Sub(hn::Sub(d[1], d[2]), d[3]);
+    for (int64_t ty = q * rows_per; ty < std::min(t.th, (q + 1) * rows_per); ++ty) {
+      const auto idx = hn::IndicesFromVec(df, hn::LoadU(di, rows + ty * lanes));
+      const VF top = hn::IfThenElse(odd, hn::TableLookupLanes(y01, idx), hn::TableLookupLanes(y00, idx));
+      hn::BlendedStore(top, keep, df, y + 2 * ty * g.w);
+      if (2 * ty + 1 < g.h) {
+        const VF bottom = hn::IfThenElse(odd, hn::TableLookupLanes(y11, idx), hn::TableLookupLanes(y10, idx));
+        hn::BlendedStore(bottom, keep, df, y + (2 * ty + 1) * g.w);
+      }
     }
   }
 }
 
-// The row permutations of output_transform_small: rows[ty·lanes + j] = ty·TW + j/2 for
-// j < 2·TW, else 0.
+// The row permutations of output_transform_small: rows[ty·lanes + j] = ty·TW + j/2 - (the first
+// tile of ty's vector) for j < 2·TW, else 0.
 std::vector<int32_t> small_plane_rows(const Tiles& t) {
   const int64_t lanes = int64_t(hn::Lanes(DF()));
+  const int64_t rows_per = small_vectors(t) == 1 ? t.th : lanes / t.tw;
   std::vector<int32_t> rows(size_t(t.th * lanes), 0);
   for (int64_t ty = 0; ty < t.th; ++ty)
-    for (int64_t j = 0; j < 2 * t.tw; ++j) rows[size_t(ty * lanes + j)] = int32_t(ty * t.tw + j / 2);
+    for (int64_t j = 0; j < 2 * t.tw; ++j)
+      rows[size_t(ty * lanes + j)] = int32_t(ty * t.tw + j / 2 - ty / rows_per * lanes);
   return rows;
 }
 
-// The gather indices of input_transform_small: idx[(4k + l)·lanes + tile] = the plane offset of
-// input (k, l) of that tile, x's row 2·(tile / TW) + k - 1 and column 2·(tile % TW) + l - 1, or -1
-// where that lies outside the plane (the zero padding) and for lanes past the last tile.
+// The gather indices of input_transform_small: idx[(4k + l)·nv·lanes + tile] = the plane offset
+// of input (k, l) of that tile, x's row 2·(tile / TW) + k - 1 and column 2·(tile % TW) + l - 1, or
+// -1 where that lies outside the plane (the zero padding) and for lanes past the last tile.
 std::vector<int32_t> small_plane_indices(const Tiles& t, const Conv2dGeometry& g) {
-  const int64_t lanes = int64_t(hn::Lanes(DF()));
-  std::vector<int32_t> idx(size_t(16 * lanes), -1);
+  const int64_t row = small_vectors(t) * int64_t(hn::Lanes(DF()));
+  std::vector<int32_t> idx(size_t(16 * row), -1);
   for (int k = 0; k < 4; ++k)
     for (int l = 0; l < 4; ++l)
       for (int64_t tile = 0; tile < t.t; ++tile) {
         const int64_t r = 2 * (tile / t.tw) + k - 1, c = 2 * (tile % t.tw) + l - 1;
-        if (r >= 0 && r < g.h && c >= 0 && c < g.w) idx[size_t((4 * k + l) * lanes + tile)] = int32_t(r * g.w + c);
+        if (r >= 0 && r < g.h && c >= 0 && c < g.w) idx[size_t((4 * k + l) * row + tile)] = int32_t(r * g.w + c);
       }
   return idx;
 }

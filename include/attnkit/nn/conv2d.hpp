@@ -11,9 +11,9 @@
 // Fast path (conv2d.cpp): im2col of a chunk of images (about 512 output pixels in all) into
 // per-thread scratch and one sgemm per chunk (ops/gemm.hpp); a 1×1 stride-1 unpadded convolution
 // of one image uses the image itself as the column matrix. 3×3, stride-1, padding-1 layers with
-// >= 8 input and output channels on planes of at least 12×12, or whose 2×2 tiles fit in one vector
-// (7×7 with AVX-512), run by Winograd F(2×2, 3×3) instead (conv2d_winograd.cpp): y and d_x on
-// both, d_w on the larger planes.
+// >= 8 input and output channels on planes of at least 12×12, or whose 2×2 tiles fit in one or two
+// vectors (7×7 with AVX-512 or AVX2), run by Winograd F(2×2, 3×3) instead (conv2d_winograd.cpp):
+// y and d_x on both, d_w on the larger planes.
 // When attnkit is built with oneDNN (CMake ATTNKIT_WITH_DNNL), the layer classes where oneDNN's
 // direct convolution measured faster run by it instead (conv2d_onednn.cpp; docs/performance.md):
 // one single-threaded oneDNN primitive per chunk of images, cached per shape.
