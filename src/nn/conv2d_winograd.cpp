@@ -52,14 +52,15 @@ Tiles tiles_of(const Conv2dGeometry& g) {
 
 // Vectors of tiles per plane on the gather / permutation transforms (input_transform_small,
 // output_transform_small): all tiles of a plane in one vector with a row of the plane in less than
-// one (2·TW < lanes), or, on planes the row-by-row path does not take (a side below 12), in two
-// vectors that each hold whole rows of tiles and a row of the plane (7×7 with 8 lanes: two rows of
+// one (2·TW < lanes), or, on planes the row-by-row path does not take (a side below 12), in one or
+// two vectors that each hold whole rows of tiles and a row of the plane (7×7 with 8 lanes: two rows of
 // 4 tiles per vector). 0: not such a plane.
 int64_t small_vectors(const Tiles& t) {
   const int64_t lanes = int64_t(hn::Lanes(DF()));
   if (t.t <= lanes && 2 * t.tw < lanes) return 1;
   const bool below_row_path = t.h < kMinSide || t.w < kMinSide;
-  return below_row_path && t.t <= 2 * lanes && 2 * t.tw <= lanes && lanes % t.tw == 0 ? 2 : 0;
+  const bool whole_rows = 2 * t.tw <= lanes && lanes % t.tw == 0;
+  return below_row_path && whole_rows && t.t <= 2 * lanes ? (t.t + lanes - 1) / lanes : 0;
 }
 bool small_plane(const Tiles& t) { return small_vectors(t) > 0; }
 

@@ -77,10 +77,11 @@ inline const std::vector<ConvCase>& conv_cases() {
       {2, 12, 12, 12, 4, 3, 3, 1, 1, true},
       // Winograd on planes whose tiles fit in one vector (with 16 lanes: 7×7, 8×6, 1×1, 5×7, 8×8),
       // four chunks of 21 images with a short last one (70 images, 32 channels, 12 tiles each);
-      // with 8 lanes, in two vectors of two tile rows each (7×7, 8×8; 5×7 with a short second).
+      // with 8 lanes, in two vectors of two tile rows each (7×7, 8×8; 5×7 with a short second),
+      // or in one whose rows fill it (3×8).
       {3, 8, 7, 7, 9, 3, 3, 1, 1, true}, {2, 10, 8, 6, 8, 3, 3, 1, 1, false},
       {2, 8, 1, 1, 8, 3, 3, 1, 1, true}, {70, 32, 5, 7, 8, 3, 3, 1, 1, false},
-      {3, 8, 8, 8, 10, 3, 3, 1, 1, true},
+      {3, 8, 8, 8, 10, 3, 3, 1, 1, true}, {2, 8, 3, 8, 9, 3, 3, 1, 1, false},
       // Layers Conv2dEngine::kAuto gives to oneDNN (>= 16 channels each way): all three passes on
       // a 7×7 plane over groups of images, d_w only on a 13×12 plane.
       {35, 16, 7, 7, 24, 3, 3, 1, 1, true}, {5, 16, 13, 12, 16, 3, 3, 1, 1, false},
