@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "attnkit/attention/attention.hpp"
 #include "attnkit/attention/attention_reference.hpp"
 #include "attnkit/attention/decode.hpp"
 #include "attnkit/ops/rope.hpp"
@@ -21,11 +22,16 @@ void validate(const DecodeOptions& o, const DecodeArgs& a) {
   check(a.q.shape[1] % c.kv_heads == 0, "q: heads ", a.q.shape[1], " not a multiple of cache kv_heads ",
         c.kv_heads);
   check(a.out.shape == a.q.shape, "out: shape must equal q's");
+  check(a.q.inner_contiguous(), "q: last dimension must be contiguous");
+  check_finite(a.q, "q");
+  validate_options(o.attention);
   check(o.attention.dropout_p == 0, "dropout_p: decode has no dropout");
-  check(o.rope_theta >= 0, "rope_theta: must be >= 0");
+  check(std::isfinite(o.rope_theta) && o.rope_theta >= 0, "rope_theta: must be finite and >= 0, got ",
+        o.rope_theta);
   if (o.rope_theta > 0) check(c.head_dim % 2 == 0, "rope_theta: needs an even head_dim");
   const int64_t n = a.q.shape[0] / int64_t(a.seqs.size());
   const int64_t h = a.q.shape[1], nseq = int64_t(a.seqs.size());
+  validate_sink_logits(a.sink_logits, h);
   if (!a.alibi_slopes.empty()) {
     const int64_t count = int64_t(a.alibi_slopes.size());
     check(count == h || count == nseq * h, "alibi_slopes: needs H = ", h, " or B·H = ",

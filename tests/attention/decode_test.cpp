@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attention/attention_problem.hpp"
+#include "test_errors.hpp"
 #include "attnkit/attention/attention_reference.hpp"
 #include "attnkit/attention/flash_attention.hpp"
 #include "attnkit/core/parallel.hpp"
@@ -403,6 +404,34 @@ TEST(Decode, RejectsBadArguments) {
   EXPECT_THROW(run(true, {}, cache, ok, three, 4, 8), Error);  // 3 queries, 2 cached tokens
   DecodeArgs bad{.q = ConstView3::contiguous(q.data(), {1, 4, 8}), .seqs = ok, .cache = &cache, .layer = 1};
   EXPECT_THROW(decode_attention({}, bad), Error);  // layer out of range
+}
+
+// The fast path checks what the reference checks: sinks, options and the queries' values, on
+// both paths with the same message.
+TEST(Decode, FastPathRejectsWhatTheReferenceRejects) {
+  KVCache cache({.kv_heads = 1, .head_dim = 8, .capacity = 16, .dtype = DType::f32, .max_sequences = 1});
+  cache.add_sequence();
+  const std::vector<float> kv(3 * 8, 0.5f), q(4 * 8, 1.0f);
+  cache.append(0, 0, ConstView3::contiguous(kv.data(), {3, 1, 8}), ConstView3::contiguous(kv.data(), {3, 1, 8}));
+  const std::vector<int64_t> seq{0};
+  const float nan = std::nanf(""), inf = INFINITY;
+  const std::vector<float> one_sink{0.0f}, nan_sinks{0.0f, nan, 0.0f, 0.0f};
+  std::vector<float> nan_q = q;
+  nan_q[5] = nan;
+  const std::pair<DecodeOptions, const char*> bad_options[] = {
+      {{.attention = {.scale = -1.0f}}, "scale: must be finite"},
+      {{.attention = {.scale = nan}}, "scale: must be finite"},
+      {{.attention = {.softcap = nan}}, "softcap: must be finite"},
+      {{.attention = {.window_left = -5}}, "window_left: must be >= -1"},
+      {{.rope_theta = inf}, "rope_theta: must be finite"},
+  };
+  for (const bool fast : {true, false}) {
+    SCOPED_TRACE(fast ? "fast" : "reference");
+    expect_error([&] { run(fast, {}, cache, seq, q, 4, 8, one_sink); }, "sink_logits: needs H = 4");
+    expect_error([&] { run(fast, {}, cache, seq, q, 4, 8, nan_sinks); }, "sink_logits: must be finite");
+    expect_error([&] { run(fast, {}, cache, seq, nan_q, 4, 8); }, "q: non-finite value");
+    for (const auto& [o, phrase] : bad_options) expect_error([&] { run(fast, o, cache, seq, q, 4, 8); }, phrase);
+  }
 }
 
 }  // namespace

@@ -70,6 +70,14 @@ inline float alibi_slope(const AttentionArgs& a, int64_t b, int64_t h) {
 // Checks shapes, strides, cu_seqlens, sinks, ALiBi slopes and options; throws attnkit::Error
 // naming the argument.
 void validate(const AttentionOptions& opts, const AttentionArgs& args);
+// Checks the options alone: scale and softcap finite and >= 0, dropout_p in [0, 1), windows >= -1;
+// throws attnkit::Error naming the field.
+void validate_options(const AttentionOptions& opts);
+// Checks sink logits: empty, or `heads` finite entries; throws attnkit::Error.
+void validate_sink_logits(std::span<const float> sink_logits, int64_t heads);
+// Rejects NaN and ±inf in t (threads split its tokens); the error names `name` and the first
+// offending element.
+void check_finite(const ConstView3& t, const char* name);
 // Checks the gradient views against args (shapes, sink presence); throws attnkit::Error.
 void validate_backward(const AttentionOptions& opts, const AttentionArgs& args,
                        const AttentionGrads& grads);
