@@ -118,6 +118,7 @@ void run_finetune(const BertCli& cli) {
   BertTrainOptions o = train_options(cli);
   ThreadCountScope threads(cli.schedule.threads);
   check(!cli.init.empty(), "--init: a pretrained BERT directory is required");
+  run.check_input_outside(cli.init, "--init");
   require_model_kind(cli.init, ModelKind::kBert, "finetune bert --init");
   const BertModel pre = BertModel::load(cli.init);
   BertTask task = make_bert_task(cli.task, cli.classes, o.max_len);

@@ -178,7 +178,8 @@ void add_train_command(CLI::App& app) {
                   "a fresh optimizer")
       ->excludes(config)
       ->excludes(preset);
-  auto* tokens = gpt->add_option("--tokens", cli->tokens, "Training tokens; sets --steps to ceil(tokens / (batch * seq))");
+  auto* tokens = gpt->add_option("--tokens", cli->tokens, "Training tokens; sets --steps to ceil(tokens / (batch * seq))")
+                     ->check(CLI::Range(int64_t(1), int64_t(1) << 50));
   gpt->add_option("--data", cli->data, "Text files, or 'fortunes' / 'bible' (Debian's corpora)")->capture_default_str();
   gpt->add_option("--out", cli->out, "Run directory (model, checkpoints, log.csv; see docs/reliability.md)")->required();
   gpt->add_option("--steps", cli->opts.steps, "Optimizer steps")->capture_default_str()->excludes(tokens);

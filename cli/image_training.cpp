@@ -81,6 +81,8 @@ void run_image_training(ImageClassifier& flags_model, const ImageTrainFlags& f) 
   if (how == RunStart::kResume) {
     if (f.shape_given) run.check_config(flags_model.config_json(), "the model-shape flags (all or none)");
     resumed = make_image_classifier(run.checkpoint_config());
+    check(resumed->model_type() == flags_model.model_type(), "--resume: ", f.opts.out_dir, " holds a ",
+          resumed->model_type(), " run; it cannot be continued as a ", flags_model.model_type(), " run");
   }
   ImageClassifier& model = resumed ? *resumed : flags_model;
   if (f.threads > 0) set_num_threads(f.threads);

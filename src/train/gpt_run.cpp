@@ -27,9 +27,7 @@ GptModel initial_gpt_model(const GptModelSource& source, uint64_t seed, const Ru
     model.init_random(seed);
     return model;
   }
-  namespace fs = std::filesystem;
-  check(!fs::exists(run.path()) || !fs::equivalent(source.init, run.path()),
-        "--out: must differ from --init (the initial checkpoint is never overwritten)");
+  run.check_input_outside(source.init, "--init");
   require_model_kind(source.init, ModelKind::kGpt, "train gpt --init");
   return GptModel::load(source.init);
 }

@@ -100,6 +100,18 @@ std::string run_files_in(const std::string& dir) {
   return out;
 }
 
+void RunDir::check_input_outside(const std::string& input, const char* flag) const {
+  std::error_code ec_in, ec_out;
+  const fs::path in = fs::weakly_canonical(input, ec_in), out = fs::weakly_canonical(dir_, ec_out);
+  if (ec_in || ec_out) return;  // unreadable paths: the loading step reports them
+  auto strip = [](const fs::path& p) { return p.has_filename() ? p : p.parent_path(); };
+  const fs::path a = strip(out), b = strip(in);
+  const bool inside = std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first == a.end();
+  check(!inside, flag, ": ", input, " lies in --out ", dir_,
+        ", where the run writes its files (and --overwrite removes them); use another --out or copy ",
+        flag, " elsewhere first");
+}
+
 RunDir::RunDir(std::string dir, RunStart start, std::string trainer, bool writer)
     : dir_(std::move(dir)), trainer_(std::move(trainer)), start_(start), writer_(writer) {
   check(!dir_.empty(), "--out: a directory is required");

@@ -125,3 +125,22 @@ def test_image_resume_refuses_a_different_shape(tmp_path):
     fresh = [a if a != str(out) else str(tmp_path / "fresh") for a in args]
     refused(subprocess.run(fresh + ["--epochs", "1", "--lr", "inf"], capture_output=True, text=True), "--lr")
     assert not (tmp_path / "fresh").exists()
+    vit = [CLI, "train", "vit", "--data-dir", FASHION, "--batch", "10", "--train-limit", "20", "--eval-limit", "10",
+           "--threads", "1", "--json", "--out", str(out), "--epochs", "4", "--resume"]
+    refused(subprocess.run(vit, capture_output=True, text=True), "holds a cnn run", "as a vit run")
+    assert (out / "latest").read_text() == "checkpoint-6\n"
+
+
+def test_init_inside_out_is_refused_and_kept(run):
+    """--init in --out (or --out itself) would be overwritten or removed by the new run."""
+    init = run / "checkpoint-2"
+    before = (init / "model.safetensors").read_bytes()
+    for spelt in (init, run / "." / "checkpoint-2"):
+        refused(gpt(run, "--init", str(spelt), "--steps", "2", "--overwrite"), "--init", "lies in --out")
+    assert (init / "model.safetensors").read_bytes() == before
+
+
+@pytest.mark.parametrize("tokens", ["0", "99999999999999999999"])
+def test_tokens_out_of_range_is_refused(tmp_path, tokens):
+    refused(gpt(tmp_path / "t", "--preset", "tiny", "--tokens", tokens), "--tokens")
+    assert not (tmp_path / "t").exists()

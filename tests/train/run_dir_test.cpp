@@ -94,6 +94,22 @@ TEST(RunDir, ANewRunRefusesADirectoryThatHoldsARun) {
   fs::remove_all(d);
 }
 
+// An input (--init) in --out or below it could be overwritten or removed by the run: refused,
+// however the path is spelt; a sibling whose name starts like --out's is fine.
+TEST(RunDir, InputsMustLieOutsideTheRunDirectory) {
+  const std::string d = fresh_dir("run_dir_inputs");
+  fs::create_directories(d + "/checkpoint-2");
+  fs::create_directories(d + "-other");
+  const RunDir run(d, RunStart::kOverwrite, "gpt");
+  for (const std::string& inside : {d, d + "/", d + "/checkpoint-2", d + "/./checkpoint-2/../checkpoint-2",
+                                    d + "/not-there"})
+    expect_error([&] { run.check_input_outside(inside, "--init"); }, "lies in --out");
+  EXPECT_EQ(error_of([&] { run.check_input_outside(d + "-other", "--init"); }), "");
+  EXPECT_EQ(error_of([&] { run.check_input_outside(fs::path(d).parent_path().string(), "--init"); }), "");
+  fs::remove_all(d);
+  fs::remove_all(d + "-other");
+}
+
 TEST(RunDir, OverwriteRemovesTheRunsFilesOnly) {
   const std::string d = fresh_dir("run_dir_overwrite");
   RunDir first(d, RunStart::kNew, "gpt");

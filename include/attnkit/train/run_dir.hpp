@@ -54,6 +54,10 @@ class RunDir {
   // back to its length at the commit. Call after every other check of the run has passed.
   void prepare();
 
+  // Throws unless `input` (a path the run reads, given as `flag`) lies outside DIR: a run writes
+  // and --overwrite removes its files there, so an input inside it could be overwritten.
+  void check_input_outside(const std::string& input, const char* flag) const;
+
   const std::string& path() const { return dir_; }
   RunStart start() const { return start_; }
   // DIR/log.csv.
