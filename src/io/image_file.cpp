@@ -4,8 +4,10 @@
 #include <stb/stb_image.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "attnkit/core/error.hpp"
@@ -24,10 +26,36 @@ std::string failure_reason(const std::string& path) {
   return "unrecognised format or damaged header";
 }
 
+// Binary PGM/PPM (P5/P6): stb decodes a file whose pixel data is cut short, or whose maxval is
+// 0, without an error, so the header is read here and the file's size checked against it.
+void check_binary_pnm(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char magic[2] = {};
+  if (!f.read(magic, 2) || magic[0] != 'P' || (magic[1] != '5' && magic[1] != '6')) return;
+  int64_t fields[3] = {};  // width, height, maxval
+  for (int64_t& v : fields) {
+    int ch = f.get();
+    while (ch == '#' || std::isspace(ch)) {  // whitespace and comment lines before each field
+      if (ch == '#') while (ch != EOF && ch != '\n') ch = f.get();
+      ch = f.get();
+    }
+    check(ch != EOF && std::isdigit(ch), path, ": damaged PGM/PPM header");
+    for (; ch != EOF && std::isdigit(ch); ch = f.get()) v = std::min<int64_t>(v * 10 + (ch - '0'), int64_t(1) << 40);
+  }
+  check(fields[2] >= 1 && fields[2] <= 65535, path, ": PGM/PPM maxval ", fields[2], " is outside 1..65535");
+  const int64_t data_at = int64_t(f.tellg());  // one whitespace byte after maxval was consumed
+  const int64_t need = fields[0] * fields[1] * (magic[1] == '5' ? 1 : 3) * (fields[2] > 255 ? 2 : 1);
+  std::error_code ec;
+  const auto size = int64_t(std::filesystem::file_size(path, ec));
+  check(ec || data_at < 0 || size - data_at >= need, path, ": PGM/PPM pixel data is cut short (",
+        std::max<int64_t>(0, size - data_at), " of ", need, " bytes)");
+}
+
 }  // namespace
 
 GreyImage read_grey_image(const std::string& path) {
   check_readable_file(path);
+  check_binary_pnm(path);
   int w = 0, h = 0, c = 0;
   check(stbi_info(path.c_str(), &w, &h, &c) == 1, path, ": not a readable PNG, PGM/PPM, JPEG or BMP image (",
         failure_reason(path), ")");

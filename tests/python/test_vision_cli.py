@@ -117,3 +117,19 @@ def test_classify_rejects_a_non_image(data, tmp_path):
     junk.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 10)
     r = run("classify", "--model", str(model), str(junk))
     assert r.returncode == 2 and "junk.png" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_classify_rejects_a_cut_or_unscaled_pgm(data, tmp_path):
+    """stb decodes a binary PGM whose pixels are cut short, or whose maxval is 0, without an error:
+    the header is checked against the file's size."""
+    model = tmp_path / "m"
+    assert train(data, model, "--epochs", "1").returncode == 0
+    cases = {"cut.pgm": (b"P5\n28 28\n255\n" + bytes(100), "cut short (100 of 784 bytes)"),
+             "wide.pgm": (b"P5\n# comment\n4 4\n65535\n" + bytes(20), "cut short (20 of 32 bytes)"),
+             "maxval0.pgm": (b"P5\n28 28\n0\n" + bytes(784), "maxval 0")}
+    for name, (content, words) in cases.items():
+        (tmp_path / name).write_bytes(content)
+        r = run("classify", "--model", str(model), str(tmp_path / name))
+        assert r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    (tmp_path / "whole.pgm").write_bytes(b"P5\n# comment\n28 28\n255\n" + bytes(784))
+    assert run("classify", "--model", str(model), str(tmp_path / "whole.pgm")).returncode == 0
