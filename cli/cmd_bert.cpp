@@ -120,8 +120,8 @@ void run_finetune(const BertCli& cli) {
   check(!cli.init.empty(), "--init: a pretrained BERT directory is required");
   run.check_input_outside(cli.init, "--init");
   require_model_kind(cli.init, ModelKind::kBert, "finetune bert --init");
+  BertTask task = make_bert_task(cli.task, cli.classes, o.max_len);  // checks --classes first
   const BertModel pre = BertModel::load(cli.init);
-  BertTask task = make_bert_task(cli.task, cli.classes, o.max_len);
   o.objective = task.objective;
   BertModel model(finetuning_bert_config(pre.config(), task, cli.model.dropout, run));
   model.init_random(o.seed);  // the new heads (and the pooler if --init has none)

@@ -36,6 +36,9 @@ std::optional<ByteRange> find_attribution(std::string_view e) {
 BertTaskData fortune_file_task(const std::vector<std::string>& classes, int64_t max_len,
                                const std::string& dir) {
   check(classes.size() >= 2, "--classes: need at least two fortunes files");
+  for (size_t k = 1; k < classes.size(); ++k)
+    check(std::find(classes.begin(), classes.begin() + ptrdiff_t(k), classes[k]) == classes.begin() + ptrdiff_t(k),
+          "--classes: '", classes[k], "' is given twice (each class is one fortunes file)");
   std::vector<std::string> docs;
   std::vector<int32_t> labels;
   for (size_t k = 0; k < classes.size(); ++k) {

@@ -222,6 +222,8 @@ FILE_CASES += [
     pytest.param(["dataset", "--data-dir", "{in}/empty_dir"], "{in}/empty_dir", id="dataset empty dir"),
     pytest.param(["dataset", "--data-dir", "{in}/text.txt"], "{in}/text.txt", id="dataset file, not dir"),
     pytest.param(["convert-gqa", "--in", GPT, "--out", GPT, "--kv-heads", "1"], "--out", id="convert-gqa onto input"),
+    pytest.param(["finetune", "bert", "--init", "{in}/bert", "--out", "{tmp}/ft", "--classes", "computers", "computers",
+                  "--steps", "1"], "--classes", id="finetune bert duplicate class"),
 ]
 
 
