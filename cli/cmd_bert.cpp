@@ -177,8 +177,9 @@ void add_bert_commands(CLI::App& app) {
   CLI::App* train = app.get_subcommand("train");
   auto* bert = train->add_subcommand("bert", "Masked-LM (+ NSP) pretraining of a BERT encoder on byte-level text");
   bert->add_option("--objective", cli->objective, "mlm or mlm+nsp")->capture_default_str();
-  bert->add_option("--config", cli->model.config_file, "config.json (Hugging Face BertConfig keys) instead of --preset");
-  bert->add_option("--preset", cli->model.preset, "Model shape: tiny, mini, small")->capture_default_str();
+  auto* config = bert->add_option("--config", cli->model.config_file,
+                                  "config.json (Hugging Face BertConfig keys) instead of --preset");
+  bert->add_option("--preset", cli->model.preset, "Model shape: tiny, mini, small")->capture_default_str()->excludes(config);
   bert->add_option("--data", cli->data, "Text files, or 'fortunes' / 'bible' (Debian's corpora)")->capture_default_str();
   add_common_options(bert, *cli);
   bert->callback([cli, bert] {

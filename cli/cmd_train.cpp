@@ -173,6 +173,7 @@ void add_train_command(CLI::App& app) {
   auto* gpt = train->add_subcommand("gpt", "Causal-LM training of a GPT (Llama architecture) on byte-level text");
   auto* config = gpt->add_option("--config", cli->model.config_file, "config.json (Hugging Face Llama keys) instead of --preset");
   auto* preset = gpt->add_option("--preset", cli->model.preset, "Model shape: tiny, small")->capture_default_str();
+  config->excludes(preset);
   gpt->add_option("--init", cli->model.init,
                   "Continue from this model directory (e.g. a convert-gqa output): its config and weights, "
                   "a fresh optimizer")

@@ -55,7 +55,8 @@ void add_image_train_flags(CLI::App& cmd, ImageTrainFlags& f, std::function<void
       ->capture_default_str();
   cmd.add_flag("--anneal-by-time", f.opts.anneal_by_time,
                "With --max-minutes: the cosine decay follows the training time and reaches --min-lr when the "
-               "budget ends (not bitwise reproducible)");
+               "budget ends (not bitwise reproducible)")
+      ->needs("--max-minutes");
   cmd.add_option("--train-limit", f.opts.train_limit, "Use only the first N training images (0: all)")->capture_default_str();
   cmd.add_option("--eval-limit", f.opts.eval_limit, "Evaluate on the first N test images (0: all)")->capture_default_str();
   add_seed_flag(cmd, f.opts.seed, "Seed for shuffling, augmentation and initialisation");

@@ -266,6 +266,12 @@ PARSE_CASES = [
     pytest.param(["generate", "--model", GPT, "--threads"], "--threads", id="threads without value"),
     pytest.param(["generate", "--model", GPT, "--cache-dtype", "f12"], "--cache-dtype", id="bad cache dtype"),
     pytest.param(["generate", "--model", GPT, "--sink-tokens", "4"], "--sink-tokens", id="sink without window"),
+    pytest.param(["train", "gpt", "--out", "{tmp}/r", "--config", "{in}/gpt/config.json", "--preset", "small"],
+                 "--preset", id="train gpt config and preset"),
+    pytest.param(["train", "bert", "--out", "{tmp}/r", "--config", "{in}/bert/config.json", "--preset", "tiny"],
+                 "--preset", id="train bert config and preset"),
+    pytest.param(["train", "cnn", "--out", "{tmp}/r", "--anneal-by-time"], "--max-minutes",
+                 id="anneal by time without a budget"),
     pytest.param(["eval-stream", "--model", GPT, "--policy", "lru"], "lru", id="bad stream policy"),
     pytest.param(["eval-stream", "--model", GPT, "--policy", "paged"], "paged", id="paged is no stream policy"),
     # the cache's sink-token count was --sink (generate) and --sinks (eval-stream): both spellings
