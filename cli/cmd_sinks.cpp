@@ -236,7 +236,7 @@ void add_sinks_commands(CLI::App& app) {
   sp->add_option("--query-pos", p->opts.query_pos, "Query position N in each window (< the model's context)")
       ->required()->check(integer_in(0));
   sp->add_option("--windows", p->opts.windows, "Windows of N + 1 tokens to average over")
-      ->capture_default_str()->check(integer_in(1));
+      ->capture_default_str()->check(integer_in(1, int64_t(1) << 20));
   sp->add_option("--recent", p->opts.recent, "Keys counted as the most recent")->capture_default_str()->check(integer_in(1));
   sp->add_option("--gate-bins", p->opts.gate_bins, "Histogram bins of gate values on [0, 1]")
       ->capture_default_str()->check(integer_in(1, 1000));

@@ -272,6 +272,11 @@ PARSE_CASES = [
                  "--preset", id="train bert config and preset"),
     pytest.param(["train", "cnn", "--out", "{tmp}/r", "--anneal-by-time"], "--max-minutes",
                  id="anneal by time without a budget"),
+    pytest.param(["train", "bert", "--out", "{tmp}/r", "--batch", "99999999999"], "--batch", id="bert batch huge"),
+    pytest.param(["train", "bert", "--out", "{tmp}/r", "--eval-examples", "99999999999"], "--eval-examples",
+                 id="bert eval examples huge"),
+    pytest.param(["sink-profile", "--model", GPT, "--query-pos", "8", "--windows", "99999999999"], "--windows",
+                 id="sink-profile windows huge"),
     pytest.param(["eval-stream", "--model", GPT, "--policy", "lru"], "lru", id="bad stream policy"),
     pytest.param(["eval-stream", "--model", GPT, "--policy", "paged"], "paged", id="paged is no stream policy"),
     # the cache's sink-token count was --sink (generate) and --sinks (eval-stream): both spellings
