@@ -43,7 +43,7 @@ SOURCE_ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__fi
 SIZES = {  # mode -> experiment sizes
     # tiny decodes one warm layer: filling enough layers to read them cold took most of its time
     "tiny": dict(flash_lens=[64, 128], flash_shape=(4, 2, 32), decode_context=512, decode_warm=True, gpt_steps=3,
-                 sides=[4, 8, 16], vision_images=64, vision_epochs=1, bert_steps=3,
+                 sides=[4, 8, 16], fit_min_n=16, vision_images=64, vision_epochs=1, bert_steps=3,
                  threads=1, gpt_batch=2, eval_windows=4),
     "quick": dict(flash_lens=[256, 512, 1024, 2048], flash_shape=(32, 8, 128), decode_context=16384,
                   gpt_steps=300, sides=[4, 8, 16, 32, 64], vision_images=6000,
@@ -277,7 +277,8 @@ class Report:
 
     def deformable(self):
         mark = self.mark()
-        j = self.json("bench", "deformable", "--sides", *self.size["sides"], "--min-seconds", 0.02)
+        j = self.json("bench", "deformable", "--sides", *self.size["sides"], "--min-seconds", 0.02,
+                      "--fit-min-n", self.size.get("fit_min_n", 256))
         rows = j["rows"]
 
         def draw(ax):

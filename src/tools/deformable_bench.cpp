@@ -172,10 +172,17 @@ DeformableBenchResult run_deformable_bench(const DeformableBenchConfig& c) {
         "bench deformable: heads, head-dim, levels and points must be >= 1");
   check(c.repeats >= 1, "--repeats: must be >= 1");
   check(c.min_seconds >= 0, "--min-seconds: must be >= 0");
-  ThreadCountScope threads(c.threads);
-  DeformableBenchResult r;
   std::vector<int64_t> sides = c.sides;
   std::sort(sides.begin(), sides.end());
+  // The slopes are fitted over the sizes with N >= fit_min_n: at least two distinct ones.
+  std::vector<int64_t> fitted;
+  for (int64_t s : sides)
+    if (const int64_t n = pyramid(s, c.levels).n; n >= c.fit_min_n && (fitted.empty() || fitted.back() != n))
+      fitted.push_back(n);
+  check(fitted.size() >= 2, "--fit-min-n: ", fitted.size(), " of the --sides give N >= ", c.fit_min_n,
+        "; the log-log slopes need two distinct N (add larger --sides or lower --fit-min-n)");
+  ThreadCountScope threads(c.threads);
+  DeformableBenchResult r;
   for (int64_t s : sides) r.rows.push_back(measure(c, s));
   std::vector<double> n, td, tf;
   for (const auto& row : r.rows) {

@@ -24,7 +24,7 @@ def test_json_rows_and_fits():
 
 
 def test_bad_arguments_exit_2_with_one_line():
-    for args in (["--sides", "0"], ["--points", "0"], ["--sides", "x"]):
+    for args in (["--sides", "0"], ["--points", "0"], ["--sides", "x"], ["--sides", "4,8"]):
         r = run(*args)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert r.stderr.startswith("attnkit: error:") and r.stderr.count("\n") == 1, r.stderr
