@@ -191,11 +191,22 @@ void KVCache::append(int64_t seq, int64_t layer, ConstView3 k, ConstView3 v) {
         "], got [", k.shape[0], ", ", k.shape[1], ", ", k.shape[2], "]");
   check(v.shape == k.shape, "KVCache.append: v shape must equal k shape");
   check(k.inner_contiguous() && v.inner_contiguous(), "KVCache.append: last dim must be contiguous");
+  // Finite, and finite once stored: f16 holds at most ±65504, bf16 about ±3.39e38.
+  const DType dt = config_.dtype;
+  auto stored_finite = [dt](float x) {
+    if (dt == DType::f16) return std::isfinite(f16_to_f32(f32_to_f16(x)));
+    if (dt == DType::bf16) return std::isfinite(bf16_to_f32(f32_to_bf16(x)));
+    return true;
+  };
   for (int64_t t = 0; t < n; ++t)
     for (int64_t h = 0; h < hkv; ++h)
-      for (int64_t e = 0; e < d; ++e)
+      for (int64_t e = 0; e < d; ++e) {
         check(std::isfinite(k(t, h, e)) && std::isfinite(v(t, h, e)),
               "KVCache.append: non-finite value in k or v at [", t, ", ", h, ", ", e, "]");
+        check(stored_finite(k(t, h, e)) && stored_finite(v(t, h, e)), "KVCache.append: k or v at [", t, ", ",
+              h, ", ", e, "] (", k(t, h, e), ", ", v(t, h, e), ") is outside the range of the ",
+              dtype_name(dt), " cache");
+      }
   Sequence& s = seqs_[size_t(seq)];
   const int64_t len = s.length[size_t(layer)];
   if (config_.policy == KVPolicy::dense || config_.policy == KVPolicy::paged)

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "attnkit/core/error.hpp"
@@ -148,6 +149,25 @@ TEST(KVCache, BadUseFailsCleanlyAndKeepsOtherSequences) {
   EXPECT_THROW(KVCache({.kv_heads = 0, .capacity = 4}), Error);
   EXPECT_THROW(KVCache({.capacity = 4, .dtype = DType::f64}), Error);
   EXPECT_THROW(KVCache({.policy = KVPolicy::sink, .window = 0}), Error);
+}
+
+// Values that are finite in float32 but not in the cache's type (f16 rounds 65520 and up to inf,
+// bf16 rounds about 3.4e38 to inf) are refused; the largest finite ones are stored.
+TEST(KVCache, RefusesValuesOutsideTheStoredTypesRange) {
+  const std::vector<float> ones(4, 1.0f);
+  for (const auto& [dtype, bad, good] : {std::tuple{DType::f16, 65520.0f, 65504.0f},
+                                         std::tuple{DType::bf16, 3.4e38f, 3.38e38f},
+                                         std::tuple{DType::f32, 0.0f, 3.4e38f}}) {
+    KVCache cache({.kv_heads = 1, .head_dim = 4, .capacity = 4, .dtype = dtype});
+    const int64_t s = cache.add_sequence();
+    std::vector<float> k(4, good);
+    cache.append(s, 0, view(k, 1, 1, 4), view(ones, 1, 1, 4));
+    if (dtype == DType::f32) continue;
+    k[2] = -bad;
+    EXPECT_THROW(cache.append(s, 0, view(k, 1, 1, 4), view(ones, 1, 1, 4)), Error) << dtype_name(dtype);
+    EXPECT_THROW(cache.append(s, 0, view(ones, 1, 1, 4), view(k, 1, 1, 4)), Error) << dtype_name(dtype);
+    EXPECT_EQ(cache.length(s, 0), 1);
+  }
 }
 
 }  // namespace
