@@ -85,6 +85,16 @@ std::string json_differences(const nlohmann::json& run, const nlohmann::json& gi
   return out;
 }
 
+// Whether the file at `path` has at most one line (a header without rows); false if unreadable.
+bool at_most_one_line(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return false;
+  std::string line;
+  int lines = 0;
+  while (lines < 2 && std::getline(f, line)) lines += !line.empty();
+  return lines <= 1;
+}
+
 }  // namespace
 
 std::string run_files_in(const std::string& dir) {
@@ -119,8 +129,10 @@ RunDir::RunDir(std::string dir, RunStart start, std::string trainer, bool writer
   std::error_code ec;
   if (start_ == RunStart::kNew) {
     const std::string held = writer_ ? run_files_in(dir_) : std::string();
-    check(held.empty(), "--out: ", dir_, " already holds a training run (", held,
-          "); pass --resume to continue it or --overwrite to replace it");
+    // A log.csv of at most its header line is what a run that failed before its first step
+    // leaves: nothing to lose, and the new run rewrites it.
+    check(held.empty() || (held == "log.csv" && at_most_one_line(dir_ + "/log.csv")), "--out: ", dir_,
+          " already holds a training run (", held, "); pass --resume to continue it or --overwrite to replace it");
     return;
   }
   if (start_ == RunStart::kOverwrite) return;

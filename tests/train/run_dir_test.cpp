@@ -85,7 +85,9 @@ TEST(RunDir, ANewRunRefusesADirectoryThatHoldsARun) {
   fs::create_directories(d);
   write(d + "/notes.txt", "not a run file");
   EXPECT_EQ(error_of([&] { RunDir(d, RunStart::kNew, "gpt"); }), "");  // unrelated files are fine
-  write(d + "/log.csv", "step\n");
+  write(d + "/log.csv", "step,loss\n");  // a run that failed before its first step: nothing to keep
+  EXPECT_EQ(error_of([&] { RunDir(d, RunStart::kNew, "gpt"); }), "");
+  write(d + "/log.csv", "step,loss\n1,5.5\n");
   const std::string e = error_of([&] { RunDir(d, RunStart::kNew, "gpt"); });
   EXPECT_NE(e.find(d), std::string::npos) << e;
   EXPECT_NE(e.find("--resume"), std::string::npos) << e;
