@@ -30,10 +30,7 @@ __all__ = [
 
 def _window(causal, window):
     """(left, right) window after applying ``causal`` (which forces right = 0)."""
-    try:
-        left, right = (int(window[0]), int(window[1]))
-    except (TypeError, ValueError, IndexError):
-        raise ValueError(f"window: expected a pair (left, right), got {window!r}") from None
+    left, right = _checks.window(window)
     if causal:
         right = 0
     return left, right
@@ -45,7 +42,9 @@ def _packed(q, k, v, cu_seqlens_q, cu_seqlens_k):
     if q.ndim != k.ndim or q.ndim != v.ndim:
         raise ValueError(f"q, k, v: ranks differ ({q.ndim}, {k.ndim}, {v.ndim})")
     if q.ndim == 3:
-        return q, k, v, cu_seqlens_q, cu_seqlens_k, (lambda x: x), (lambda x: x)
+        cu_q = _checks.cu_seqlens(cu_seqlens_q, "cu_seqlens_q")
+        cu_k = _checks.cu_seqlens(cu_seqlens_k, "cu_seqlens_k")
+        return q, k, v, cu_q, cu_k, (lambda x: x), (lambda x: x)
     if q.ndim != 4:
         raise ValueError(f"q: expected [B, L, H, D] or packed [T, H, D], got {q.ndim} dimensions")
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
@@ -54,12 +53,26 @@ def _packed(q, k, v, cu_seqlens_q, cu_seqlens_k):
         raise ValueError(f"k, v: batch {k.shape[0]}, {v.shape[0]} != q batch {q.shape[0]}")
     b, lq = q.shape[:2]
     lk = k.shape[1]
-    cu_q = _np.arange(b + 1, dtype=_np.int32) * lq
-    cu_k = _np.arange(b + 1, dtype=_np.int32) * lk
+    # B = 0 runs as one empty sequence (the packed form needs B >= 1), so that the options and
+    # shapes are checked as for B >= 1.
+    cu_q = _np.arange(b + 1, dtype=_np.int32) * lq if b else None
+    cu_k = _np.arange(b + 1, dtype=_np.int32) * lk if b else None
     flat = lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
     unflat_q = lambda x: x.reshape((b, lq) + x.shape[1:])
     unflat_k = lambda x: x.reshape((b, lk) + x.shape[1:])
     return flat(q), flat(k), flat(v), cu_q, cu_k, unflat_q, unflat_k
+
+
+def _empty_batch_slopes(alibi_slopes, q):
+    """alibi_slopes for the packed call: [B, H] slopes of an empty batch (run as one empty
+    sequence) are checked here and dropped (they have no row to apply)."""
+    if _np.ndim(q) != 4 or _np.shape(q)[0] != 0 or _np.ndim(alibi_slopes) != 2:
+        return alibi_slopes
+    h = _np.shape(q)[2]
+    if _np.shape(alibi_slopes) != (0, h):
+        raise ValueError(f"alibi_slopes: expected [B, H] = [0, {h}], got "
+                         f"{list(_np.shape(alibi_slopes))}")
+    return None
 
 
 def _lse_layout(lse, unflat_q, batched):
@@ -75,10 +88,7 @@ def _call_forward(fn, q, k, v, causal, window, scale, softcap, sink_logits, alib
     seed = _checks.seed(seed)
     qp, kp, vp, cu_q, cu_k, unflat_q, _ = _packed(q, k, v, cu_seqlens_q, cu_seqlens_k)
     batched = _np.ndim(q) == 4
-    if batched and _np.shape(q)[0] == 0:  # no sequences: nothing to attend (packed form needs B >= 1)
-        b, lq, h, d = _np.shape(q)
-        out, lse = _np.zeros((0, lq, h, d), _np.float32), _np.zeros((0, h, lq), _np.float32)
-        return (out, lse) if return_lse else out
+    alibi_slopes = _empty_batch_slopes(alibi_slopes, q)
     out, lse = fn(qp, kp, vp, cu_q, cu_k, sink_logits, alibi_slopes, left, right,
                   0.0 if scale is None else float(scale), float(softcap), float(dropout_p), seed)
     out = unflat_q(out)
@@ -119,12 +129,8 @@ def _call_backward(fn, dout, q, k, v, out, lse, causal, window, scale, softcap, 
     dout = _checks.float_array(dout, "dout")
     if dout.shape != _np.shape(q):
         raise ValueError(f"dout: shape {dout.shape} != q shape {_np.shape(q)}")
-    if batched and _np.shape(q)[0] == 0:  # no sequences: zero-size gradients
-        zeros = lambda x: _np.zeros(_np.shape(x), _np.float32)
-        ds = None if sink_logits is None else _np.zeros(_np.shape(sink_logits), _np.float32)
-        return zeros(q), zeros(k), zeros(v), ds
-    opts = (sink_logits, alibi_slopes, left, right, 0.0 if scale is None else float(scale),
-            float(softcap), float(dropout_p), seed)
+    opts = (sink_logits, _empty_batch_slopes(alibi_slopes, q), left, right,
+            0.0 if scale is None else float(scale), float(softcap), float(dropout_p), seed)
     if fn is None:
         dq, dk, dv, ds = _attnkit._attention_reference_backward(
             dout.reshape(qp.shape), qp, kp, vp, cu_q, cu_k, *opts)
@@ -215,6 +221,7 @@ class Model:
     def adamw_losses(self, tokens, targets, cu_seqlens=None, steps=10, lr=1e-3, betas=(0.9, 0.999),
                      eps=1e-8, weight_decay=0.01):
         """Trains in place for ``steps`` AdamW steps on one batch; returns steps + 1 losses."""
+        steps = _checks.integer(steps, "steps", 0)  # 0: the loss only, no update
         return self._impl.adamw_losses(_np.asarray(tokens), _np.asarray(targets), cu_seqlens, steps,
                                        lr, betas[0], betas[1], eps, weight_decay)
 

@@ -44,3 +44,55 @@ def float_array(x, name):
         raise TypeError(f"{name}: expected a floating-point array (float32; float64 and float16 are "
                         f"converted), got dtype {a.dtype}")
     return a
+
+
+def number(value, name):
+    """``value`` as a float: TypeError unless a real number (None, strings and bools refused)."""
+    if value is None or isinstance(value, (bool, _np.bool_, str, bytes)):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__}") from None
+
+
+def integer_array(x, name, dtype):
+    """``x`` as a numpy array of the integer ``dtype``: TypeError unless it holds integers
+    (booleans and floats refused, never truncated), ValueError for an entry outside ``dtype``'s
+    range (never wrapped)."""
+    a = _np.asarray(x)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name}: expected an integer array, got dtype {a.dtype}")
+    info = _np.iinfo(dtype)
+    lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
+    if lo < info.min or hi > info.max:
+        raise ValueError(f"{name}: entries must be in [{info.min}, {info.max}] "
+                         f"({_np.dtype(dtype)}), got {lo if lo < info.min else hi}")
+    return a.astype(dtype, copy=False)
+
+
+def cu_seqlens(cu, name):
+    """Optional cu_seqlens [B+1] as int32 (None stays None: only None means absent)."""
+    if cu is None:
+        return None
+    a = integer_array(cu, name, _np.int32)
+    if a.ndim != 1:
+        raise ValueError(f"{name}: expected 1 dimension, got {a.ndim}")
+    if a.size < 2:
+        raise ValueError(f"{name}: needs at least 2 entries (B+1), got {a.size}")
+    return a
+
+
+def window(value, name="window"):
+    """(left, right) of a local-attention window, -1 = unbounded: ValueError unless a pair,
+    TypeError for non-integer entries, ValueError outside [-1, 2**31-1] (the kernels' int32)."""
+    try:
+        pair = tuple(value)
+    except TypeError:
+        pair = ()
+    if len(pair) != 2:
+        raise ValueError(f"{name}: expected a pair (left, right), got {value!r}")
+    left, right = (integer(v, name) for v in pair)
+    if not (-1 <= left < 2 ** 31 and -1 <= right < 2 ** 31):
+        raise ValueError(f"{name}: entries must be in [-1, 2**31-1], got ({left}, {right})")
+    return left, right

@@ -11,6 +11,8 @@ import torch
 
 import attnkit
 
+from . import _checks
+
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -84,21 +86,15 @@ def check_max_seqlen(value, cu, name):
 
 def check_options(dropout_p, softmax_scale, window_size, softcap):
     """Returns (dropout_p, scale or None, (left, right), softcap) after checking each."""
-    dropout_p = float(dropout_p)
+    dropout_p = _checks.number(dropout_p, "dropout_p")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p: must be in [0, 1), got {dropout_p}")
     if softmax_scale is not None:
-        softmax_scale = float(softmax_scale)
+        softmax_scale = _checks.number(softmax_scale, "softmax_scale")
         if not (np.isfinite(softmax_scale) and softmax_scale > 0):
             raise ValueError(f"softmax_scale: must be finite and > 0, got {softmax_scale}")
-    try:
-        left, right = window_size
-        left, right = int(left), int(right)
-    except (TypeError, ValueError):
-        raise ValueError(f"window_size: expected a pair (left, right), got {window_size!r}") from None
-    if left < -1 or right < -1:
-        raise ValueError(f"window_size: entries must be >= -1, got {(left, right)}")
-    softcap = float(softcap)
+    left, right = _checks.window(window_size, "window_size")
+    softcap = _checks.number(softcap, "softcap")
     if not (np.isfinite(softcap) and softcap >= 0):
         raise ValueError(f"softcap: must be finite and >= 0, got {softcap}")
     return dropout_p, softmax_scale, (left, right), softcap

@@ -9,6 +9,7 @@ import torch
 
 import attnkit
 
+from . import _checks
 from . import _torch_common as c
 
 
@@ -30,8 +31,7 @@ def _check(value, value_spatial_shapes, value_level_start_index, sampling_locati
     if tuple(attention_weights.shape) != tuple(loc[:5]):
         raise ValueError(f"attention_weights: expected {tuple(loc[:5])}, got "
                          f"{tuple(attention_weights.shape)}")
-    if isinstance(im2col_step, bool) or not isinstance(im2col_step, int) or im2col_step < 1:
-        raise ValueError(f"im2col_step: expected an int >= 1, got {im2col_step!r}")
+    im2col_step = _checks.integer(im2col_step, "im2col_step", 1)
     step = min(n, im2col_step)
     if n and n % step != 0:  # Deformable DETR's own rule, kept so code that runs here runs there
         raise ValueError(f"im2col_step: batch {n} must be divisible by im2col_step {step}")

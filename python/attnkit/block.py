@@ -17,6 +17,7 @@ with the parameters' keys (fresh arrays: the gradients themselves).
 import numpy as _np
 
 from . import _attnkit as _C
+from . import _checks
 
 __all__ = ["attention_block", "attention_block_backward", "fuse_qkv", "positions_from_cu_seqlens"]
 
@@ -38,10 +39,7 @@ def positions_from_cu_seqlens(cu_seqlens, total):
 def _options(params, heads, head_dim, kv_heads, rope_theta, causal, window, scale, sink_logits,
              gate, gate_source):
     has = lambda name: params.get(name) is not None  # noqa: E731
-    try:
-        left, right = (int(window[0]), int(window[1]))
-    except (TypeError, ValueError, IndexError):
-        raise ValueError(f"window: expected a pair (left, right), got {window!r}") from None
+    left, right = _checks.window(window)
     return {"heads": int(heads), "kv_heads": int(kv_heads), "head_dim": int(head_dim),
             "rope_theta": float(rope_theta), "causal": bool(causal), "window_left": left,
             "window_right": 0 if causal and right == -1 else right,
@@ -52,9 +50,9 @@ def _options(params, heads, head_dim, kv_heads, rope_theta, causal, window, scal
 
 def _batch(x, cu_seqlens, positions):
     t = _np.shape(x)[0]
-    cu = None if cu_seqlens is None else _np.asarray(cu_seqlens, dtype=_np.int32)
-    pos = positions_from_cu_seqlens(cu, t) if positions is None else _np.asarray(positions,
-                                                                                  _np.int64)
+    cu = _checks.cu_seqlens(cu_seqlens, "cu_seqlens")
+    pos = (positions_from_cu_seqlens(cu, t) if positions is None
+           else _checks.integer_array(positions, "positions", _np.int64))
     return cu, pos
 
 

@@ -152,11 +152,11 @@ def _heads(x, positions, name):
     x = _np.asarray(x)
     if x.ndim < 3:
         raise ValueError(f"{name}: expected [..., T, H, D], got {x.ndim} dimensions")
-    positions = _np.asarray(positions)
+    positions = _checks.integer_array(positions, "positions", _np.int64)
     if positions.shape != x.shape[:-2]:
         raise ValueError(f"positions: shape {positions.shape} != {name}'s leading shape "
                          f"{x.shape[:-2]}")
-    return x.reshape((-1,) + x.shape[-2:]), positions.reshape(-1).astype(_np.int64)
+    return x.reshape((-1,) + x.shape[-2:]), positions.reshape(-1)
 
 
 def rope(x, positions, theta=10000.0, *, reference=False):

@@ -7,6 +7,7 @@ forwards return the saved argmax indices their backwards need. Errors raise attn
 import numpy as _np
 
 from . import _attnkit as _C
+from . import _checks
 
 __all__ = [
     "conv2d", "conv2d_backward", "max_pool2d", "max_pool2d_backward", "avg_pool2d",
@@ -16,58 +17,110 @@ __all__ = [
 ]
 
 
+def _x_shape(x_shape, d_y):
+    """x_shape (N, C, H, W) as ints >= 0, whose N, C must be d_y's (the gradient's own)."""
+    if not hasattr(x_shape, "__len__"):
+        raise TypeError(f"x_shape: expected (N, C, H, W), got {type(x_shape).__name__}")
+    shape = tuple(_checks.integer(s, "x_shape", 0) for s in x_shape)
+    if len(shape) != 4:
+        raise ValueError(f"x_shape: expected (N, C, H, W), got {shape}")
+    if _np.ndim(d_y) >= 2 and tuple(_np.shape(d_y)[:2]) != shape[:2]:
+        raise ValueError(f"d_y: N, C = {tuple(_np.shape(d_y)[:2])} != x_shape's {shape[:2]}")
+    return shape
+
+
+def _check_fits(fn, x_shape, kernel, padding):
+    """ValueError unless the kernel (KH, KW) fits in the padded plane of x_shape [N, C, H, W]
+    (other ranks are left to the compiled checks)."""
+    if len(x_shape) != 4 or len(kernel) != 2:
+        return
+    h, w = x_shape[2] + 2 * padding, x_shape[3] + 2 * padding
+    if kernel[0] > h or kernel[1] > w:
+        raise ValueError(f"{fn}: kernel {kernel[0]}×{kernel[1]} is larger than the padded input "
+                         f"{h}×{w}")
+
+
+def _conv_args(fn, x_shape, w, stride, padding):
+    """(stride, padding) of conv2d after checking them and that w's kernel fits."""
+    stride, padding = _checks.integer(stride, "stride", 1), _checks.integer(padding, "padding", 0)
+    _check_fits(fn, x_shape, _np.shape(w)[2:], padding)
+    return stride, padding
+
+
+def _pool_args(fn, x_shape, kernel, stride, padding):
+    """(kernel, stride, padding) of a pool: stride None means the kernel (passed as 0)."""
+    kernel = _checks.integer(kernel, "kernel", 1)
+    stride = 0 if stride is None else _checks.integer(stride, "stride", 1)
+    padding = _checks.integer(padding, "padding", 0)
+    _check_fits(fn, x_shape, (kernel, kernel), padding)
+    return kernel, stride, padding
+
+
+def _check_plane(fn, x):
+    """ValueError for an empty H×W plane (nothing to pool)."""
+    if _np.ndim(x) == 4 and _np.shape(x)[2] * _np.shape(x)[3] == 0:
+        raise ValueError(f"{fn}: x: empty plane H×W = {_np.shape(x)[2]}×{_np.shape(x)[3]}")
+
+
 def conv2d(x, w, b=None, *, stride=1, padding=0, reference=False):
     """y[N, O, OH, OW] = torch.nn.functional.conv2d(x, w, b, stride, padding)."""
-    return _C.nn_conv2d_forward(x, w, b, int(stride), int(padding), bool(reference))
+    stride, padding = _conv_args("conv2d", _np.shape(x), w, stride, padding)
+    return _C.nn_conv2d_forward(x, w, b, stride, padding, bool(reference))
 
 
 def conv2d_backward(d_y, x, w, *, has_bias=True, stride=1, padding=0, reference=False):
     """Gradients of conv2d: (d_x, d_w, d_b or None)."""
-    return _C.nn_conv2d_backward(d_y, x, w, bool(has_bias), int(stride), int(padding),
-                                 bool(reference))
+    stride, padding = _conv_args("conv2d_backward", _np.shape(x), w, stride, padding)
+    return _C.nn_conv2d_backward(d_y, x, w, bool(has_bias), stride, padding, bool(reference))
 
 
 def max_pool2d(x, kernel, stride=None, padding=0):
     """(y, argmax) of torch.nn.functional.max_pool2d(x, kernel, stride, padding)."""
-    return _C.nn_max_pool2d_forward(x, int(kernel), int(stride or 0), int(padding))
+    args = _pool_args("max_pool2d", _np.shape(x), kernel, stride, padding)
+    return _C.nn_max_pool2d_forward(x, *args)
 
 
 def max_pool2d_backward(d_y, argmax, x_shape):
     """d_x [x_shape] of max_pool2d from the forward's argmax."""
-    return _C.nn_max_pool2d_backward(d_y, argmax, int(x_shape[2]), int(x_shape[3]))
+    x_shape = _x_shape(x_shape, d_y)
+    return _C.nn_max_pool2d_backward(d_y, argmax, x_shape[2], x_shape[3])
 
 
 def avg_pool2d(x, kernel, stride=None, padding=0, count_include_pad=True):
     """torch.nn.functional.avg_pool2d(x, kernel, stride, padding, count_include_pad=...)."""
-    return _C.nn_avg_pool2d_forward(x, int(kernel), int(stride or 0), int(padding),
-                                    bool(count_include_pad))
+    args = _pool_args("avg_pool2d", _np.shape(x), kernel, stride, padding)
+    return _C.nn_avg_pool2d_forward(x, *args, bool(count_include_pad))
 
 
 def avg_pool2d_backward(d_y, x_shape, kernel, stride=None, padding=0, count_include_pad=True):
     """d_x [x_shape] of avg_pool2d."""
-    return _C.nn_avg_pool2d_backward(d_y, int(x_shape[2]), int(x_shape[3]), int(kernel),
-                                     int(stride or 0), int(padding), bool(count_include_pad))
+    x_shape = _x_shape(x_shape, d_y)
+    args = _pool_args("avg_pool2d_backward", x_shape, kernel, stride, padding)
+    return _C.nn_avg_pool2d_backward(d_y, x_shape[2], x_shape[3], *args, bool(count_include_pad))
 
 
 def global_avg_pool(x):
     """y[N, C] = x.mean((2, 3))."""
+    _check_plane("global_avg_pool", x)
     return _C.nn_global_pool_forward(x, "avg")[0]
 
 
 def global_avg_pool_backward(d_y, x_shape):
     """d_x [x_shape] of global_avg_pool."""
-    return _C.nn_global_pool_backward(d_y, _np.zeros(0, _np.int32), int(x_shape[2]),
-                                      int(x_shape[3]), "avg")
+    x_shape = _x_shape(x_shape, d_y)
+    return _C.nn_global_pool_backward(d_y, _np.zeros(0, _np.int32), x_shape[2], x_shape[3], "avg")
 
 
 def global_max_pool(x):
     """(y[N, C] = x.amax((2, 3)), argmax int32 [N·C])."""
+    _check_plane("global_max_pool", x)
     return _C.nn_global_pool_forward(x, "max")
 
 
 def global_max_pool_backward(d_y, argmax, x_shape):
     """d_x [x_shape] of global_max_pool (gradient to the first maximum)."""
-    return _C.nn_global_pool_backward(d_y, argmax, int(x_shape[2]), int(x_shape[3]), "max")
+    x_shape = _x_shape(x_shape, d_y)
+    return _C.nn_global_pool_backward(d_y, argmax, x_shape[2], x_shape[3], "max")
 
 
 def batch_norm2d(x, w=None, b=None, running_mean=None, running_var=None, *, training=True,
@@ -83,6 +136,8 @@ def batch_norm2d_backward(d_y, x, w, mean, rstd, *, b=None, has_bias=True, train
                           relu=False):
     """Gradients of batch_norm2d: (d_x, d_w or None, d_b or None). With relu, d_y is the gradient
     of the ReLU's output and b must be the forward's bias (the mask is recomputed from x)."""
+    if relu and has_bias and b is None:  # b = None would recompute the mask with a zero bias
+        raise ValueError("b: required when relu=True and has_bias=True (the forward's bias)")
     return _C.nn_batch_norm2d_backward(d_y, x, w, b, mean, rstd, bool(has_bias), bool(training),
                                        bool(relu))
 
