@@ -45,14 +45,22 @@ int main(int argc, char** argv) {
   attnkit::cli::add_sinks_commands(app);
   attnkit::cli::add_report_command(app);
   try {
-    if (argc > 1 && argv[1][0] != '-') {  // CLI11 would only say "A subcommand is required"
+    // An unknown (sub)command where one is required: CLI11 would only say "A subcommand is
+    // required". Walk the command words as long as each level needs one.
+    const CLI::App* level = &app;
+    std::string path = "attnkit";
+    for (int i = 1; i < argc && argv[i][0] != '-' && level->get_require_subcommand_min() > 0; ++i) {
       std::string names;
-      bool known = false;
-      for (const CLI::App* c : app.get_subcommands({})) {
+      const CLI::App* next = nullptr;
+      for (const CLI::App* c : level->get_subcommands({})) {
         names += (names.empty() ? "" : ", ") + c->get_name();
-        known = known || c->get_name() == argv[1];
+        if (c->get_name() == argv[i]) next = c;
       }
-      if (!known) return report_error("unknown command '" + std::string(argv[1]) + "' (commands: " + names + ")");
+      if (next == nullptr)
+        return report_error("unknown command '" + std::string(argv[i]) + "' for " + path + " (commands: " + names +
+                            ")");
+      path += " " + next->get_name();
+      level = next;
     }
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -260,6 +260,8 @@ def test_bad_output_path(args, culprit, inputs, tmp_path):
 PARSE_CASES = [
     pytest.param([], "subcommand", id="no subcommand"),
     pytest.param(["frobnicate"], "frobnicate", id="unknown subcommand"),
+    pytest.param(["train", "nosuch"], "unknown command 'nosuch' for attnkit train", id="unknown train subcommand"),
+    pytest.param(["finetune", "gpt"], "unknown command 'gpt' for attnkit finetune", id="unknown finetune subcommand"),
     pytest.param(["generate", "--model", GPT, "--frobnicate"], "--frobnicate", id="unknown flag"),
     pytest.param(["generate"], "--model", id="missing required flag"),
     pytest.param(["generate", "--model"], "--model", id="flag without value"),
