@@ -23,6 +23,7 @@
 #include "attnkit/tools/decode_bench.hpp"
 #include "attnkit/tools/roofline.hpp"
 #include "attnkit/train/gpt_trainer.hpp"
+#include "attnkit/train/run_dir.hpp"
 #include "commands.hpp"
 #include "flags.hpp"
 
@@ -201,6 +202,9 @@ void run_demo(const DemoCli& cli) {
   const int threads = num_threads();
   check(cli.train_steps >= 1, "--train-steps: must be >= 1");
   check(cli.stream_tokens >= 1, "--stream-tokens: must be >= 1");
+  const std::string held = run_files_in(cli.out);  // checked before any work
+  check(held.empty(), "--out: ", cli.out, " already holds a training run (", held,
+        "); give the demo another --out or remove that run");
   std::printf("attnkit demo: %d threads; every figure below is measured in this run\n", threads);
   const double t0 = now_seconds();
   demo_kv_plan();

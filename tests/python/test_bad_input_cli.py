@@ -262,6 +262,7 @@ PARSE_CASES = [
     pytest.param(["frobnicate"], "frobnicate", id="unknown subcommand"),
     pytest.param(["train", "nosuch"], "unknown command 'nosuch' for attnkit train", id="unknown train subcommand"),
     pytest.param(["finetune", "gpt"], "unknown command 'gpt' for attnkit finetune", id="unknown finetune subcommand"),
+    pytest.param(["demo", "--quick", "--out", "{in}/gpt"], "give the demo another --out", id="demo onto a run"),
     pytest.param(["generate", "--model", GPT, "--frobnicate"], "--frobnicate", id="unknown flag"),
     pytest.param(["generate"], "--model", id="missing required flag"),
     pytest.param(["generate", "--model"], "--model", id="flag without value"),
