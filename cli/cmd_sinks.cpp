@@ -171,6 +171,8 @@ void run_stream(const StreamCli& cli) {
   check_fits_in_memory(gpt_kv_cache_bytes(model.config(), double(o.window) + double(o.sink_tokens)), "--window",
                        "a KV cache of --window + --sink-tokens tokens");
   const std::vector<int32_t> tokens = load_split_tokens(cli.data, cli.split);
+  check(o.tokens <= int64_t(tokens.size()), "--tokens: the ", cli.split, " split has only ", tokens.size(),
+        " tokens, asked for ", o.tokens);
   const StreamEvalResult r = stream_eval(model, tokens, o);
   const int64_t n = int64_t(r.nll.size()), ctx = model.config().max_position_embeddings;
   const int64_t W = o.window > 0 ? o.window : ctx;
@@ -251,7 +253,9 @@ void add_sinks_commands(CLI::App& app) {
   es->add_option("--model", s->model, "Model directory (config.json + model.safetensors)")->required();
   es->add_option("--data", s->data, "Text files, or 'fortunes' / 'bible' (one continuous token stream)")->capture_default_str();
   es->add_option("--split", s->split, "validation, train or all (files given as --data: use all)")->capture_default_str();
-  es->add_option("--policy", s->policy, "dense, window, sink or recompute (sliding window re-computed per token)")->capture_default_str();
+  es->add_option("--policy", s->policy, "dense, window, sink or recompute (sliding window re-computed per token)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"dense", "window", "sink", "recompute"}));
   es->add_option("--window", s->opts.window, "Recent tokens kept (window, sink, recompute); 0 = the model's context")
       ->capture_default_str()->check(integer_in(0));
   add_sink_tokens_flag(*es, s->opts.sink_tokens, "StreamingLLM sink tokens: first tokens kept by the sink policy")

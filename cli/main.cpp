@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   } catch (const attnkit::Error& e) {
     return report_error(e.what());
   } catch (const std::bad_alloc&) {
-    return report_error("out of memory (a size such as --batch, --window, --max-tokens or --context may be too large)");
+    return report_error("out of memory (a size flag of this command may be too large)");
   } catch (const std::length_error&) {
     return report_error("a requested size is too large to allocate (check the size flags)");
   } catch (const std::filesystem::filesystem_error& e) {
