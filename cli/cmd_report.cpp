@@ -17,6 +17,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "commands.hpp"
+#include "flags.hpp"
 
 namespace attnkit::cli {
 namespace {
@@ -45,7 +46,7 @@ struct ReportFlags {
   if (f.tiny) args.push_back("--tiny");
   for (const auto& [flag, dir] : {std::pair{"--sink-model", &f.sink_model}, std::pair{"--gate-model", &f.gate_model}}) {
     if (dir->empty()) continue;
-    check(fs::exists(fs::path(*dir) / "config.json", ec), flag, ": ", *dir, ": no config.json (not a model directory)");
+    require_model_dir(*dir, flag, ModelKind::kGpt, "report");  // a GPT, checked before any section runs
     args.insert(args.end(), {flag, *dir});
   }
   std::vector<char*> argv;

@@ -265,6 +265,8 @@ PARSE_CASES = [
     pytest.param(["demo", "--quick", "--out", "{in}/gpt"], "give the demo another --out", id="demo onto a run"),
     pytest.param(["eval-stream", "--model", GPT, "--tokens", "64", "--policy", "paged"], "--policy",
                  id="eval-stream paged policy"),
+    pytest.param(["report", "--tiny", "--out", "{tmp}/rep", "--sink-model", "{in}/cnn"], "--sink-model",
+                 id="report sink model not a GPT"),
     pytest.param(["eval-stream", "--model", GPT, "--tokens", "64", "--data", "{in}/text.txt"],
                  "the validation split has only", id="eval-stream names the split"),
     pytest.param(["generate", "--model", GPT, "--frobnicate"], "--frobnicate", id="unknown flag"),
