@@ -9,6 +9,7 @@ reported; below them, the sink findings are informational and the documented ver
 import json
 import os
 import shlex
+import shutil
 
 from attnkit import report_claims as rc
 from attnkit import report_models as rm
@@ -215,6 +216,7 @@ def conversion(r, info, train_cmds):
                                 "--windows", r.size["eval_windows"]).split()[1])}
     for method in ("mean", "first"):
         out = os.path.join(r.work, f"gqa_1_{method}")
+        shutil.rmtree(r.path(out), ignore_errors=True)  # the report's own output of an earlier run
         r.run("convert-gqa", "--in", info.path, "--out", out, "--kv-heads", 1, "--method", method)
         loss[method] = float(r.run("eval", "--model", out, "--data", "bible",
                                    "--windows", r.size["eval_windows"]).split()[1])
