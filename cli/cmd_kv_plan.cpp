@@ -48,9 +48,9 @@ int64_t parse_bytes(const std::string& s, std::string_view name) {
   if (ec == std::errc() && p == end) return v;
   double d = 0;
   auto [pd, ecd] = std::from_chars(s.data(), end, d);
-  check(ecd == std::errc() && pd == end && std::isfinite(d) && d == std::floor(d) &&
-            std::fabs(d) < 9.2e18,
+  check(ecd == std::errc() && pd == end && std::isfinite(d) && d == std::floor(d),
         "kv_plan: ", name, " must be a whole number of bytes (e.g. 80e9), got '", s, "'");
+  check(std::fabs(d) < 9.2e18, "kv_plan: ", name, " must be below 9.2e18 bytes, got '", s, "'");
   return int64_t(d);
 }
 

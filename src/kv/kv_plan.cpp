@@ -112,8 +112,8 @@ void validate(const KVPlanOptions& o) {
   check_positive(o.context, "context");
   check_positive(o.batch, "batch");
   check_positive(o.tp, "tp");
-  check(std::isfinite(o.bandwidth) && o.bandwidth > 0,
-        "kv_plan: bandwidth must be a finite number of bytes/s > 0, got ", o.bandwidth);
+  check(std::isfinite(o.bandwidth) && o.bandwidth >= 1,
+        "kv_plan: bandwidth must be a finite number of bytes/s >= 1, got ", o.bandwidth);
   check_positive(o.memory, "memory");
 }
 
