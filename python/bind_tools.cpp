@@ -1,6 +1,11 @@
 // Python bindings for the model tools: the sink profiler and streaming perplexity.
 #include <pybind11/stl.h>
 
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <utility>
+
 #include "array_views.hpp"
 #include "attnkit/tools/sink_profile.hpp"
 #include "attnkit/tools/stream_eval.hpp"
@@ -17,6 +22,25 @@ py::array_t<double> doubles(const std::vector<double>& v, std::vector<py::ssize_
 
 }  // namespace
 
+namespace {
+
+// The tools validate their options with the CLI's flag names (--query-pos, --tokens, ...): called
+// from Python, an error names the Python argument instead. `names` pairs each flag with it.
+template <class F>
+auto naming_arguments(std::initializer_list<std::pair<std::string_view, std::string_view>> names, F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    for (const auto& [flag, arg] : names)
+      for (size_t at = msg.find(flag); at != std::string::npos; at = msg.find(flag, at + arg.size()))
+        msg.replace(at, flag.size(), arg);
+    throw Error(msg);
+  }
+}
+
+}  // namespace
+
 void bind_tools(py::module_& m) {
   using namespace pybind11::literals;
   m.def(
@@ -27,8 +51,12 @@ void bind_tools(py::module_& m) {
         SinkProfile p;
         {
           py::gil_scoped_release nogil;
-          p = sink_profile(g, ids, {.query_pos = query_pos, .windows = windows, .recent = recent,
-                                    .gate_bins = gate_bins});
+          p = naming_arguments({{"--query-pos", "query_pos"}, {"--windows", "windows"}, {"--recent", "recent"},
+                                {"--gate-bins", "gate_bins"}, {"--data", "tokens"}},
+                               [&] {
+                                 return sink_profile(g, ids, {.query_pos = query_pos, .windows = windows,
+                                                              .recent = recent, .gate_bins = gate_bins});
+                               });
         }
         const py::ssize_t L = p.layers, H = p.heads, n = p.query_pos + 1;
         py::dict d;
@@ -51,7 +79,9 @@ void bind_tools(py::module_& m) {
                                   .sink_tokens = sink_tokens, .tokens = count};
         {
           py::gil_scoped_release nogil;
-          r = stream_eval(g, ids, o);
+          r = naming_arguments({{"--tokens", "count"}, {"--window", "window"}, {"--sink-tokens", "sink_tokens"},
+                                {"--policy", "policy"}},
+                               [&] { return stream_eval(g, ids, o); });
         }
         py::dict d;
         d["nll"] = doubles(r.nll, {py::ssize_t(r.nll.size())});

@@ -145,12 +145,17 @@ def test_bad_arguments_raise_value_error(tmp_path):
     cfg, _ = make_model(tmp_path, {}, np.random.default_rng(5))
     m = attnkit.load_model(tmp_path)
     tokens = np.arange(20, dtype=np.int32) % cfg["vocab_size"]
-    with pytest.raises(ValueError, match="query-pos"):
+    # errors name the Python arguments, not the CLI's flags
+    with pytest.raises(ValueError, match="^query_pos: must be < the model's context"):
         m.sink_profile(tokens, 64)  # past the context (64)
+    with pytest.raises(ValueError, match="^windows: must be >= 1"):
+        m.sink_profile(tokens, 8, windows=0)
     with pytest.raises(ValueError, match="policy"):
         m.stream_eval(tokens, policy="lru")
-    with pytest.raises(ValueError, match="tokens"):
+    with pytest.raises(ValueError, match="^count: the text has only 20 tokens"):
         m.stream_eval(tokens, policy="sink", window=4, count=21)
+    with pytest.raises(ValueError, match="^sink_tokens: must be >= 0"):
+        m.stream_eval(tokens, policy="sink", window=4, sink_tokens=-1)
 
 
 def test_cli_json_has_the_norms_of_the_python_profile(tmp_path):
