@@ -31,7 +31,7 @@ def positions_from_cu_seqlens(cu_seqlens, total):
     """Position of each packed token in its sequence (int64 [T])."""
     if cu_seqlens is None:
         return _np.arange(total, dtype=_np.int64)
-    cu = _np.asarray(cu_seqlens, dtype=_np.int64)
+    cu = _checks.integer_array(cu_seqlens, "cu_seqlens", _np.int64)
     return _np.concatenate([_np.arange(cu[b + 1] - cu[b], dtype=_np.int64)
                             for b in range(len(cu) - 1)] or [_np.zeros(0, _np.int64)])
 

@@ -158,3 +158,9 @@ def test_torch_im2col_step_accepts_numpy_integers():
     shapes, starts = torch.tensor([[2, 2]]), torch.tensor([0])
     out = fa.ms_deform_attn(value, shapes, starts, loc.sigmoid(), w, np.int64(64))
     assert out.shape == (1, 3, 8)
+
+
+def test_positions_from_cu_seqlens_refuses_non_integers():
+    from attnkit.block import positions_from_cu_seqlens
+    raises(TypeError, "cu_seqlens: expected an integer array", lambda: positions_from_cu_seqlens(np.array([0.0, 2.5, 4.0]), 4))
+    assert positions_from_cu_seqlens(np.array([0, 2, 4]), 4).tolist() == [0, 1, 0, 1]
