@@ -7,6 +7,7 @@ PyTorch: torch.softmax(scale * q @ k.transpose(-1, -2) + mask, -1) @ v (see the 
 The backward reuses the forward's out, lse [B, H, L] or [H, T] and dropout seed.
 """
 import torch
+from torch.autograd.function import once_differentiable
 
 import attnkit
 
@@ -41,13 +42,14 @@ class _FlashAttn(torch.autograd.Function):
         return out32 if q.dtype == torch.float32 else out32.to(q.dtype)
 
     @staticmethod
+    @once_differentiable  # first-order gradients, also under create_graph=True; no double backward
     def backward(ctx, dout):
         a, b, d, sink, out32, lse = ctx.saved_tensors
         q, k, v = _UNPACK[ctx.packing](a, b, d)
         sink_np = None if sink is None else c.to_numpy32(sink)
         dq, dk, dv, ds = attnkit.flash_attention_backward(
-            c.to_numpy32(dout), c.to_numpy32(q), c.to_numpy32(k), c.to_numpy32(v), out32.numpy(),
-            lse.numpy(), sink_logits=sink_np, **ctx.kw)
+            c.to_numpy32(dout), c.to_numpy32(q), c.to_numpy32(k), c.to_numpy32(v), out32.detach().numpy(),
+            lse.detach().numpy(), sink_logits=sink_np, **ctx.kw)
         grads = _PACK_GRADS[ctx.packing](c.to_tensor(dq, q.dtype), c.to_tensor(dk, k.dtype),
                                          c.to_tensor(dv, v.dtype))
         d_sink = None if sink is None else c.to_tensor(ds, sink.dtype)

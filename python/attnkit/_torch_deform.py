@@ -6,6 +6,7 @@ with value [N, S, M, D] (levels concatenated along S), locations (x, y) in [0, 1
 grid_sample(mode='bilinear', padding_mode='zeros', align_corners=False) at 2·loc - 1.
 """
 import torch
+from torch.autograd.function import once_differentiable
 
 import attnkit
 
@@ -56,6 +57,7 @@ class MSDeformAttnFunction(torch.autograd.Function):
         return c.to_tensor(out, value.dtype)
 
     @staticmethod
+    @once_differentiable  # first-order gradients, also under create_graph=True; no double backward
     def backward(ctx, d_out):
         value, shapes, starts, loc, weights = ctx.saved_tensors
         d_value, d_loc, d_w = attnkit.ms_deform_attn_backward(

@@ -164,3 +164,15 @@ def test_positions_from_cu_seqlens_refuses_non_integers():
     from attnkit.block import positions_from_cu_seqlens
     raises(TypeError, "cu_seqlens: expected an integer array", lambda: positions_from_cu_seqlens(np.array([0.0, 2.5, 4.0]), 4))
     assert positions_from_cu_seqlens(np.array([0, 2, 4]), 4).tolist() == [0, 1, 0, 1]
+
+
+def test_torch_gradient_under_create_graph_is_the_first_order_one():
+    """create_graph=True (as in gradient-penalty code) gives the plain first-order gradient."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 3, 2, 4, generator=g) for _ in range(3))
+    grads = []
+    for create_graph in (False, True):
+        qg = q.clone().requires_grad_(True)
+        out = fa.flash_attn_func(qg, k, v, causal=True)
+        grads.append(torch.autograd.grad(out.sum(), qg, create_graph=create_graph)[0])
+    assert torch.equal(grads[0], grads[1])
