@@ -43,26 +43,23 @@ constexpr int64_t kChunkFloats = 128 << 10;  // V of one chunk (16·C·tiles) st
 
 struct Tiles {
   int64_t th, tw, t;  // tile rows, tile columns, tiles per image
-  int64_t h, w;       // the plane's sides
+  // Vectors of tiles per plane on the gather / permutation transforms (input_transform_small,
+  // output_transform_small), 0 for other planes: all tiles of a plane in one vector with a row
+  // of the plane in less than one (2·TW < lanes), or, on planes the row-by-row path does not take
+  // (a side below 12), in one or two vectors that each hold whole rows of tiles and a row of the
+  // plane (7×7 with 8 lanes: two rows of 4 tiles per vector).
+  int64_t vectors;
+  int64_t rows_per_vector;  // tile rows per vector (vectors > 0)
 };
 Tiles tiles_of(const Conv2dGeometry& g) {
-  const int64_t th = (g.h + 1) / 2, tw = (g.w + 1) / 2;
-  return {th, tw, th * tw, g.h, g.w};
+  const int64_t th = (g.h + 1) / 2, tw = (g.w + 1) / 2, t = th * tw, lanes = int64_t(hn::Lanes(DF()));
+  if (t <= lanes && 2 * tw < lanes) return {th, tw, t, 1, th};
+  const bool below_row_path = g.h < kMinSide || g.w < kMinSide;
+  const bool whole_rows = 2 * tw <= lanes && lanes % tw == 0;
+  if (below_row_path && whole_rows && t <= 2 * lanes) return {th, tw, t, (t + lanes - 1) / lanes, lanes / tw};
+  return {th, tw, t, 0, 0};
 }
-
-// Vectors of tiles per plane on the gather / permutation transforms (input_transform_small,
-// output_transform_small): all tiles of a plane in one vector with a row of the plane in less than
-// one (2·TW < lanes), or, on planes the row-by-row path does not take (a side below 12), in one or
-// two vectors that each hold whole rows of tiles and a row of the plane (7×7 with 8 lanes: two rows of
-// 4 tiles per vector). 0: not such a plane.
-int64_t small_vectors(const Tiles& t) {
-  const int64_t lanes = int64_t(hn::Lanes(DF()));
-  if (t.t <= lanes && 2 * t.tw < lanes) return 1;
-  const bool below_row_path = t.h < kMinSide || t.w < kMinSide;
-  const bool whole_rows = 2 * t.tw <= lanes && lanes % t.tw == 0;
-  return below_row_path && whole_rows && t.t <= 2 * lanes ? (t.t + lanes - 1) / lanes : 0;
-}
-bool small_plane(const Tiles& t) { return small_vectors(t) > 0; }
+bool small_plane(const Tiles& t) { return t.vectors > 0; }
 
 float* scratch(int which, int64_t n) { return conv_scratch(which, n); }
 
@@ -177,15 +174,16 @@ void input_transform(float* v, int64_t plane, const float* x, const Conv2dGeomet
   }
 }
 
-// Small planes (small_vectors: one or two vectors of tiles, e.g. 7×7 with 16 or 8 lanes): per
+// Small planes (Tiles::vectors: one or two vectors of tiles, e.g. 7×7 with 16 or 8 lanes): per
 // vector of tiles, each of the 16 inputs d[k][l] of every tile is one gather from the plane x
 // (idx[4k + l][tile], -1 where the input lies in the zero padding or past the last tile: those
-// lanes read x[0] and are zeroed), then Bᵀ·d·B runs on whole vectors. (Copying the plane into a zero-bordered buffer first made the
-// first gather wait for the copy's stores: store-to-load forwarding does not serve gathers.)
+// lanes read x[0] and are zeroed), then Bᵀ·d·B runs on whole vectors. (Copying the plane into a
+// zero-bordered buffer first made the first gather wait for the copy's stores: store-to-load
+// forwarding does not serve gathers.)
 void input_transform_small(float* v, int64_t plane, const float* x, const Tiles& t, const int32_t* idx) {
   const DF df;
   const hn::RebindToSigned<DF> di;
-  const int64_t lanes = int64_t(hn::Lanes(df)), nv = small_vectors(t), row = nv * lanes;
+  const int64_t lanes = int64_t(hn::Lanes(df)), nv = t.vectors, row = nv * lanes;
   const auto none = hn::Set(di, -1);
   for (int64_t q = 0; q < nv; ++q) {  // the tiles q·lanes .. q·lanes + lanes - 1
     VF d[4][4];
@@ -221,8 +219,7 @@ void output_transform_small(float* y, const float* m, int64_t plane, const Conv2
                             const Tiles& t, const int32_t* rows) {
   const DF df;
   const hn::RebindToSigned<DF> di;
-  const int64_t lanes = int64_t(hn::Lanes(df)), nv = small_vectors(t);
-  const int64_t rows_per = nv == 1 ? t.th : lanes / t.tw;  // tile rows per vector
+  const int64_t lanes = int64_t(hn::Lanes(df)), nv = t.vectors, rows_per = t.rows_per_vector;
   const auto odd = hn::RebindMask(df, hn::Eq(hn::And(hn::Iota(di, 0), hn::Set(di, 1)), hn::Set(di, 1)));
   const auto keep = hn::FirstN(df, size_t(g.w));
   for (int64_t q = 0; q < nv; ++q) {
@@ -253,11 +250,10 @@ void output_transform_small(float* y, const float* m, int64_t plane, const Conv2
 // tile of ty's vector) for j < 2·TW, else 0.
 std::vector<int32_t> small_plane_rows(const Tiles& t) {
   const int64_t lanes = int64_t(hn::Lanes(DF()));
-  const int64_t rows_per = small_vectors(t) == 1 ? t.th : lanes / t.tw;
   std::vector<int32_t> rows(size_t(t.th * lanes), 0);
   for (int64_t ty = 0; ty < t.th; ++ty)
     for (int64_t j = 0; j < 2 * t.tw; ++j)
-      rows[size_t(ty * lanes + j)] = int32_t(ty * t.tw + j / 2 - ty / rows_per * lanes);
+      rows[size_t(ty * lanes + j)] = int32_t(ty * t.tw + j / 2 - ty / t.rows_per_vector * lanes);
   return rows;
 }
 
@@ -265,7 +261,7 @@ std::vector<int32_t> small_plane_rows(const Tiles& t) {
 // of input (k, l) of that tile, x's row 2·(tile / TW) + k - 1 and column 2·(tile % TW) + l - 1, or
 // -1 where that lies outside the plane (the zero padding) and for lanes past the last tile.
 std::vector<int32_t> small_plane_indices(const Tiles& t, const Conv2dGeometry& g) {
-  const int64_t row = small_vectors(t) * int64_t(hn::Lanes(DF()));
+  const int64_t row = t.vectors * int64_t(hn::Lanes(DF()));
   std::vector<int32_t> idx(size_t(16 * row), -1);
   for (int k = 0; k < 4; ++k)
     for (int l = 0; l < 4; ++l)
