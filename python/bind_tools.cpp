@@ -20,10 +20,6 @@ py::array_t<double> doubles(const std::vector<double>& v, std::vector<py::ssize_
   return a;
 }
 
-}  // namespace
-
-namespace {
-
 // The tools validate their options with the CLI's flag names (--query-pos, --tokens, ...): called
 // from Python, an error names the Python argument instead. `names` pairs each flag with it.
 template <class F>

@@ -56,17 +56,12 @@ BertConfig finetuning_bert_config(const BertConfig& pretrained, const BertTask& 
   return cfg;
 }
 
-constexpr int64_t kMaxBertExamples = int64_t(1) << 20;
-
 BertTrainOptions checked_bert_train_options(BertTrainOptions o, const ScheduleFlags& flags, double dropout) {
   check(o.steps >= 1, "--steps: must be >= 1, got ", o.steps);
-  // Upper bounds: beyond them a step or an evaluation would run for hours (and looked hung).
-  check(o.batch >= 1 && o.batch <= kMaxBertExamples, "--batch: must be in [1, ", kMaxBertExamples, "], got ",
-        o.batch);
+  check_batch(o.batch, "--batch");
   check_non_negative(o.eval_every, "--eval-every");
   check_non_negative(o.checkpoint_every, "--checkpoint-every");
-  check(o.eval_examples >= 1 && o.eval_examples <= kMaxBertExamples, "--eval-examples: must be in [1, ",
-        kMaxBertExamples, "], got ", o.eval_examples);
+  check_batch(o.eval_examples, "--eval-examples");
   o.schedule = checked_schedule(flags, o.steps, o.adamw.weight_decay, o.clip);
   check(std::isfinite(dropout) && dropout >= 0 && dropout < 1, "--dropout: must be in [0, 1), got ", dropout);
   return o;

@@ -1,8 +1,6 @@
 // GPT run setup: the initial model and the checked trainer options (see gpt_run.hpp).
 #include "attnkit/train/gpt_run.hpp"
 
-#include <filesystem>
-
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/file_io.hpp"
 #include "attnkit/io/tokenizer.hpp"
@@ -38,7 +36,7 @@ TrainOptions checked_gpt_train_options(TrainOptions o, const ScheduleFlags& flag
   check(cfg.vocab_size - cfg.registers >= ByteTokenizer::vocab_size(),
         "config: vocab_size - attnkit_registers must be >= ", ByteTokenizer::vocab_size(),
         " for the byte tokenizer (registers take the last ids)");
-  check(o.batch >= 1 && o.batch <= (int64_t(1) << 20), "--batch: must be in [1, 1048576], got ", o.batch);
+  check_batch(o.batch, "--batch");
   check(o.seq_len >= 1, "--seq: must be >= 1, got ", o.seq_len);
   if (tokens > 0) o.steps = (tokens + o.batch * o.seq_len - 1) / (o.batch * o.seq_len);
   check(o.steps >= 1, "--steps: must be >= 1, got ", o.steps);

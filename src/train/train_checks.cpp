@@ -32,6 +32,10 @@ WarmupCosineSchedule checked_schedule(const ScheduleFlags& f, int64_t steps, dou
   return {.max_lr = f.lr, .min_lr = f.min_lr, .warmup_steps = warmup, .total_steps = std::max(steps, warmup)};
 }
 
+void check_batch(int64_t value, const char* flag) {
+  check(value >= 1 && value <= kMaxBatch, flag, ": must be in [1, ", kMaxBatch, "], got ", value);
+}
+
 void check_non_negative(int64_t value, const char* flag) {
   check(value >= 0, flag, ": must be >= 0, got ", value);
 }

@@ -37,6 +37,12 @@ struct ScheduleFlags {
 // the schedule of a run of `steps` steps: warmup, then cosine decay over max(steps, warmup).
 WarmupCosineSchedule checked_schedule(const ScheduleFlags& flags, int64_t steps, double weight_decay, double clip);
 
+// Largest examples per step (--batch) or per evaluation a trainer takes: beyond it a step or an
+// evaluation runs for hours without a word, which looks like a hang.
+constexpr int64_t kMaxBatch = int64_t(1) << 20;
+// Throws attnkit::Error unless value is in [1, kMaxBatch] (flag names the option: --batch, ...).
+void check_batch(int64_t value, const char* flag);
+
 // Throws attnkit::Error unless value >= 0 (flag names the option: --eval-every, --checkpoint-every).
 void check_non_negative(int64_t value, const char* flag);
 
