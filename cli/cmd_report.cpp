@@ -4,10 +4,14 @@
 // gate sections instead of training models there). The orchestration and
 // the figures are the Python module attnkit.report (matplotlib); this command runs it with
 // Debian's /usr/bin/python3 and the module next to this binary (BUILD/python), passing its own
-// path so every experiment runs this same attnkit.
+// path so every experiment runs this same attnkit, and fails unless the interpreter exits 0 and
+// wrote DIR/index.html.
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -27,7 +31,37 @@ struct ReportFlags {
   bool quick = false, tiny = false;
 };
 
-[[noreturn]] void run_report(const ReportFlags& f) {
+// Runs args (args[0] the interpreter's path) as a child process and returns its exit status; a
+// child killed by a signal counts as 128 + the signal's number, as in a shell. A failed exec is
+// reported through a close-on-exec pipe and thrown here.
+int run_child(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int pipe_fds[2];
+  check(pipe2(pipe_fds, O_CLOEXEC) == 0, "report: pipe: ", std::strerror(errno));
+  const pid_t pid = fork();
+  check(pid >= 0, "report: cannot start ", args[0], ": ", std::strerror(errno));
+  if (pid == 0) {
+    close(pipe_fds[0]);
+    execv(argv[0], argv.data());
+    const int err = errno;
+    (void)!write(pipe_fds[1], &err, sizeof err);
+    _exit(127);
+  }
+  close(pipe_fds[1]);
+  int exec_errno = 0;
+  ssize_t got;
+  while ((got = read(pipe_fds[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
+  }
+  close(pipe_fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) check(errno == EINTR, "report: waitpid: ", std::strerror(errno));
+  check(got != ssize_t(sizeof exec_errno), "report: cannot run ", args[0], ": ", std::strerror(exec_errno));
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+void run_report(const ReportFlags& f) {
   namespace fs = std::filesystem;
   std::error_code ec;
   check(!f.out.empty(), "--out: empty path");
@@ -38,6 +72,8 @@ struct ReportFlags {
   check(fs::exists(module_dir / "attnkit" / "report.py"), "report: the Python module is not next to this binary (",
         (module_dir / "attnkit" / "report.py").string(), " is missing; build with ATTNKIT_PYTHON=ON)");
   check(fs::exists(f.python), "report: ", f.python, " not found (Debian's python3 with matplotlib is needed)");
+  check(access(f.python.c_str(), X_OK) == 0 && !fs::is_directory(f.python, ec), "report: ", f.python,
+        " is not an executable file");
   const char* old = std::getenv("PYTHONPATH");
   const std::string path = module_dir.string() + (old && *old ? ":" + std::string(old) : "");
   setenv("PYTHONPATH", path.c_str(), 1);
@@ -49,11 +85,15 @@ struct ReportFlags {
     require_model_dir(*dir, flag, ModelKind::kGpt, "report");  // a GPT, checked before any section runs
     args.insert(args.end(), {flag, *dir});
   }
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  execv(f.python.c_str(), argv.data());
-  fail("report: cannot run ", f.python, ": ", std::strerror(errno));
+  const fs::path page = fs::path(f.out) / "index.html";
+  const auto started = fs::file_time_type::clock::now();
+  std::fflush(nullptr);
+  const int status = run_child(std::move(args));
+  check(status == 0, "report: ", f.python, " -m attnkit.report exited with status ", status);
+  // An interpreter that exits 0 without running the module (e.g. --python /bin/true) wrote no page.
+  check(fs::exists(page, ec) && fs::last_write_time(page, ec) >= started, "report: ", f.python,
+        " exited with status 0 but did not write ", page.string(),
+        " (is it a Python with numpy and matplotlib?)");
 }
 
 }  // namespace

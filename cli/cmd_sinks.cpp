@@ -244,7 +244,9 @@ void add_sinks_commands(CLI::App& app) {
       ->capture_default_str()->check(integer_in(1, 1000));
   sp->add_flag("--gates", p->gates, "Also print the gate histograms per layer and head");
   add_json_flag(*sp, p->json, "One JSON object (per-head masses by key position, buckets, gates)");
-  sp->add_option("--plot", p->plot, "PNG: log-scale bars of the mean mass by key position per layer (matplotlib)");
+  sp->add_option("--plot", p->plot,
+                 "PNG: log-scale bars of the mean mass by key position per layer (matplotlib; an existing file "
+                 "is replaced)");
   add_threads_flag(*sp, p->threads);
   sp->callback([p] { run_profile(*p); });
 
@@ -262,8 +264,10 @@ void add_sinks_commands(CLI::App& app) {
       ->capture_default_str();
   es->add_option("--tokens", s->opts.tokens, "Tokens to stream")->capture_default_str()->check(integer_in(2));
   es->add_option("--chunk", s->chunk, "Predictions per point of the perplexity curve")->capture_default_str()->check(integer_in(1));
-  es->add_option("--csv", s->csv, "Write position, nll, chunk and cumulative perplexity per prediction");
-  es->add_option("--plot", s->plot, "PNG: perplexity against tokens streamed (matplotlib)");
+  es->add_option("--csv", s->csv,
+                 "Write position, nll, chunk and cumulative perplexity per prediction (an existing file is replaced)");
+  es->add_option("--plot", s->plot,
+                 "PNG: perplexity against tokens streamed (matplotlib; an existing file is replaced)");
   add_json_flag(*es, s->json, "One JSON object");
   add_threads_flag(*es, s->threads);
   es->callback([s] { run_stream(*s); });

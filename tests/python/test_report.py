@@ -60,9 +60,11 @@ with open({log!r}, "a") as f:
     f.write(json.dumps({{"ppid": os.getppid(), "argv": sys.argv[1:]}}) + "\\n")
 os.execv({cli!r}, [{cli!r}] + sys.argv[1:])
 """
-# Runs the report module with --cli pointing at the recorder (the CLI passes its own path).
+# Runs the report module with --cli pointing at the recorder (the CLI passes its own path), in this
+# process (exec keeps the pid, which it writes to pid_file).
 PYTHON_SHIM = """#!{python}
 import os, sys
+open({pid_file!r}, "w").write(str(os.getpid()))
 args = sys.argv[1:]
 args[args.index("--cli") + 1] = {recorder!r}
 os.execv({python!r}, [{python!r}] + args)
@@ -71,14 +73,15 @@ os.execv({python!r}, [{python!r}] + args)
 
 @pytest.fixture(scope="module")
 def recorded_report(tmp_path_factory):
-    """(output dir, report process id, [recorded attnkit calls]) of one report run."""
+    """(output dir, the report module's process id, [recorded attnkit calls]) of one report run."""
     out = tmp_path_factory.mktemp("report")
     tools = tmp_path_factory.mktemp("tools")
     log = tools / "calls.jsonl"
     recorder = tools / "attnkit"  # the page names a command by its program's file name
     recorder.write_text(RECORDER.format(python=sys.executable, log=str(log), cli=os.path.realpath(CLI)))
     shim = tools / "python_shim"
-    shim.write_text(PYTHON_SHIM.format(python=sys.executable, recorder=str(recorder)))
+    pid_file = tools / "report.pid"
+    shim.write_text(PYTHON_SHIM.format(python=sys.executable, recorder=str(recorder), pid_file=str(pid_file)))
     recorder.chmod(0o755)
     shim.chmod(0o755)
     mode = os.environ.get("ATTNKIT_REPORT_MODE", "tiny")
@@ -87,7 +90,7 @@ def recorded_report(tmp_path_factory):
     _, err = p.communicate(timeout=3600 if mode == "quick" else 600)
     assert p.returncode == 0, err[-3000:]
     calls = [json.loads(line) for line in log.read_text().splitlines()]
-    return out, p.pid, calls
+    return out, int(pid_file.read_text()), calls
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +170,24 @@ def test_headless_chromium_loads_every_image(report, tmp_path):
 def test_report_needs_out():
     r = subprocess.run([CLI, "report"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--out" in r.stderr
+
+
+@pytest.mark.parametrize("python,message", [
+    ("/bin/true", "exited with status 0 but did not write"),   # no module run, no page
+    ("/bin/false", "exited with status 1"),
+    ("{tmp}/text", "is not an executable file"),
+    ("{tmp}/script", "Exec format error"),                     # executable, but not a program
+    ("/", "is not an executable file"),
+])
+def test_report_fails_when_the_interpreter_writes_no_page(python, message, tmp_path):
+    (tmp_path / "text").write_text("x")
+    (tmp_path / "script").write_text("x")
+    (tmp_path / "script").chmod(0o755)
+    python = python.format(tmp=tmp_path)
+    r = subprocess.run([CLI, "report", "--out", str(tmp_path / "out"), "--tiny", "--python", python],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and message in r.stderr, (r.returncode, r.stderr)
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_every_section_says_what_it_means_for_the_notes_claims(report):

@@ -27,7 +27,7 @@ struct GenerateOptions {
   uint64_t seed = 0;
   // Tensor parallelism: sums a shard's partial [C] output (attention output projection, MLP down
   // projection) over all shards in place. Empty: the model is whole (one process).
-  std::function<void(std::span<float>)> all_reduce;
+  std::function<void(std::span<float>)> all_reduce = nullptr;
 };
 
 class GptGenerator {
