@@ -29,21 +29,10 @@ def _x_shape(x_shape, d_y):
     return shape
 
 
-def _check_fits(fn, x_shape, kernel, padding):
-    """ValueError unless the kernel (KH, KW) fits in the padded plane of x_shape [N, C, H, W]
-    (other ranks are left to the compiled checks)."""
-    if len(x_shape) != 4 or len(kernel) != 2:
-        return
-    h, w = x_shape[2] + 2 * padding, x_shape[3] + 2 * padding
-    if kernel[0] > h or kernel[1] > w:
-        raise ValueError(f"{fn}: kernel {kernel[0]}×{kernel[1]} is larger than the padded input "
-                         f"{h}×{w}")
-
-
 def _conv_args(fn, x_shape, w, stride, padding):
-    """(stride, padding) of conv2d after checking them and that w's kernel fits."""
+    """(stride, padding) of conv2d after checking them (the compiled code checks that w's kernel
+    fits in the padded input)."""
     stride, padding = _checks.integer(stride, "stride", 1), _checks.integer(padding, "padding", 0)
-    _check_fits(fn, x_shape, _np.shape(w)[2:], padding)
     return stride, padding
 
 
@@ -52,7 +41,6 @@ def _pool_args(fn, x_shape, kernel, stride, padding):
     kernel = _checks.integer(kernel, "kernel", 1)
     stride = 0 if stride is None else _checks.integer(stride, "stride", 1)
     padding = _checks.integer(padding, "padding", 0)
-    _check_fits(fn, x_shape, (kernel, kernel), padding)
     return kernel, stride, padding
 
 

@@ -49,6 +49,7 @@ Conv2dGeometry check_conv2d(const char* fn, ConstView4 out, const char* out_name
   check_positive(fn, "w: KH", g.kh);
   check_positive(fn, "w: KW", g.kw);
   check_nchw(w, fn, "w", "[O, C, KH, KW]", g.o, g.c, g.kh, g.kw);
+  check_kernel_fits(fn, g.kh, g.kw, g.h, g.w, g.pad);
   g.oh = conv2d_output_size(g.h, g.kh, g.stride, g.pad);
   g.ow = conv2d_output_size(g.w, g.kw, g.stride, g.pad);
   check_nchw(out, fn, out_name, "[N, O, OH, OW]", g.n, g.o, g.oh, g.ow);

@@ -34,6 +34,7 @@ PoolGeometry check_pool_shape(const char* fn, const std::array<int64_t, 4>& x_sh
   const int64_t n = x_shape[0], c = x_shape[1];
   g.planes = n * c, g.h = x_shape[2], g.w = x_shape[3];
   g.k = opts.kernel, g.s = opts.stride ? opts.stride : opts.kernel, g.p = opts.padding;
+  nn::check_kernel_fits(fn, g.k, g.k, g.h, g.w, g.p);
   const auto out = [&](int64_t in) { const int64_t sp = in + 2 * g.p - g.k; return sp < 0 ? 0 : sp / g.s + 1; };
   g.oh = out(g.h), g.ow = out(g.w);
   nn::check_nchw(y_like, fn, y_name, "[N, C, OH, OW]", n, c, g.oh, g.ow);

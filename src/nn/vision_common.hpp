@@ -35,6 +35,13 @@ inline void check_positive(const char* fn, const char* name, int64_t v) {
   check(v >= 1, fn, ": ", name, ": expected >= 1, got ", v);
 }
 
+// Checks that a KH×KW kernel fits in an H×W plane padded by `padding` on each side, as PyTorch
+// does (a larger kernel would give an empty output).
+inline void check_kernel_fits(const char* fn, int64_t kh, int64_t kw, int64_t h, int64_t w, int64_t padding) {
+  const int64_t ph = h + 2 * padding, pw = w + 2 * padding;
+  check(kh <= ph && kw <= pw, fn, ": kernel ", kh, "×", kw, " is larger than the padded input ", ph, "×", pw);
+}
+
 // Throws attnkit::Error naming the first entry of `argmax` outside [0, hw). The common case (all
 // valid) is one branch-free, vectorisable pass: a check per entry cost a pool's backward more
 // than its own work.

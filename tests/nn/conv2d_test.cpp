@@ -95,6 +95,12 @@ TEST(Conv2d, BadArgumentsNameTheArgument) {
                "y: expected shape [N, O, OH, OW] = [1, 3, 4, 4]");
   expect_error([&] { conv2d_forward(y.v4(pr.ys()), pr.x.c4(pr.xs()), pr.w.c4(pr.ws()), pr.b.cspan().first(2), pr.opts()); },
                "b: expected 0 or [O] = 3 elements, got 2");
+  // A kernel larger than the padded input (PyTorch refuses it; the output would be empty).
+  expect_error([&] { conv2d_forward(y.v4({1, 3, 0, 0}), pr.x.c4({1, 2, 1, 1}), pr.w.c4(pr.ws()), {}, {}); },
+               "conv2d_forward: kernel 3×3 is larger than the padded input 1×1");
+  expect_error([&] { conv2d_backward(pr.x.v4({1, 2, 1, 1}), {}, {}, y.c4({1, 3, 0, 0}), pr.x.c4({1, 2, 1, 1}),
+                                     pr.w.c4(pr.ws()), {}); },
+               "conv2d_backward: kernel 3×3 is larger");
   ConstView4 strided = pr.x.c4(pr.xs());
   strided.stride[2] = 5;
   expect_error([&] { conv2d_forward(y.v4(pr.ys()), strided, pr.w.c4(pr.ws()), {}, pr.opts()); },

@@ -62,7 +62,8 @@ inline const std::vector<ConvCase>& conv_cases() {
   static const std::vector<ConvCase> cases{
       {2, 3, 7, 6, 4, 3, 3, 1, 1, true},  {1, 2, 9, 9, 3, 3, 3, 2, 1, false},
       {3, 4, 5, 5, 5, 1, 1, 1, 0, true},  {2, 2, 8, 7, 3, 7, 7, 1, 3, true},
-      {17, 3, 5, 4, 2, 2, 3, 2, 0, true}, {1, 1, 2, 2, 1, 3, 3, 1, 0, true},  // empty output
+      {17, 3, 5, 4, 2, 2, 3, 2, 0, true}, {1, 1, 3, 3, 1, 3, 3, 1, 0, true},  // 1×1 output
+      {2, 2, 1, 2, 3, 3, 3, 1, 1, true},  // kernel as large as the padded input
       // Stride 1 without "same" width (valid, and wider than same padding): the row-by-row path.
       {3, 2, 6, 7, 3, 3, 3, 1, 0, true}, {2, 2, 5, 5, 3, 3, 3, 1, 2, false},
       // Many small images: several images per GEMM, with a short last chunk.

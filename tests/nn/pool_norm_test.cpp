@@ -13,6 +13,7 @@
 #include "attnkit/nn/global_pool.hpp"
 #include "attnkit/nn/pool2d.hpp"
 #include "nn/vision_testing.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
@@ -158,6 +159,11 @@ TEST(Pool2d, BadArguments) {
   EXPECT_THROW(max_pool2d_forward(y.v4({1, 1, 2, 2}), am, x.c4({1, 1, 4, 4}), {.kernel = 2, .padding = 2}), Error);
   EXPECT_THROW(avg_pool2d_forward(y.v4({1, 1, 2, 2}), x.c4({1, 1, 4, 4}), {.kernel = 0}), Error);
   EXPECT_THROW(avg_pool2d_forward(y.v4({1, 1, 2, 2}), x.c4({1, 1, 4, 4}), {.kernel = 3}), Error);  // y must be 1×1
+  // A window larger than the padded plane (PyTorch refuses it; the output would be empty).
+  expect_error([&] { avg_pool2d_forward(y.v4({1, 1, 0, 0}), x.c4({1, 1, 4, 4}), {.kernel = 5}); },
+               "avg_pool2d_forward: kernel 5×5 is larger than the padded input 4×4");
+  expect_error([&] { max_pool2d_forward(y.v4({1, 1, 0, 0}), {}, x.c4({1, 1, 4, 4}), {.kernel = 5}); },
+               "kernel 5×5 is larger");
   am[0] = 16;
   EXPECT_THROW(max_pool2d_backward(x.v4({1, 1, 4, 4}), y.c4({1, 1, 2, 2}), am), Error);
   am[0] = -1;  // negative indices too

@@ -97,13 +97,18 @@ def test_pool_stride_zero_is_not_the_default(pool):
 
 @pytest.mark.parametrize("call,match", [
     (lambda: nn.conv2d(r(1, 1, 6, 6), r(1, 1, 7, 7)),
-     "conv2d: kernel 7×7 is larger than the padded input 6×6"),
-    (lambda: nn.conv2d(r(1, 1, 6, 6), r(2, 1, 7, 7)), "conv2d: kernel 7×7 is larger"),
-    (lambda: nn.max_pool2d(r(1, 1, 4, 4), 5), "max_pool2d: kernel 5×5 is larger"),
-    (lambda: nn.avg_pool2d(r(1, 1, 4, 4), 5), "avg_pool2d: kernel 5×5 is larger"),
+     "conv2d_forward: kernel 7×7 is larger than the padded input 6×6"),
+    (lambda: nn.conv2d(r(1, 1, 6, 6), r(2, 1, 7, 7)), "conv2d_forward: kernel 7×7 is larger"),
+    (lambda: nn.conv2d(r(1, 1, 6, 6), r(1, 1, 9, 9), padding=1), "padded input 8×8"),
+    (lambda: nn.conv2d_backward(r(1, 1, 1, 1), r(1, 1, 6, 6), r(1, 1, 7, 7)),
+     "conv2d_backward: kernel 7×7 is larger"),
+    (lambda: nn.max_pool2d(r(1, 1, 4, 4), 5), "max_pool2d_forward: kernel 5×5 is larger"),
+    (lambda: nn.avg_pool2d(r(1, 1, 4, 4), 5), "avg_pool2d_forward: kernel 5×5 is larger"),
+    (lambda: nn.avg_pool2d_backward(r(1, 1, 1, 1), (1, 1, 4, 4), 5), "kernel 5×5 is larger"),
     (lambda: nn.global_avg_pool(r(1, 2, 0, 0)), "global_avg_pool: x: empty plane"),
     (lambda: nn.global_max_pool(r(1, 2, 0, 0)), "global_max_pool: x: empty plane"),
-], ids=["conv2d", "conv2d O=2", "max_pool2d", "avg_pool2d", "global_avg_pool", "global_max_pool"])
+], ids=["conv2d", "conv2d O=2", "conv2d padded", "conv2d_backward", "max_pool2d", "avg_pool2d",
+        "avg_pool2d_backward", "global_avg_pool", "global_max_pool"])
 def test_window_larger_than_input(call, match):
     raises(ValueError, match, call)
 

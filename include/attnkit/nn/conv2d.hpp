@@ -58,7 +58,8 @@ using Conv2dEngineScope = ScopedSetting<Conv2dEngine, conv2d_engine, set_conv2d_
 // (0 when the padded input is smaller than the kernel).
 int64_t conv2d_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding);
 
-// y[N, O, OH, OW] = conv2d(x[N, C, H, W], w[O, C, KH, KW]) + b[O] (b empty: no bias).
+// y[N, O, OH, OW] = conv2d(x[N, C, H, W], w[O, C, KH, KW]) + b[O] (b empty: no bias). A kernel
+// larger than the padded input throws, as in PyTorch (the forward and the backward).
 void conv2d_forward(View4 y, ConstView4 x, ConstView4 w, std::span<const float> b,
                     const Conv2dOptions& opts = {});
 // d_x[N, C, H, W] = conv_transpose(d_y, w) (assigned); d_w[O, C, KH, KW] += Σ_n d_y ⋆ x;
