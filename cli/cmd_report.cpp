@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "attnkit/core/error.hpp"
+#include "cli_data.hpp"
 #include "commands.hpp"
 #include "flags.hpp"
 
@@ -31,34 +32,54 @@ struct ReportFlags {
   bool quick = false, tiny = false;
 };
 
-// Runs args (args[0] the interpreter's path) as a child process and returns its exit status; a
-// child killed by a signal counts as 128 + the signal's number, as in a shell. A failed exec is
-// reported through a close-on-exec pipe and thrown here.
-int run_child(std::vector<std::string> args) {
+struct ChildResult {
+  int status = 0;              // exit status; 128 + the signal's number for a child killed by one
+  bool wrote_stderr = false;   // whether the child (or its children) wrote to stderr
+};
+
+// Runs args (args[0] the interpreter's path) as a child process, passing its stderr through, and
+// returns how it ended. A failed exec is reported through a close-on-exec pipe and thrown here.
+ChildResult run_child(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  int pipe_fds[2];
-  check(pipe2(pipe_fds, O_CLOEXEC) == 0, "report: pipe: ", std::strerror(errno));
+  int exec_fds[2], err_fds[2];
+  check(pipe2(exec_fds, O_CLOEXEC) == 0 && pipe(err_fds) == 0, "report: pipe: ", std::strerror(errno));
   const pid_t pid = fork();
   check(pid >= 0, "report: cannot start ", args[0], ": ", std::strerror(errno));
   if (pid == 0) {
-    close(pipe_fds[0]);
+    close(exec_fds[0]);
+    close(err_fds[0]);
+    dup2(err_fds[1], STDERR_FILENO);
+    close(err_fds[1]);
     execv(argv[0], argv.data());
     const int err = errno;
-    (void)!write(pipe_fds[1], &err, sizeof err);
+    (void)!write(exec_fds[1], &err, sizeof err);
     _exit(127);
   }
-  close(pipe_fds[1]);
+  close(exec_fds[1]);
+  close(err_fds[1]);
   int exec_errno = 0;
   ssize_t got;
-  while ((got = read(pipe_fds[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
+  while ((got = read(exec_fds[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
   }
-  close(pipe_fds[0]);
+  close(exec_fds[0]);
+  ChildResult r;
+  char buf[4096];
+  for (ssize_t n; (n = read(err_fds[0], buf, sizeof buf)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    r.wrote_stderr = true;
+    (void)!write(STDERR_FILENO, buf, size_t(n));
+  }
+  close(err_fds[0]);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) check(errno == EINTR, "report: waitpid: ", std::strerror(errno));
   check(got != ssize_t(sizeof exec_errno), "report: cannot run ", args[0], ": ", std::strerror(exec_errno));
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
 }
 
 void run_report(const ReportFlags& f) {
@@ -88,8 +109,10 @@ void run_report(const ReportFlags& f) {
   const fs::path page = fs::path(f.out) / "index.html";
   const auto started = fs::file_time_type::clock::now();
   std::fflush(nullptr);
-  const int status = run_child(std::move(args));
-  check(status == 0, "report: ", f.python, " -m attnkit.report exited with status ", status);
+  const ChildResult r = run_child(std::move(args));
+  // The report module states its own failures in one line; only a silent failure is named here.
+  if (r.status != 0 && r.wrote_stderr) throw ReportedError("report failed");
+  check(r.status == 0, "report: ", f.python, " -m attnkit.report exited with status ", r.status);
   // An interpreter that exits 0 without running the module (e.g. --python /bin/true) wrote no page.
   check(fs::exists(page, ec) && fs::last_write_time(page, ec) >= started, "report: ", f.python,
         " exited with status 0 but did not write ", page.string(),

@@ -174,7 +174,7 @@ def test_report_needs_out():
 
 @pytest.mark.parametrize("python,message", [
     ("/bin/true", "exited with status 0 but did not write"),   # no module run, no page
-    ("/bin/false", "exited with status 1"),
+    ("/bin/false", "exited with status 1"),                     # failed without a word
     ("{tmp}/text", "is not an executable file"),
     ("{tmp}/script", "Exec format error"),                     # executable, but not a program
     ("/", "is not an executable file"),
