@@ -24,8 +24,7 @@ void check_cu_seqlens(std::span<const int32_t> cu, int64_t total, const char* na
 }
 
 void check_view(const ConstView3& t, const char* name) {
-  check(t.data != nullptr || t.numel() == 0, name, ": null data");
-  for (int d = 0; d < 3; ++d) check(t.shape[d] >= 0, name, ": negative extent in dim ", d);
+  check_view_extents(t, name);
   check(t.inner_contiguous(), name, ": last dimension must be contiguous (stride 1), got stride ",
         t.stride[2]);
   // Rows of one head are read as a matrix with leading dimension stride[0] (BLAS): it must not

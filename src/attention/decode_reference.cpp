@@ -16,6 +16,8 @@ void validate(const DecodeOptions& o, const DecodeArgs& a) {
   const auto& c = a.cache->config();
   check(a.layer >= 0 && a.layer < c.layers, "layer: ", a.layer, " out of range [0, ", c.layers, ")");
   check(!a.seqs.empty(), "seqs: at least one sequence");
+  check_view_extents(a.q, "q");
+  check_view_extents(a.out, "out");
   check(a.q.shape[0] % int64_t(a.seqs.size()) == 0, "q: ", a.q.shape[0],
         " query rows are not a multiple of the ", a.seqs.size(), " sequences");
   check(a.q.shape[2] == c.head_dim, "q: head dim ", a.q.shape[2], " != cache head_dim ", c.head_dim);
@@ -23,6 +25,11 @@ void validate(const DecodeOptions& o, const DecodeArgs& a) {
         c.kv_heads);
   check(a.out.shape == a.q.shape, "out: shape must equal q's");
   check(a.q.inner_contiguous(), "q: last dimension must be contiguous");
+  if (!a.lse.empty()) {
+    check_view_extents(a.lse, "lse");
+    check(a.lse.shape[0] == a.q.shape[1] && a.lse.shape[1] == a.q.shape[0], "lse: expected [H, B·n] = [",
+          a.q.shape[1], ", ", a.q.shape[0], "], got [", a.lse.shape[0], ", ", a.lse.shape[1], "]");
+  }
   check_finite(a.q, "q");
   validate_options(o.attention);
   check(o.attention.dropout_p == 0, "dropout_p: decode has no dropout");

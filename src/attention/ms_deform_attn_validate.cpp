@@ -14,11 +14,11 @@ constexpr int64_t kMaxSide = int64_t(1) << 24;  // per-level height/width bound 
 template <class T, int R>
 void check_shape(const View<T, R>& v, const char* name, const char* layout,
                  const std::type_identity_t<std::array<int64_t, R>>& want) {
-  check(v.data != nullptr || v.numel() == 0, "ms_deform_attn: ", name, " ", layout,
-        ": missing (null data)");
   for (int d = 0; d < R; ++d)
     check(v.shape[d] == want[d], "ms_deform_attn: ", name, " ", layout, ": dimension ", d,
           " is ", v.shape[d], ", expected ", want[d]);
+  // null data, or extents whose product overflows (a null view of 2^62 × ... passed a numel() of 0)
+  check_view_extents(v, (std::string("ms_deform_attn: ") + name + " " + layout).c_str());
 }
 
 template <class T, int R>
@@ -35,6 +35,7 @@ void validate(const MsDeformAttnArgs& a, bool need_out) {
   for (int d = 0; d < 4; ++d)
     check(v.shape[d] >= (d == 1 ? 0 : 1), "ms_deform_attn: value [B, S, H, Dh]: dimension ", d,
           " is ", v.shape[d], ", expected >= ", d == 1 ? 0 : 1);
+  check_view_extents(v, "ms_deform_attn: value [B, S, H, Dh]");
   check_inner(v, "value");
   const int64_t b = v.shape[0], s = v.shape[1], h = v.shape[2], dh = v.shape[3];
 

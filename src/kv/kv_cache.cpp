@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 
 #include "attnkit/core/error.hpp"
 
@@ -113,19 +114,25 @@ KVCache::KVCache(const KVCacheConfig& c) : config_(c) {
   elem_ = int64_t(dtype_size(c.dtype));
   row_ = checked_mul(c.kv_heads, c.head_dim, "kv_heads × head_dim");
   const int64_t layer_bytes = checked_mul(checked_mul(tokens, row_, "cache elements"), elem_, "cache bytes");
-  k_.resize(size_t(c.layers));
-  v_.resize(size_t(c.layers));
-  for (int64_t l = 0; l < c.layers; ++l) {
-    k_[size_t(l)].resize(size_t(layer_bytes));
-    v_[size_t(l)].resize(size_t(layer_bytes));
+  const int64_t scale_bytes = c.dtype == DType::i8 ? checked_mul(checked_mul(2 * c.layers, tokens, "scales"),
+                                                                  c.kv_heads * 4, "scale bytes")
+                                                     : 0;
+  nbytes_ = checked_mul(2 * c.layers, layer_bytes, "cache bytes") + scale_bytes;
+  try {
+    k_.resize(size_t(c.layers));
+    v_.resize(size_t(c.layers));
+    for (int64_t l = 0; l < c.layers; ++l) {
+      k_[size_t(l)].resize(size_t(layer_bytes));
+      v_[size_t(l)].resize(size_t(layer_bytes));
+    }
+    if (c.dtype == DType::i8) {
+      k_scale_.assign(size_t(c.layers), std::vector<float>(size_t(tokens * c.kv_heads), 1.0f));
+      v_scale_.assign(size_t(c.layers), std::vector<float>(size_t(tokens * c.kv_heads), 1.0f));
+    }
+  } catch (const std::bad_alloc&) {
+    fail("KVCache: cannot allocate ", nbytes_, " bytes (", c.layers, " layers of ", tokens, " tokens × ",
+         c.kv_heads, " heads × ", c.head_dim, " dims)");
   }
-  int64_t scale_bytes = 0;
-  if (c.dtype == DType::i8) {
-    k_scale_.assign(size_t(c.layers), std::vector<float>(size_t(tokens * c.kv_heads), 1.0f));
-    v_scale_.assign(size_t(c.layers), std::vector<float>(size_t(tokens * c.kv_heads), 1.0f));
-    scale_bytes = 2 * c.layers * tokens * c.kv_heads * 4;
-  }
-  nbytes_ = 2 * c.layers * layer_bytes + scale_bytes;
   seqs_.resize(size_t(c.max_sequences));
 }
 
@@ -187,6 +194,8 @@ void KVCache::append(int64_t seq, int64_t layer, ConstView3 k, ConstView3 v) {
   check_seq(seq);
   check_layer(layer);
   const int64_t n = k.shape[0], hkv = config_.kv_heads, d = config_.head_dim;
+  check_view_extents(k, "KVCache.append: k");
+  check_view_extents(v, "KVCache.append: v");
   check(k.shape[1] == hkv && k.shape[2] == d, "KVCache.append: k must be [n, ", hkv, ", ", d,
         "], got [", k.shape[0], ", ", k.shape[1], ", ", k.shape[2], "]");
   check(v.shape == k.shape, "KVCache.append: v shape must equal k shape");
@@ -309,6 +318,9 @@ void KVCache::gather(int64_t seq, int64_t layer, View3 k, View3 v) const {
   const int64_t held = cached(seq, layer), hkv = config_.kv_heads, d = config_.head_dim;
   check(k.shape[0] == held && k.shape[1] == hkv && k.shape[2] == d && v.shape == k.shape,
         "KVCache.gather: k and v must be [", held, ", ", hkv, ", ", d, "]");
+  check_view_extents(k, "KVCache.gather: k");
+  check_view_extents(v, "KVCache.gather: v");
+  check(k.inner_contiguous() && v.inner_contiguous(), "KVCache.gather: last dim must be contiguous");
   for (const KVSegment& sg : segments(seq, layer))
     for (int64_t t = 0; t < sg.n; ++t)
       for (int64_t h = 0; h < hkv; ++h) {

@@ -431,6 +431,20 @@ TEST(Decode, FastPathRejectsWhatTheReferenceRejects) {
     expect_error([&] { run(fast, {}, cache, seq, q, 4, 8, nan_sinks); }, "sink_logits: must be finite");
     expect_error([&] { run(fast, {}, cache, seq, nan_q, 4, 8); }, "q: non-finite value");
     for (const auto& [o, phrase] : bad_options) expect_error([&] { run(fast, o, cache, seq, q, 4, 8); }, phrase);
+    // Views that do not describe their arrays: an lse of the wrong shape was written past its end,
+    // null q or out were dereferenced.
+    const auto call = [&](ConstView3 qv, View3 out, View2 lse) {
+      const DecodeArgs a{.q = qv, .seqs = seq, .cache = &cache, .layer = 0, .out = out, .lse = lse};
+      (fast ? decode_attention : decode_attention_reference)(DecodeOptions{}, a);
+    };
+    std::vector<float> out(q.size()), lse(4);
+    const ConstView3 qv = ConstView3::contiguous(q.data(), {1, 4, 8});
+    const View3 ov = View3::contiguous(out.data(), {1, 4, 8});
+    call(qv, ov, View2::contiguous(lse.data(), {4, 1}));
+    expect_error([&] { call(qv, ov, View2::contiguous(lse.data(), {2, 1})); }, "lse: expected [H, B·n] = [4, 1]");
+    expect_error([&] { call(qv, ov, View2::contiguous(lse.data(), {4, 2})); }, "lse: expected");
+    expect_error([&] { call({nullptr, qv.shape, qv.stride}, ov, {}); }, "q: null data");
+    expect_error([&] { call(qv, {nullptr, ov.shape, ov.stride}, {}); }, "out: null data");
   }
 }
 

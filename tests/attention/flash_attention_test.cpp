@@ -14,6 +14,7 @@
 #include "attention/attention_problem.hpp"
 #include "attnkit/attention/attention_reference.hpp"
 #include "attnkit/core/parallel.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
@@ -203,6 +204,19 @@ TEST(FlashAttention, RejectsMissingLseInBackward) {
   flash_attention({}, a);
   a.lse = {};
   EXPECT_THROW(flash_attention_backward({}, a, p.grads()), Error);
+}
+
+// A null view whose extents multiply past 2^63 once had a wrapped element count of 0, so the null
+// data passed and the finiteness check read address 0.
+TEST(FlashAttention, RejectsViewsWhoseElementCountOverflows) {
+  Problem p({{8}, {8}, 2, 1, 8}, 2);
+  const int64_t big = int64_t(1) << 32;
+  for (const char* which : {"q", "k"}) {
+    auto a = p.args();
+    (which[0] == 'q' ? a.q : a.k) = ConstView3{nullptr, {big, big, 1}, {big, 1, 1}};
+    expect_error([&] { flash_attention({}, a); }, std::string(which) + ": element count overflows");
+    expect_error([&] { attention_reference({}, a); }, std::string(which) + ": element count overflows");
+  }
 }
 
 }  // namespace

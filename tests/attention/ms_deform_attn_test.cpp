@@ -317,6 +317,11 @@ TEST(MsDeformAttn, RejectsBadArguments) {
   expect_error(run([&](auto& a) { a.sampling_locations.shape[2] = 1; }), "sampling_locations");
   expect_error(run([&](auto& a) { a.attention_weights.shape[4] = 3; }), "attention_weights");
   expect_error(run([&](auto& a) { a.out.shape[2] = 4; }), "out");
+  expect_error(run([&](auto& a) {  // Q = 2^62: null data whose element count wraps
+                 a.sampling_locations.shape[1] = a.attention_weights.shape[1] = a.out.shape[1] = int64_t(1) << 62;
+                 a.sampling_locations.data = nullptr;
+               }),
+               "sampling_locations [B, Q, H, Lv, P, 2]: element count overflows");
   Grads g(pr);
   expect_error([&] {
     auto gv = g.view(pr);

@@ -11,6 +11,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/kv/kv_plan.hpp"
+#include "test_errors.hpp"
 #include "test_random.hpp"
 
 namespace attnkit {
@@ -168,6 +169,37 @@ TEST(KVCache, RefusesValuesOutsideTheStoredTypesRange) {
     EXPECT_THROW(cache.append(s, 0, view(ones, 1, 1, 4), view(k, 1, 1, 4)), Error) << dtype_name(dtype);
     EXPECT_EQ(cache.length(s, 0), 1);
   }
+}
+
+// Views that are not arrays: a negative token count (it once made the length negative and a window
+// cache then wrote before its buffer), null data, extents whose product overflows; and a cache too
+// large to allocate. Each throws attnkit::Error and leaves the cache as it was.
+TEST(KVCache, RefusesMalformedViewsAndUnallocatableSizes) {
+  const std::vector<float> data(2 * 4, 0.5f);
+  for (const KVPolicy policy : {KVPolicy::dense, KVPolicy::window}) {
+    KVCache cache({.kv_heads = 1, .head_dim = 4, .capacity = 8, .dtype = DType::f32, .policy = policy,
+                   .window = 4});
+    const int64_t s = cache.add_sequence();
+    cache.append(s, 0, view(data, 2, 1, 4), view(data, 2, 1, 4));
+    const ConstView3 negative{data.data(), {-3, 1, 4}, {4, 4, 1}};
+    expect_error([&] { cache.append(s, 0, negative, negative); }, "KVCache.append: k: negative extent -3");
+    const ConstView3 null_k{nullptr, {2, 1, 4}, {4, 4, 1}};
+    expect_error([&] { cache.append(s, 0, null_k, view(data, 2, 1, 4)); }, "KVCache.append: k: null data");
+    const ConstView3 huge{nullptr, {int64_t(1) << 32, 1, int64_t(1) << 32}, {int64_t(1) << 32, 1, 1}};
+    expect_error([&] { cache.append(s, 0, huge, huge); }, "overflows 64 bits");
+    EXPECT_EQ(cache.length(s, 0), 2);
+    cache.append(s, 0, view(data, 1, 1, 4), view(data, 1, 1, 4));  // still usable
+    EXPECT_EQ(cache.length(s, 0), 3);
+    const View3 null_out{nullptr, {3, 1, 4}, {4, 4, 1}};
+    Tensor<float, 3> v({3, 1, 4});
+    expect_error([&] { cache.gather(s, 0, null_out, v.view()); }, "KVCache.gather: k: null data");
+  }
+  expect_error([] { KVCache({.layers = 2, .kv_heads = int64_t(1) << 31, .head_dim = int64_t(1) << 31, .capacity = 8}); },
+               "overflows 64 bits");
+#if !defined(__SANITIZE_ADDRESS__)  // ASan's allocator aborts on a 16 TiB request instead of throwing
+  expect_error([] { KVCache({.layers = 64, .kv_heads = 64, .head_dim = 128, .capacity = int64_t(1) << 30}); },
+               "KVCache: cannot allocate");
+#endif
 }
 
 }  // namespace

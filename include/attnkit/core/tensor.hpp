@@ -63,6 +63,20 @@ struct View {
   }
 };
 
+// Checks a view's extents and data: every extent >= 0, their product within int64 and a non-null
+// data pointer when the product is > 0 (attnkit::Error naming `name` otherwise). Returns the
+// element count.
+template <class T, int R>
+int64_t check_view_extents(const View<T, R>& v, const char* name) {
+  int64_t n = 1;
+  for (int d = 0; d < R; ++d) {
+    check(v.shape[d] >= 0, name, ": negative extent ", v.shape[d], " in dim ", d);
+    check(!__builtin_mul_overflow(n, v.shape[d], &n), name, ": element count overflows 64 bits");
+  }
+  check(v.data != nullptr || n == 0, name, ": null data");
+  return n;
+}
+
 using View1 = View<float, 1>;
 using View2 = View<float, 2>;
 using View3 = View<float, 3>;
