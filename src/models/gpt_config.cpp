@@ -1,6 +1,9 @@
 // GPT config.json ↔ GptConfig (Hugging Face LlamaConfig keys + attnkit keys).
 #include "attnkit/models/gpt_config.hpp"
 
+#include <cmath>
+#include <limits>
+
 #include "attnkit/core/error.hpp"
 #include "attnkit/models/config_reader.hpp"
 
@@ -35,9 +38,14 @@ void validate(const GptConfig& c) {
   check(c.head_dim >= 2 && c.head_dim % 2 == 0, "config: head_dim must be even and >= 2 (RoPE), got ",
         c.head_dim);
   check(c.max_position_embeddings >= 1, "config: max_position_embeddings must be >= 1");
-  check(c.rms_norm_eps > 0, "config: rms_norm_eps must be > 0");
-  check(c.rope_theta > 0, "config: rope_theta must be > 0");
-  check(c.window >= -1, "config: attnkit_window must be >= -1, got ", c.window);
+  // Both are used as float32: they must be positive and finite there.
+  check(c.rms_norm_eps > 0 && std::isfinite(float(c.rms_norm_eps)),
+        "config: rms_norm_eps must be > 0 and finite in float32, got ", c.rms_norm_eps);
+  check(c.rope_theta > 0 && std::isfinite(float(c.rope_theta)),
+        "config: rope_theta must be > 0 and finite in float32, got ", c.rope_theta);
+  // The attention options hold window sizes as int.
+  check(c.window >= -1 && c.window <= std::numeric_limits<int>::max(), "config: attnkit_window must be in [-1, ",
+        std::numeric_limits<int>::max(), "], got ", c.window);
   check(c.registers >= 0 && c.registers < c.max_position_embeddings && c.registers < c.vocab_size,
         "config: attnkit_registers must be in [0, min(max_position_embeddings, vocab_size)), got ",
         c.registers);

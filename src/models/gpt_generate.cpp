@@ -176,6 +176,14 @@ void GptGenerator::fill_cache_random(int64_t tokens, uint64_t seed) {
 
 int32_t GptGenerator::sample(std::span<const float> logits) {
   const int64_t v = int64_t(logits.size());
+  check(v == int64_t(probs_.size()), "sample: logits: expected [V] = ", probs_.size(), " entries, got ", v);
+  bool any_finite = false;
+  for (int64_t i = 0; i < v; ++i) {
+    const float x = logits[size_t(i)];
+    check(!std::isnan(x) && x != INFINITY, "sample: logits[", i, "] = ", x, ": must be finite or -inf");
+    any_finite = any_finite || std::isfinite(x);
+  }
+  check(any_finite, "sample: logits: every entry is -inf");
   if (options_.temperature == 0)
     return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
   order_.resize(size_t(v));

@@ -60,6 +60,16 @@ TEST(GptConfig, BadValuesNameTheKey) {
   EXPECT_NE(message("{" + base + R"(, "num_attention_heads": 2, "attnkit_gate": "sometimes"})").find("attnkit_gate"), std::string::npos);
   EXPECT_NE(message("[1, 2]").find("object"), std::string::npos);
   EXPECT_NE(message("{nope").find("JSON"), std::string::npos);
+  // Values the model holds in narrower types: a window of 2^32 became window 0 as an int, an
+  // epsilon of 1e300 became inf as a float32 (refused only at the first forward).
+  const std::string heads = base + R"(, "num_attention_heads": 2)";
+  EXPECT_NE(message("{" + heads + R"(, "attnkit_window": 4294967296})").find("attnkit_window must be in [-1, 2147483647]"),
+            std::string::npos);
+  EXPECT_NE(message("{" + heads + R"(, "rms_norm_eps": 1e300})").find("rms_norm_eps must be > 0 and finite"),
+            std::string::npos);
+  EXPECT_NE(message("{" + heads + R"(, "rope_theta": 1e39})").find("rope_theta must be > 0 and finite"),
+            std::string::npos);
+  EXPECT_EQ(message("{" + heads + R"(, "attnkit_window": 2147483647})"), "no error");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attnkit/core/error.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
@@ -129,6 +130,28 @@ TEST(GptGenerate, BadBatchedStepsThrowAndChangeNothing) {
   EXPECT_THROW(dense.feed_tokens({}), Error);
   EXPECT_EQ(dense.position(), 0);
   EXPECT_EQ(dense.cache().cached(0, 0), 0);
+}
+
+// sample() takes the model's [V] logits: more of them were read into a [V] buffer past its end,
+// none gave a null read, and NaN logits a silently skewed draw.
+TEST(GptGenerate, SampleRefusesLogitsThatAreNotAModelsRow) {
+  GptModel model(tiny(GateMode::kNone, GateSource::kInput, SinkLogits::kNone, -1));
+  model.init_random(6);
+  for (const float temperature : {0.0f, 1.0f}) {
+    GptGenerator gen(model, {.capacity = 8, .temperature = temperature, .top_k = 5});
+    std::vector<float> logits(40, 0.0f);
+    logits[7] = 50.0f;
+    EXPECT_EQ(gen.sample(logits), 7);
+    const std::vector<float> longer(4096, 0.0f);
+    expect_error([&] { gen.sample(longer); }, "sample: logits: expected [V] = 40 entries, got 4096");
+    expect_error([&] { gen.sample({}); }, "expected [V] = 40 entries, got 0");
+    logits[3] = NAN;
+    expect_error([&] { gen.sample(logits); }, "sample: logits[3] = nan: must be finite or -inf");
+    std::fill(logits.begin(), logits.end(), -INFINITY);
+    expect_error([&] { gen.sample(logits); }, "every entry is -inf");
+    logits[11] = 0.0f;  // one finite entry among -inf: that token
+    EXPECT_EQ(gen.sample(logits), 11);
+  }
 }
 
 TEST(GptGenerate, SinkCacheKeepsConstantMemoryPastTheDenseCapacity) {

@@ -45,7 +45,8 @@ class GptGenerator {
   std::span<const float> feed_tokens(std::span<const int32_t> tokens);
   // Most tokens feed_prompt puts in one batched step (bounds its buffers: [n, ffn] floats).
   static constexpr int64_t kPrefillChunk = 256;
-  // Samples a token from logits with the options' temperature, top-k and top-p.
+  // Samples a token from logits [V] (finite or -inf, at least one finite) with the options'
+  // temperature, top-k and top-p.
   int32_t sample(std::span<const float> logits);
   // Benchmark helper: appends `tokens` positions of N(0, 1) keys and values to every layer's
   // cache, as if a prompt of that length had been fed (decode time depends on the cache only).
