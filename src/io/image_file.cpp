@@ -59,8 +59,8 @@ GreyImage read_grey_image(const std::string& path) {
   int w = 0, h = 0, c = 0;
   check(stbi_info(path.c_str(), &w, &h, &c) == 1, path, ": not a readable PNG, PGM/PPM, JPEG or BMP image (",
         failure_reason(path), ")");
-  check(w >= 1 && h >= 1 && w <= 16384 && h <= 16384, path, ": image size ", w, "x", h,
-        " is outside 1..16384");
+  check(w >= 1 && h >= 1 && w <= kMaxImageSide && h <= kMaxImageSide, path, ": image size ", w, "x", h,
+        " is outside 1..", kMaxImageSide);
   std::unique_ptr<stbi_uc, void (*)(void*)> data(stbi_load(path.c_str(), &w, &h, &c, 1), stbi_image_free);
   check(data != nullptr, path, ": cannot decode (", failure_reason(path), ")");
   GreyImage img;
@@ -70,8 +70,10 @@ GreyImage read_grey_image(const std::string& path) {
 }
 
 GreyImage resize_bilinear(const GreyImage& in, int64_t height, int64_t width) {
-  check(height >= 1 && width >= 1, "resize_bilinear: target size must be positive");
-  check(in.height >= 1 && in.width >= 1 && int64_t(in.pixels.size()) == in.height * in.width,
+  check(height >= 1 && width >= 1 && height <= kMaxImageSide && width <= kMaxImageSide,
+        "resize_bilinear: target size ", height, "x", width, " is outside 1..", kMaxImageSide);
+  check(in.height >= 1 && in.width >= 1 && in.height <= kMaxImageSide && in.width <= kMaxImageSide &&
+            int64_t(in.pixels.size()) == in.height * in.width,
         "resize_bilinear: malformed input image");
   if (in.height == height && in.width == width) return in;
   GreyImage out;

@@ -25,7 +25,7 @@ namespace {
 
 using nn_testing::GradCheck;
 
-struct BlockCase {
+struct DeformBlockCase {
   MsDeformAttnBlockOptions opts{.d_model = 8, .heads = 4, .levels = 2, .points = 2};
   int64_t b = 2, q = 3, s = 0;
   std::vector<int64_t> shapes{3, 4, 2, 2}, starts{0, 12};
@@ -33,7 +33,7 @@ struct BlockCase {
   std::vector<uint8_t> mask;
   MsDeformAttnBlockWeights w{opts};
 
-  explicit BlockCase(uint32_t seed) {
+  explicit DeformBlockCase(uint32_t seed) {
     s = 12 + 4;
     query = randn(b * q * opts.d_model, seed);
     input = randn(b * s * opts.d_model, seed + 1);
@@ -99,10 +99,10 @@ struct BlockCase {
 
 TEST(MsDeformAttnBlock, ReferenceMatchesFiniteDifferences) {
   ThreadCountScope serial(1);  // ~2000 tiny forwards: thread start-up would dominate
-  BlockCase st(21);
+  DeformBlockCase st(21);
   MsDeformAttnBlockOptions o = st.opts;
   o.reference = true;
-  BlockCase::Result r = st.backward(o);
+  DeformBlockCase::Result r = st.backward(o);
   auto loss = [&] {
     const auto out = st.forward(o);
     double sum = 0;
@@ -148,7 +148,7 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
 }
 
 TEST(MsDeformAttnBlock, FastMatchesReference) {
-  const BlockCase st(22);
+  const DeformBlockCase st(22);
   MsDeformAttnBlockOptions ref_opts = st.opts;
   ref_opts.reference = true;
   expect_close(st.forward(st.opts), st.forward(ref_opts), "out");
@@ -166,9 +166,9 @@ TEST(MsDeformAttnBlock, FastMatchesReference) {
 }
 
 TEST(MsDeformAttnBlock, BitwiseIdenticalAcrossThreadCounts) {
-  const BlockCase st(23);
+  const DeformBlockCase st(23);
   std::vector<std::vector<float>> outs;
-  std::vector<BlockCase::Result> grads;
+  std::vector<DeformBlockCase::Result> grads;
   for (int t : {1, 3}) {
     ThreadCountScope scope(t);
     outs.push_back(st.forward(st.opts));
@@ -208,7 +208,7 @@ TEST(MsDeformAttnBlock, DeformableDetrInitialisation) {
 }
 
 TEST(MsDeformAttnBlock, UniformWeightsAtInit) {
-  BlockCase st(24);
+  DeformBlockCase st(24);
   ms_deform_attn_block_init(st.w, st.opts, 1);
   MsDeformAttnBlockCache cache;
   st.forward(st.opts, &cache);
@@ -216,7 +216,7 @@ TEST(MsDeformAttnBlock, UniformWeightsAtInit) {
 }
 
 TEST(MsDeformAttnBlock, RejectsBadArguments) {
-  const BlockCase st(25);
+  const DeformBlockCase st(25);
   auto expect_error = [&](const std::function<void(MsDeformAttnBlockInputs&,
                                                    MsDeformAttnBlockOptions&)>& spoil,
                           const std::string& needle) {

@@ -15,13 +15,17 @@ struct GreyImage {
   std::vector<uint8_t> pixels;
 };
 
+// Largest height or width of an image read or resized here.
+inline constexpr int64_t kMaxImageSide = 16384;
+
 // Decodes the image file at `path` to grey scale; throws attnkit::Error naming the file and
 // stb's reason for unreadable, truncated or unsupported files, and for images larger than
-// 16384×16384.
+// kMaxImageSide on a side.
 GreyImage read_grey_image(const std::string& path);
 
 // Resizes to height × width with bilinear interpolation (pixel centres aligned, as
-// align_corners=False); returns the input unchanged when the size already matches.
+// align_corners=False); returns the input unchanged when the size already matches. Sides of the
+// input and the target must be in 1..kMaxImageSide (attnkit::Error otherwise).
 GreyImage resize_bilinear(const GreyImage& image, int64_t height, int64_t width);
 
 }  // namespace attnkit
