@@ -2,7 +2,8 @@
 // (docs/architecture.md).
 // Per query row, in double: t_j = softcap(scale·q·k_j) over visible keys j, the logit
 // s_j = t_j - m_h·|i + Lk - Lq - j| (ALiBi slope m_h, 0 without), lse = log(Σ_j e^{s_j} + e^{b_h}),
-// P_j = e^{s_j - lse}, out = Σ_j P_j·Z_j·v_j with the dropout factor Z_j = keep/(1-p).
+// P_j = e^{s_j - lse} (computed as e^{s_j - m} / Σ with m the row max), out = Σ_j P_j·Z_j·v_j
+// with the dropout factor Z_j = keep/(1-p).
 // Backward (FlashAttention-2 notation): dP_j = Z_j·(dO·v_j), Δ = dO·out, dT_j = P_j·(dP_j - Δ)
 // (the ALiBi bias is a constant: ds_j/dt_j = 1), dS_j = dT_j·(1 - (t_j/c)²) with softcap c,
 // dq = scale·Σ_j dS_j·k_j, dk_j += scale·dS_j·q, dv_j += P_j·Z_j·dO, and the sink (a key with
@@ -63,10 +64,12 @@ Row compute_row(const AttentionOptions& o, const AttentionArgs& a, const SeqSpan
   double sum = has_sink ? std::exp(sink - m) : 0.0;
   for (double x : r.s) sum += std::exp(x - m);
   r.lse = m + std::log(sum);
-  r.sink_prob = has_sink ? std::exp(sink - r.lse) : 0.0;
+  // P from the max and the sum, not from lse: at |m| above about 2^53 the log of the sum is
+  // absorbed by m in lse, and e^{s - lse} would not sum to 1.
+  r.sink_prob = has_sink ? std::exp(sink - m) / sum : 0.0;
   const double keep_scale = 1.0 / (1.0 - double(o.dropout_p));
   for (int64_t jj = 0; jj < n; ++jj) {
-    r.p[size_t(jj)] = std::exp(r.s[size_t(jj)] - r.lse);
+    r.p[size_t(jj)] = std::exp(r.s[size_t(jj)] - m) / sum;
     const bool keep = o.dropout_p == 0 ||
                       dropout_keep(o.seed, o.dropout_p, uint32_t(b), uint32_t(h), uint32_t(i),
                                    uint32_t(r.keys.lo + jj));

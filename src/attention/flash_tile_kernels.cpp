@@ -10,6 +10,7 @@
 #include "flash_tile_kernels.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "hwy/highway.h"
 
@@ -127,7 +128,8 @@ float tile_exp_sum(float* x, int64_t n, float m) {
   }
   if (j < n) {  // the tail through a padded copy
     alignas(64) float buf[kLanes];
-    std::fill(buf, buf + kLanes, kFloor * 2 + m);
+    // Pad lanes give exactly 0: -inf, not m minus a margin (which equals m once |m| >= 2^31).
+    std::fill(buf, buf + kLanes, -std::numeric_limits<float>::infinity());
     std::copy(x + j, x + n, buf);
     const VF e = one(hn::Load(df, buf));
     hn::Store(e, df, buf);

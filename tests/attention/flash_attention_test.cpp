@@ -206,6 +206,35 @@ TEST(FlashAttention, RejectsMissingLseInBackward) {
   EXPECT_THROW(flash_attention_backward({}, a, p.grads()), Error);
 }
 
+// Equal scores of any finite size give the mean of the visible values. With scores near 1.6e19 the
+// packed path's tail lanes, padded with m - 128 (= m at that size), each added 1 to the row sum
+// (out 0.25 instead of 1 for 4 keys), and the reference's P = e^{s - lse} lost log Σ in lse (out 4).
+TEST(FlashAttention, HugeEqualScoresGiveTheMeanOfTheValues) {
+  const int64_t t = 5, h = 2, d = 8;
+  std::vector<float> q(t * h * d, 0.1f), k(t * h * d, 0.2f), v(t * h * d), out(t * h * d), lse(h * t);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(i % 7) - 3.0f;
+  const AttentionArgs a{.q = ConstView3::contiguous(q.data(), {t, h, d}), .k = ConstView3::contiguous(k.data(), {t, h, d}),
+                        .v = ConstView3::contiguous(v.data(), {t, h, d}),
+                        .out = View3::contiguous(out.data(), {t, h, d}), .lse = View2::contiguous(lse.data(), {h, t})};
+  for (const float scale : {1.0f, 1e20f, 3e38f})
+    for (const bool causal : {false, true})
+      for (const bool reference : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "scale " << scale << (causal ? " causal" : "") << (reference ? " reference" : ""));
+        AttentionOptions o = causal ? AttentionOptions::causal() : AttentionOptions{};
+        o.scale = scale;
+        (reference ? attention_reference : flash_attention)(o, a);
+        for (int64_t i = 0; i < t; ++i)
+          for (int64_t hh = 0; hh < h; ++hh)
+            for (int64_t e = 0; e < d; ++e) {
+              const int64_t visible = causal ? i + 1 : t;
+              double mean = 0;
+              for (int64_t j = 0; j < visible; ++j) mean += v[size_t((j * h + hh) * d + e)];
+              mean /= double(visible);
+              EXPECT_NEAR(out[size_t((i * h + hh) * d + e)], mean, 1e-5) << i << " " << hh << " " << e;
+            }
+      }
+}
+
 // A null view whose extents multiply past 2^63 once had a wrapped element count of 0, so the null
 // data passed and the finiteness check read address 0.
 TEST(FlashAttention, RejectsViewsWhoseElementCountOverflows) {
