@@ -11,6 +11,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -90,8 +91,9 @@ AdamW::AdamW(std::vector<NamedParameter> params, const AdamWOptions& options,
   const auto& o = options_;
   check(o.beta1 >= 0 && o.beta1 < 1, "AdamWOptions.beta1: expected [0, 1), got ", o.beta1);
   check(o.beta2 >= 0 && o.beta2 < 1, "AdamWOptions.beta2: expected [0, 1), got ", o.beta2);
-  check(o.eps >= 0, "AdamWOptions.eps: expected >= 0, got ", o.eps);
-  check(o.weight_decay >= 0, "AdamWOptions.weight_decay: expected >= 0, got ", o.weight_decay);
+  check(std::isfinite(o.eps) && o.eps >= 0, "AdamWOptions.eps: expected finite and >= 0, got ", o.eps);
+  check(std::isfinite(o.weight_decay) && o.weight_decay >= 0,
+        "AdamWOptions.weight_decay: expected finite and >= 0, got ", o.weight_decay);
   std::set<std::string, std::less<>> seen;
   for (size_t i = 0; i < params_.size(); ++i) {
     const NamedParameter& p = params_[i];
@@ -117,6 +119,7 @@ void AdamW::step(double lr) {
   check(current_weight_pack_cache() == nullptr,
         "AdamW::step: a weight pack scope is open on this thread; end it (after the step's forward and "
         "backward) before the update, or the packed weights would go stale");
+  check(step_ < std::numeric_limits<int64_t>::max(), "AdamW::step: the step count is at its maximum");
   ++step_;
   const auto& o = options_;
   const double t = double(step_);

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -193,6 +194,15 @@ TEST(AdamW, RejectsBadArguments) {
   AdamW ok({{"w", p, g}});
   EXPECT_THROW(ok.step(-1.0), Error);
   EXPECT_THROW(ok.set_step_count(-2), Error);
+  // inf decay or epsilon made every parameter -inf or left it unchanged without a word; the step
+  // count wrapped to INT64_MIN and the bias correction gave NaN parameters.
+  EXPECT_THROW(AdamW({{"w", p, g}}, {.weight_decay = INFINITY}), Error);
+  EXPECT_THROW(AdamW({{"w", p, g}}, {.eps = INFINITY}), Error);
+  EXPECT_THROW(AdamW({{"w", p, g}}, {.eps = NAN}), Error);
+  ok.set_step_count(std::numeric_limits<int64_t>::max());
+  const std::vector<float> before = p;
+  EXPECT_THROW(ok.step(1e-3), Error);
+  EXPECT_EQ(p, before);
 }
 
 }  // namespace
