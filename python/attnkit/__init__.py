@@ -40,17 +40,17 @@ def _packed(q, k, v, cu_seqlens_q, cu_seqlens_k):
     """Packed [T, H, D] views of q, k, v and a function restoring q's layout on outputs."""
     q, k, v = (_checks.float_array(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     if q.ndim != k.ndim or q.ndim != v.ndim:
-        raise ValueError(f"q, k, v: ranks differ ({q.ndim}, {k.ndim}, {v.ndim})")
+        raise Error(f"q, k, v: ranks differ ({q.ndim}, {k.ndim}, {v.ndim})")
     if q.ndim == 3:
         cu_q = _checks.cu_seqlens(cu_seqlens_q, "cu_seqlens_q")
         cu_k = _checks.cu_seqlens(cu_seqlens_k, "cu_seqlens_k")
         return q, k, v, cu_q, cu_k, (lambda x: x), (lambda x: x)
     if q.ndim != 4:
-        raise ValueError(f"q: expected [B, L, H, D] or packed [T, H, D], got {q.ndim} dimensions")
+        raise Error(f"q: expected [B, L, H, D] or packed [T, H, D], got {q.ndim} dimensions")
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
-        raise ValueError("cu_seqlens_q/cu_seqlens_k: only with packed [T, H, D] inputs")
+        raise Error("cu_seqlens_q/cu_seqlens_k: only with packed [T, H, D] inputs")
     if k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:
-        raise ValueError(f"k, v: batch {k.shape[0]}, {v.shape[0]} != q batch {q.shape[0]}")
+        raise Error(f"k, v: batch {k.shape[0]}, {v.shape[0]} != q batch {q.shape[0]}")
     b, lq = q.shape[:2]
     lk = k.shape[1]
     # B = 0 runs as one empty sequence (the packed form needs B >= 1), so that the options and
@@ -70,7 +70,7 @@ def _empty_batch_slopes(alibi_slopes, q):
         return alibi_slopes
     h = _np.shape(q)[2]
     if _np.shape(alibi_slopes) != (0, h):
-        raise ValueError(f"alibi_slopes: expected [B, H] = [0, {h}], got "
+        raise Error(f"alibi_slopes: expected [B, H] = [0, {h}], got "
                          f"{list(_np.shape(alibi_slopes))}")
     return None
 
@@ -128,7 +128,7 @@ def _call_backward(fn, dout, q, k, v, out, lse, causal, window, scale, softcap, 
     batched = _np.ndim(q) == 4
     dout = _checks.float_array(dout, "dout")
     if dout.shape != _np.shape(q):
-        raise ValueError(f"dout: shape {dout.shape} != q shape {_np.shape(q)}")
+        raise Error(f"dout: shape {dout.shape} != q shape {_np.shape(q)}")
     opts = (sink_logits, _empty_batch_slopes(alibi_slopes, q), left, right,
             0.0 if scale is None else float(scale), float(softcap), float(dropout_p), seed)
     if fn is None:
@@ -138,10 +138,10 @@ def _call_backward(fn, dout, q, k, v, out, lse, causal, window, scale, softcap, 
         out = _checks.float_array(out, "out")
         lse = _checks.float_array(lse, "lse")
         if out.shape != _np.shape(q):
-            raise ValueError(f"out: shape {out.shape} != q shape {_np.shape(q)}")
+            raise Error(f"out: shape {out.shape} != q shape {_np.shape(q)}")
         if batched:  # [B, H, L] → [H, B·L]
             if lse.ndim != 3:
-                raise ValueError(f"lse: expected [B, H, L] for batched inputs, got {lse.shape}")
+                raise Error(f"lse: expected [B, H, L] for batched inputs, got {lse.shape}")
             lse = lse.transpose(1, 0, 2).reshape(lse.shape[1], -1)
         dq, dk, dv, ds = fn(dout.reshape(qp.shape), qp, kp, vp, out.reshape(qp.shape), lse,
                             cu_q, cu_k, *opts)
@@ -382,9 +382,9 @@ def decode_attention(q, cache, layer=0, *, seqs=None, causal=True, window=(-1, -
         batched, qp = True, q.reshape((q.shape[0] * q.shape[1],) + q.shape[2:])
         seqs = list(range(q.shape[0])) if seqs is None else list(seqs)
         if len(seqs) != q.shape[0]:
-            raise ValueError(f"seqs: {len(seqs)} sequences for a batch of {q.shape[0]}")
+            raise Error(f"seqs: {len(seqs)} sequences for a batch of {q.shape[0]}")
     else:
-        raise ValueError(f"q: expected [n, H, D] or [B, n, H, D], got {q.ndim} dimensions")
+        raise Error(f"q: expected [n, H, D] or [B, n, H, D], got {q.ndim} dimensions")
     left, right = _window(causal, window)
     out, lse = _attnkit._decode_attention(
         qp, cache, int(layer), seqs, sink_logits, alibi_slopes, left, right,

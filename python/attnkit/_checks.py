@@ -1,9 +1,12 @@
 """Argument checks shared by the Python wrappers: a short TypeError or ValueError naming the
-argument, before anything reaches the compiled module (whose own conversion errors would print
+argument (ValueError as attnkit.Error), before anything reaches the compiled module (whose own conversion errors would print
 the repr of every argument)."""
 import operator
 
 import numpy as _np
+
+from ._attnkit import Error
+
 
 def seed(value, name="seed", bits=64):
     """``value`` as an int in [0, 2**bits): TypeError unless an integer, ValueError if out of range."""
@@ -14,7 +17,7 @@ def seed(value, name="seed", bits=64):
     except TypeError:
         raise TypeError(f"{name}: expected a non-negative integer, got {type(value).__name__}") from None
     if not 0 <= v < (1 << bits):
-        raise ValueError(f"{name}: must be an integer in [0, 2**{bits} - 1], got {v}")
+        raise Error(f"{name}: must be an integer in [0, 2**{bits} - 1], got {v}")
     return v
 
 
@@ -27,7 +30,7 @@ def integer(value, name, minimum=None):
     except TypeError:
         raise TypeError(f"{name}: expected an integer, got {type(value).__name__}") from None
     if minimum is not None and v < minimum:
-        raise ValueError(f"{name}: must be >= {minimum}, got {v}")
+        raise Error(f"{name}: must be >= {minimum}, got {v}")
     return v
 
 
@@ -66,7 +69,7 @@ def integer_array(x, name, dtype):
     info = _np.iinfo(dtype)
     lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
     if lo < info.min or hi > info.max:
-        raise ValueError(f"{name}: entries must be in [{info.min}, {info.max}] "
+        raise Error(f"{name}: entries must be in [{info.min}, {info.max}] "
                          f"({_np.dtype(dtype)}), got {lo if lo < info.min else hi}")
     return a.astype(dtype, copy=False)
 
@@ -77,9 +80,9 @@ def cu_seqlens(cu, name):
         return None
     a = integer_array(cu, name, _np.int32)
     if a.ndim != 1:
-        raise ValueError(f"{name}: expected 1 dimension, got {a.ndim}")
+        raise Error(f"{name}: expected 1 dimension, got {a.ndim}")
     if a.size < 2:
-        raise ValueError(f"{name}: needs at least 2 entries (B+1), got {a.size}")
+        raise Error(f"{name}: needs at least 2 entries (B+1), got {a.size}")
     return a
 
 
@@ -91,8 +94,8 @@ def window(value, name="window"):
     except TypeError:
         pair = ()
     if len(pair) != 2:
-        raise ValueError(f"{name}: expected a pair (left, right), got {value!r}")
+        raise Error(f"{name}: expected a pair (left, right), got {value!r}")
     left, right = (integer(v, name) for v in pair)
     if not (-1 <= left < 2 ** 31 and -1 <= right < 2 ** 31):
-        raise ValueError(f"{name}: entries must be in [-1, 2**31-1], got ({left}, {right})")
+        raise Error(f"{name}: entries must be in [-1, 2**31-1], got ({left}, {right})")
     return left, right

@@ -75,11 +75,11 @@ def check_qkv(q, k, v, rank):
     c.check_same_dtype({"q": q, "k": k, "v": v})
     h, d = q.shape[-2:]
     if k.shape[-1] != d:
-        raise ValueError(f"k: head dim {k.shape[-1]} != q head dim {d}")
+        raise attnkit.Error(f"k: head dim {k.shape[-1]} != q head dim {d}")
     if v.shape != k.shape:
-        raise ValueError(f"v: shape {tuple(v.shape)} != k shape {tuple(k.shape)}")
+        raise attnkit.Error(f"v: shape {tuple(v.shape)} != k shape {tuple(k.shape)}")
     if rank == 4 and k.shape[0] != q.shape[0]:
-        raise ValueError(f"k: batch {k.shape[0]} != q batch {q.shape[0]}")
+        raise attnkit.Error(f"k: batch {k.shape[0]} != q batch {q.shape[0]}")
     c.check_heads(h, k.shape[-2])
     return h, k.shape[-2], d
 
@@ -89,7 +89,7 @@ def check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
     cu_q = c.check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.shape[0])
     cu_k = c.check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", k.shape[0])
     if cu_q.size != cu_k.size:
-        raise ValueError(f"cu_seqlens_k: {cu_k.size} entries != cu_seqlens_q's {cu_q.size}")
+        raise attnkit.Error(f"cu_seqlens_k: {cu_k.size} entries != cu_seqlens_q's {cu_q.size}")
     c.check_max_seqlen(max_seqlen_q, cu_q, "max_seqlen_q")
     c.check_max_seqlen(max_seqlen_k, cu_k, "max_seqlen_k")
     return cu_q, cu_k
@@ -99,7 +99,7 @@ def unpacked(x, name, parts, rank):
     """Views of x [..., parts, heads, D] along dim -3 after checking its rank and that dim."""
     c.check_tensor(x, name, (rank,))
     if x.shape[-3] != parts:
-        raise ValueError(f"{name}: expected {parts} at dimension {rank - 3} (packed "
+        raise attnkit.Error(f"{name}: expected {parts} at dimension {rank - 3} (packed "
                          f"{'q, k, v' if parts == 3 else 'k, v'}), got shape {tuple(x.shape)}")
     return tuple(x.select(-3, i) for i in range(parts))
 
@@ -117,7 +117,7 @@ def gather_pages(k, v, block_table, cu_seqlens_k):
     for name, x in (("k", k), ("v", v)):
         c.check_tensor(x, name, (4,))
     if v.shape != k.shape:
-        raise ValueError(f"v: shape {tuple(v.shape)} != k shape {tuple(k.shape)}")
+        raise attnkit.Error(f"v: shape {tuple(v.shape)} != k shape {tuple(k.shape)}")
     c.check_index_tensor(cu_seqlens_k, "cu_seqlens_k", (None,))
     lengths = cu_seqlens_k.detach().numpy().astype("int64")
     lengths = lengths[1:] - lengths[:-1]
@@ -125,15 +125,15 @@ def gather_pages(k, v, block_table, cu_seqlens_k):
     blocks, pbs = k.shape[:2]
     table = block_table.detach().long()
     if lengths.size and (lengths < 0).any():
-        raise ValueError("cu_seqlens_k: must be non-decreasing")
+        raise attnkit.Error("cu_seqlens_k: must be non-decreasing")
     rows = []
     for b, n in enumerate(lengths.tolist()):
         used = table[b, :-(-n // pbs)]
         if used.numel() * pbs < n:
-            raise ValueError(f"block_table: row {b} holds {used.numel() * pbs} tokens, sequence "
+            raise attnkit.Error(f"block_table: row {b} holds {used.numel() * pbs} tokens, sequence "
                              f"needs {n}")
         if used.numel() and (used.min() < 0 or used.max() >= blocks):
-            raise ValueError(f"block_table: row {b} names blocks outside [0, {blocks})")
+            raise attnkit.Error(f"block_table: row {b} names blocks outside [0, {blocks})")
         rows.append(used)
     return tuple(torch.cat([x[r].reshape(-1, *x.shape[2:])[:n] for r, n in
                             zip(rows, lengths.tolist())]) if rows else x.reshape(0, *x.shape[2:])

@@ -21,12 +21,12 @@ def check_tensor(x, name, ranks):
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
     if x.device.type != "cpu":
-        raise ValueError(f"{name}: attnkit.torch runs on the CPU, got a tensor on {x.device}")
+        raise attnkit.Error(f"{name}: attnkit.torch runs on the CPU, got a tensor on {x.device}")
     if x.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name}: expected float32, float16 or bfloat16, got {x.dtype}")
     if x.dim() not in ranks:
         want = " or ".join(str(r) for r in ranks)
-        raise ValueError(f"{name}: expected {want} dimensions, got shape {tuple(x.shape)}")
+        raise attnkit.Error(f"{name}: expected {want} dimensions, got shape {tuple(x.shape)}")
 
 
 def check_same_dtype(named):
@@ -41,7 +41,7 @@ def check_same_dtype(named):
 def check_heads(q_heads, k_heads, name="k"):
     """nheads must be a positive multiple of nheads_k (GQA/MQA)."""
     if k_heads < 1 or q_heads % k_heads != 0:
-        raise ValueError(f"{name}: nheads = {q_heads} is not a multiple of nheads_k = {k_heads}")
+        raise attnkit.Error(f"{name}: nheads = {q_heads} is not a multiple of nheads_k = {k_heads}")
 
 
 def check_index_tensor(x, name, shape=None):
@@ -49,13 +49,13 @@ def check_index_tensor(x, name, shape=None):
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected an integer torch.Tensor, got {type(x).__name__}")
     if x.device.type != "cpu":
-        raise ValueError(f"{name}: attnkit.torch runs on the CPU, got a tensor on {x.device}")
+        raise attnkit.Error(f"{name}: attnkit.torch runs on the CPU, got a tensor on {x.device}")
     if x.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"{name}: expected int32 or int64, got {x.dtype}")
     if shape is not None and (x.dim() != len(shape) or any(
             s is not None and s != n for s, n in zip(shape, x.shape))):
         want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
-        raise ValueError(f"{name}: expected shape {want}, got {tuple(x.shape)}")
+        raise attnkit.Error(f"{name}: expected shape {want}, got {tuple(x.shape)}")
 
 
 def check_cu_seqlens(cu, name, total):
@@ -63,13 +63,13 @@ def check_cu_seqlens(cu, name, total):
     check_index_tensor(cu, name, (None,))
     c = cu.detach().numpy().astype(np.int64)
     if c.size < 2:
-        raise ValueError(f"{name}: needs at least 2 entries (batch + 1), got {c.size}")
+        raise attnkit.Error(f"{name}: needs at least 2 entries (batch + 1), got {c.size}")
     if c[0] != 0:
-        raise ValueError(f"{name}: must start at 0, got {int(c[0])}")
+        raise attnkit.Error(f"{name}: must start at 0, got {int(c[0])}")
     if np.any(np.diff(c) < 0):
-        raise ValueError(f"{name}: must be non-decreasing, got {c.tolist()}")
+        raise attnkit.Error(f"{name}: must be non-decreasing, got {c.tolist()}")
     if c[-1] != total:
-        raise ValueError(f"{name}: must end at the token count {total}, ends at {int(c[-1])}")
+        raise attnkit.Error(f"{name}: must end at the token count {total}, ends at {int(c[-1])}")
     return c.astype(np.int32)
 
 
@@ -81,22 +81,22 @@ def check_max_seqlen(value, cu, name):
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
     longest = int(np.diff(cu).max()) if cu.size > 1 else 0
     if value < longest:
-        raise ValueError(f"{name}: {value} is smaller than the longest sequence ({longest})")
+        raise attnkit.Error(f"{name}: {value} is smaller than the longest sequence ({longest})")
 
 
 def check_options(dropout_p, softmax_scale, window_size, softcap):
     """Returns (dropout_p, scale or None, (left, right), softcap) after checking each."""
     dropout_p = _checks.number(dropout_p, "dropout_p")
     if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p: must be in [0, 1), got {dropout_p}")
+        raise attnkit.Error(f"dropout_p: must be in [0, 1), got {dropout_p}")
     if softmax_scale is not None:
         softmax_scale = _checks.number(softmax_scale, "softmax_scale")
         if not (np.isfinite(softmax_scale) and softmax_scale > 0):
-            raise ValueError(f"softmax_scale: must be finite and > 0, got {softmax_scale}")
+            raise attnkit.Error(f"softmax_scale: must be finite and > 0, got {softmax_scale}")
     left, right = _checks.window(window_size, "window_size")
     softcap = _checks.number(softcap, "softcap")
     if not (np.isfinite(softcap) and softcap >= 0):
-        raise ValueError(f"softcap: must be finite and >= 0, got {softcap}")
+        raise attnkit.Error(f"softcap: must be finite and >= 0, got {softcap}")
     return dropout_p, softmax_scale, (left, right), softcap
 
 
@@ -113,7 +113,7 @@ def check_sink(sink, nheads):
         return
     check_tensor(sink, "learnable_sink", (1,))
     if sink.shape[0] != nheads:
-        raise ValueError(f"learnable_sink: expected shape [{nheads}], got {tuple(sink.shape)}")
+        raise attnkit.Error(f"learnable_sink: expected shape [{nheads}], got {tuple(sink.shape)}")
 
 
 _ALIBI_SUPPORTED = None
@@ -143,9 +143,9 @@ def check_alibi(alibi_slopes, batch, nheads):
     if not isinstance(alibi_slopes, torch.Tensor) or not alibi_slopes.is_floating_point():
         raise TypeError("alibi_slopes: expected a float torch.Tensor")
     if alibi_slopes.device.type != "cpu":
-        raise ValueError(f"alibi_slopes: attnkit.torch runs on the CPU, got {alibi_slopes.device}")
+        raise attnkit.Error(f"alibi_slopes: attnkit.torch runs on the CPU, got {alibi_slopes.device}")
     if tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads)):
-        raise ValueError(f"alibi_slopes: expected [{nheads}] or [{batch}, {nheads}], got "
+        raise attnkit.Error(f"alibi_slopes: expected [{nheads}] or [{batch}, {nheads}], got "
                          f"{tuple(alibi_slopes.shape)}")
     if not alibi_supported():
         raise NotImplementedError("alibi_slopes: this attnkit build's attention kernels have no "

@@ -28,14 +28,14 @@ def _check(value, value_spatial_shapes, value_level_start_index, sampling_locati
     lv = value_spatial_shapes.shape[0]
     loc = sampling_locations.shape
     if loc[0] != n or loc[2] != m or loc[3] != lv or loc[5] != 2:
-        raise ValueError(f"sampling_locations: expected [{n}, Lq, {m}, {lv}, P, 2], got {tuple(loc)}")
+        raise attnkit.Error(f"sampling_locations: expected [{n}, Lq, {m}, {lv}, P, 2], got {tuple(loc)}")
     if tuple(attention_weights.shape) != tuple(loc[:5]):
-        raise ValueError(f"attention_weights: expected {tuple(loc[:5])}, got "
+        raise attnkit.Error(f"attention_weights: expected {tuple(loc[:5])}, got "
                          f"{tuple(attention_weights.shape)}")
     im2col_step = _checks.integer(im2col_step, "im2col_step", 1)
     step = min(n, im2col_step)
     if n and n % step != 0:  # Deformable DETR's own rule, kept so code that runs here runs there
-        raise ValueError(f"im2col_step: batch {n} must be divisible by im2col_step {step}")
+        raise attnkit.Error(f"im2col_step: batch {n} must be divisible by im2col_step {step}")
 
 
 class MSDeformAttnFunction(torch.autograd.Function):

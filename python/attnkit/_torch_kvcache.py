@@ -54,16 +54,16 @@ def _index_vector(x, name, batch, default):
 def _check_new(k, v, k_cache, batch):
     """k, v [B, seqlen_new, Hkv, D] matching the cache, both or neither; returns seqlen_new."""
     if (k is None) != (v is None):
-        raise ValueError("k, v: pass both new k and v, or neither")
+        raise attnkit.Error("k, v: pass both new k and v, or neither")
     if k is None:
         return 0
     for name, x in (("k", k), ("v", v)):
         c.check_tensor(x, name, (4,))
         if x.shape[0] != batch or x.shape[2:] != k_cache.shape[2:]:
-            raise ValueError(f"{name}: expected [{batch}, seqlen_new, {k_cache.shape[2]}, "
+            raise attnkit.Error(f"{name}: expected [{batch}, seqlen_new, {k_cache.shape[2]}, "
                              f"{k_cache.shape[3]}], got {tuple(x.shape)}")
     if v.shape != k.shape:
-        raise ValueError(f"v: shape {tuple(v.shape)} != k shape {tuple(k.shape)}")
+        raise attnkit.Error(f"v: shape {tuple(v.shape)} != k shape {tuple(k.shape)}")
     return k.shape[1]
 
 
@@ -72,21 +72,21 @@ def _check_rotary(rotary_cos, rotary_sin, has_new, leftpad, head_dim, positions_
     if rotary_cos is None and rotary_sin is None:
         return False
     if rotary_cos is None or rotary_sin is None:
-        raise ValueError("rotary_cos, rotary_sin: pass both or neither")
+        raise attnkit.Error("rotary_cos, rotary_sin: pass both or neither")
     if not has_new:
-        raise ValueError("rotary_cos: rotary embedding applies only when new k and v are passed")
+        raise attnkit.Error("rotary_cos: rotary embedding applies only when new k and v are passed")
     if leftpad is not None:
         raise NotImplementedError("rotary_cos: rotary embedding together with cache_leftpad is "
                                   "not implemented")
     for name, x in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
         c.check_tensor(x, name, (2,))
     if rotary_sin.shape != rotary_cos.shape:
-        raise ValueError(f"rotary_sin: shape {tuple(rotary_sin.shape)} != rotary_cos shape "
+        raise attnkit.Error(f"rotary_sin: shape {tuple(rotary_sin.shape)} != rotary_cos shape "
                          f"{tuple(rotary_cos.shape)}")
     if 2 * rotary_cos.shape[1] > head_dim:
-        raise ValueError(f"rotary_cos: rotary_dim {2 * rotary_cos.shape[1]} > headdim {head_dim}")
+        raise attnkit.Error(f"rotary_cos: rotary_dim {2 * rotary_cos.shape[1]} > headdim {head_dim}")
     if rotary_cos.shape[0] < positions_needed:
-        raise ValueError(f"rotary_cos: {rotary_cos.shape[0]} positions, need {positions_needed}")
+        raise attnkit.Error(f"rotary_cos: {rotary_cos.shape[0]} positions, need {positions_needed}")
     return True
 
 
@@ -102,10 +102,10 @@ def _locate(block_table, k_cache, seqlens, n_new, batch, paged):
         for b in range(batch):
             used = table[b, :-(-(int(seqlens[b]) + n_new) // pbs)]
             if used.size and (used.min() < 0 or used.max() >= k_cache.shape[0]):
-                raise ValueError(f"block_table: row {b} names blocks outside [0, "
+                raise attnkit.Error(f"block_table: row {b} names blocks outside [0, "
                                  f"{k_cache.shape[0]})")
     if np.any(seqlens < 0) or np.any(seqlens + n_new > capacity):
-        raise ValueError(f"cache_seqlens: cache_seqlens + seqlen_new must be in [0, {capacity}], "
+        raise attnkit.Error(f"cache_seqlens: cache_seqlens + seqlen_new must be in [0, {capacity}], "
                          f"got {(seqlens + n_new).tolist()}")
     return capacity
 
@@ -140,16 +140,16 @@ def _check_caches(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cac
     c.check_same_dtype({"q": q, "k_cache": k_cache, "v_cache": v_cache})
     batch, _, h, d = q.shape
     if v_cache.shape != k_cache.shape:
-        raise ValueError(f"v_cache: shape {tuple(v_cache.shape)} != k_cache shape "
+        raise attnkit.Error(f"v_cache: shape {tuple(v_cache.shape)} != k_cache shape "
                          f"{tuple(k_cache.shape)}")
     if k_cache.shape[3] != d:
-        raise ValueError(f"k_cache: head dim {k_cache.shape[3]} != q head dim {d}")
+        raise attnkit.Error(f"k_cache: head dim {k_cache.shape[3]} != q head dim {d}")
     c.check_heads(h, k_cache.shape[2], "k_cache")
     paged = block_table is not None
     if paged and cache_seqlens is None:
-        raise ValueError("cache_seqlens: required with block_table")
+        raise attnkit.Error("cache_seqlens: required with block_table")
     if paged and cache_batch_idx is not None:
-        raise ValueError("cache_batch_idx: not allowed with block_table (the table maps sequences)")
+        raise attnkit.Error("cache_batch_idx: not allowed with block_table (the table maps sequences)")
     if paged and cache_leftpad is not None:
         raise NotImplementedError("cache_leftpad: not implemented with block_table")
     n_new = _check_new(k, v, k_cache, batch)
@@ -158,11 +158,11 @@ def _check_caches(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cac
     seqlens = _seqlens(cache_seqlens, batch, k_cache.shape[1])
     rows = _index_vector(cache_batch_idx, "cache_batch_idx", batch, np.arange(batch))
     if not paged and (rows.min(initial=0) < 0 or rows.max(initial=0) >= k_cache.shape[0]):
-        raise ValueError(f"cache_batch_idx: entries must be in [0, {k_cache.shape[0]})")
+        raise attnkit.Error(f"cache_batch_idx: entries must be in [0, {k_cache.shape[0]})")
     leftpad = _index_vector(cache_leftpad, "cache_leftpad", batch, np.zeros(batch, np.int64))
     _locate(block_table, k_cache, seqlens, n_new, batch, paged)
     if np.any(leftpad < 0) or np.any(leftpad > seqlens):
-        raise ValueError("cache_leftpad: entries must be in [0, cache_seqlens]")
+        raise attnkit.Error("cache_leftpad: entries must be in [0, cache_seqlens]")
     return seqlens, rows, leftpad, n_new
 
 
@@ -180,7 +180,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     rotary = _check_rotary(rotary_cos, rotary_sin, k is not None, cache_leftpad, d,
                            int((seqlens + max(n_new, n)).max(initial=0)))
     if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)) or num_splits < 0:
-        raise ValueError(f"num_splits: expected an int >= 0, got {num_splits!r}")
+        raise attnkit.Error(f"num_splits: expected an int >= 0, got {num_splits!r}")
     _, scale, window, softcap = c.check_options(0.0, softmax_scale, window_size, softcap)
     alibi = c.check_alibi(alibi_slopes, batch, h)
 

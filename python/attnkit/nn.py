@@ -27,7 +27,7 @@ def _rows(x, name):
     """x as a 2-D [T, C] array (leading dimensions flattened) and x's leading shape."""
     x = _np.asarray(x)
     if x.ndim < 1:
-        raise ValueError(f"{name}: expected an array with a channel dimension, got a scalar")
+        raise _C.Error(f"{name}: expected an array with a channel dimension, got a scalar")
     return x.reshape(-1, x.shape[-1]), x.shape[:-1]
 
 
@@ -151,10 +151,10 @@ def swiglu_backward(d_y, gate, up, *, reference=False):
 def _heads(x, positions, name):
     x = _np.asarray(x)
     if x.ndim < 3:
-        raise ValueError(f"{name}: expected [..., T, H, D], got {x.ndim} dimensions")
+        raise _C.Error(f"{name}: expected [..., T, H, D], got {x.ndim} dimensions")
     positions = _checks.integer_array(positions, "positions", _np.int64)
     if positions.shape != x.shape[:-2]:
-        raise ValueError(f"positions: shape {positions.shape} != {name}'s leading shape "
+        raise _C.Error(f"positions: shape {positions.shape} != {name}'s leading shape "
                          f"{x.shape[:-2]}")
     return x.reshape((-1,) + x.shape[-2:]), positions.reshape(-1)
 

@@ -23,9 +23,9 @@ def _x_shape(x_shape, d_y):
         raise TypeError(f"x_shape: expected (N, C, H, W), got {type(x_shape).__name__}")
     shape = tuple(_checks.integer(s, "x_shape", 0) for s in x_shape)
     if len(shape) != 4:
-        raise ValueError(f"x_shape: expected (N, C, H, W), got {shape}")
+        raise _C.Error(f"x_shape: expected (N, C, H, W), got {shape}")
     if _np.ndim(d_y) >= 2 and tuple(_np.shape(d_y)[:2]) != shape[:2]:
-        raise ValueError(f"d_y: N, C = {tuple(_np.shape(d_y)[:2])} != x_shape's {shape[:2]}")
+        raise _C.Error(f"d_y: N, C = {tuple(_np.shape(d_y)[:2])} != x_shape's {shape[:2]}")
     return shape
 
 
@@ -47,7 +47,7 @@ def _pool_args(fn, x_shape, kernel, stride, padding):
 def _check_plane(fn, x):
     """ValueError for an empty H×W plane (nothing to pool)."""
     if _np.ndim(x) == 4 and _np.shape(x)[2] * _np.shape(x)[3] == 0:
-        raise ValueError(f"{fn}: x: empty plane H×W = {_np.shape(x)[2]}×{_np.shape(x)[3]}")
+        raise _C.Error(f"{fn}: x: empty plane H×W = {_np.shape(x)[2]}×{_np.shape(x)[3]}")
 
 
 def conv2d(x, w, b=None, *, stride=1, padding=0, reference=False):
@@ -125,7 +125,7 @@ def batch_norm2d_backward(d_y, x, w, mean, rstd, *, b=None, has_bias=True, train
     """Gradients of batch_norm2d: (d_x, d_w or None, d_b or None). With relu, d_y is the gradient
     of the ReLU's output and b must be the forward's bias (the mask is recomputed from x)."""
     if relu and has_bias and b is None:  # b = None would recompute the mask with a zero bias
-        raise ValueError("b: required when relu=True and has_bias=True (the forward's bias)")
+        raise _C.Error("b: required when relu=True and has_bias=True (the forward's bias)")
     return _C.nn_batch_norm2d_backward(d_y, x, w, b, mean, rstd, bool(has_bias), bool(training),
                                        bool(relu))
 

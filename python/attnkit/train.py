@@ -8,6 +8,7 @@ PyTorch equivalents: ``torch.optim.AdamW`` (1.13, single-tensor path) and
 import numpy as _np
 
 from ._attnkit import _train as _t
+from ._attnkit import Error
 from ._attnkit._train import (BERT_PRESETS, END_OF_TEXT, GPT_PRESETS, PAD, VOCAB_SIZE, decode, encode,
                               global_grad_norm, is_bias_or_norm, sample_batch, warmup_cosine_lr)
 
@@ -58,10 +59,10 @@ class AdamW:
                  no_decay=is_bias_or_norm):
         names = list(params)
         if set(grads) != set(names):
-            raise ValueError(f"grads: names {sorted(grads)} differ from params {names}")
+            raise Error(f"grads: names {sorted(grads)} differ from params {names}")
         for n in names:
             if _np.shape(grads[n]) != _np.shape(params[n]):
-                raise ValueError(f"grads[{n!r}]: shape {_np.shape(grads[n])} != the parameter's "
+                raise Error(f"grads[{n!r}]: shape {_np.shape(grads[n])} != the parameter's "
                                  f"{_np.shape(params[n])}")
         if no_decay is None:
             mask = [True] * len(names)

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <new>
 
 #include "attnkit/core/error.hpp"
 
@@ -118,20 +117,17 @@ KVCache::KVCache(const KVCacheConfig& c) : config_(c) {
                                                                   c.kv_heads * 4, "scale bytes")
                                                      : 0;
   nbytes_ = checked_mul(2 * c.layers, layer_bytes, "cache bytes") + scale_bytes;
-  try {
-    k_.resize(size_t(c.layers));
-    v_.resize(size_t(c.layers));
-    for (int64_t l = 0; l < c.layers; ++l) {
-      k_[size_t(l)].resize(size_t(layer_bytes));
-      v_[size_t(l)].resize(size_t(layer_bytes));
-    }
-    if (c.dtype == DType::i8) {
-      k_scale_.assign(size_t(c.layers), std::vector<float>(size_t(tokens * c.kv_heads), 1.0f));
-      v_scale_.assign(size_t(c.layers), std::vector<float>(size_t(tokens * c.kv_heads), 1.0f));
-    }
-  } catch (const std::bad_alloc&) {
-    fail("KVCache: cannot allocate ", nbytes_, " bytes (", c.layers, " layers of ", tokens, " tokens × ",
-         c.kv_heads, " heads × ", c.head_dim, " dims)");
+  // A size that cannot be allocated throws std::bad_alloc (the CLI and the Python module report
+  // it as out of memory).
+  k_.resize(size_t(c.layers));
+  v_.resize(size_t(c.layers));
+  for (int64_t l = 0; l < c.layers; ++l) {
+    k_[size_t(l)].resize(size_t(layer_bytes));
+    v_[size_t(l)].resize(size_t(layer_bytes));
+  }
+  if (c.dtype == DType::i8) {
+    k_scale_.assign(size_t(c.layers), std::vector<float>(size_t(tokens * c.kv_heads), 1.0f));
+    v_scale_.assign(size_t(c.layers), std::vector<float>(size_t(tokens * c.kv_heads), 1.0f));
   }
   seqs_.resize(size_t(c.max_sequences));
 }

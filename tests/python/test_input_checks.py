@@ -181,3 +181,17 @@ def test_torch_gradient_under_create_graph_is_the_first_order_one():
         out = fa.flash_attn_func(qg, k, v, causal=True)
         grads.append(torch.autograd.grad(out.sum(), qg, create_graph=create_graph)[0])
     assert torch.equal(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("call", [
+    lambda: A.flash_attention(r(4, 8), r(4, 8), r(4, 8)),                           # rank, in the wrapper
+    lambda: A.flash_attention(r(4, 2, 8), r(1, 4, 2, 8), r(1, 4, 2, 8)),             # ranks differ
+    lambda: A.flash_attention(r(1, 4, 2, 8), r(1, 4, 2, 4), r(1, 4, 2, 8)),          # head dim, compiled
+    lambda: nn.max_pool2d(r(1, 1, 4, 4), 2, stride=0),
+    lambda: fa.flash_attn_func(torch.zeros(1, 4, 2, 8), torch.zeros(1, 4, 2, 8), torch.zeros(1, 4, 3, 8)),
+], ids=["rank", "ranks differ", "head dim", "pool stride", "torch heads"])
+def test_argument_errors_are_attnkit_errors(call):
+    """Whether the wrapper or the compiled module finds it, a bad argument is an attnkit.Error
+    (a ValueError), so `except attnkit.Error` catches every one."""
+    with pytest.raises(A.Error):
+        call()
