@@ -3,7 +3,10 @@
 // train/bert_tasks.hpp (file classification, attribution tagging and span), and their evaluation.
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <memory>
+
+#include <nlohmann/json.hpp>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
@@ -21,7 +24,16 @@ namespace attnkit::cli {
 namespace {
 
 // One line of task metrics.
-void print_task_metrics(const std::string& task, const BertEvalResult& r, const BertTaskData& data) {
+void print_task_metrics(const std::string& task, const BertEvalResult& r, const BertTaskData& data,
+                        bool json = false) {
+  if (json) {
+    nlohmann::ordered_json j{{"model_type", "bert"}, {"task", task}, {"accuracy", r.accuracy}, {"loss", r.loss},
+                             {"examples", r.count}};
+    if (task != "attribution-span") j["majority_baseline"] = majority_baseline(data);
+    if (task == "attribution-tokens") j["f1"] = r.f1;
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
   if (task == "attribution-span") {
     std::printf("%s: exact match %.4f, loss %.4f over %lld validation entries\n", task.c_str(), r.accuracy,
                 r.loss, (long long)r.count);
@@ -143,7 +155,7 @@ void run_finetune(const BertCli& cli) {
 
 }  // namespace
 
-void run_bert_eval(const std::string& dir, const std::vector<std::string>& data, int64_t examples) {
+void run_bert_eval(const std::string& dir, const std::vector<std::string>& data, int64_t examples, bool json) {
   BertModel model = BertModel::load(dir);
   const BertConfig& cfg = model.config();
   BertTrainOptions o;
@@ -159,13 +171,24 @@ void run_bert_eval(const std::string& dir, const std::vector<std::string>& data,
     o.objective = task.objective;
     const BertTaskData data = task.data;
     BertTrainer t(model, std::move(task.data), o);
-    print_task_metrics(name, t.evaluate(int64_t(data.validation.size())), data);
+    print_task_metrics(name, t.evaluate(int64_t(data.validation.size())), data, json);
     return;
   }
   check(cfg.has_mlm(), "eval: ", bert_architecture_name(cfg.architecture), " is not supported by eval");
   o.objective = cfg.architecture == BertArchitecture::kPreTraining ? BertObjective::kMlmNsp : BertObjective::kMlm;
   BertTrainer t(model, split_documents(load_documents(data), {}), o);
   const BertEvalResult r = t.evaluate(examples);
+  if (json) {
+    nlohmann::ordered_json j{{"model_type", "bert"},
+                             {"objective", o.objective == BertObjective::kMlmNsp ? "mlm+nsp" : "mlm"},
+                             {"loss", r.loss},
+                             {"bits_per_masked_byte", r.loss / std::log(2.0)},
+                             {"masked_positions", r.count},
+                             {"masked_fraction", r.loss_fraction}};
+    if (o.objective == BertObjective::kMlmNsp) j["nsp_accuracy"] = r.accuracy;
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
   std::printf("masked-LM loss %.4f (%.4f bits per masked byte) over %lld masked positions (%.1f %% of real tokens)",
               r.loss, r.loss / std::log(2.0), (long long)r.count, 100 * r.loss_fraction);
   if (o.objective == BertObjective::kMlmNsp) std::printf(", NSP accuracy %.4f", r.accuracy);

@@ -1,9 +1,13 @@
 // `attnkit train gpt` and `attnkit eval`: causal-LM training and evaluation on text files or the
 // corpora Debian ships (fortunes, the King James Bible), with the byte-level tokenizer.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <memory>
 #include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
@@ -32,12 +36,14 @@ struct TrainCli {
   ScheduleFlags schedule{.lr = 1e-3, .min_lr = 1e-4, .warmup = 100};
   int64_t tokens = 0;  // > 0: steps = ceil(tokens / (batch · seq))
   bool resume = false, overwrite = false, quiet = false, dp = false;
+  bool seq_given = false;  // without --seq: the model's context, at most kDefaultSeq
   int64_t tp = 1;  // > 1: tensor parallel over that many MPI processes
   TrainCli() {  // the default run: about 16 minutes on 2 cores (docs/models.md)
     opts.steps = 2000;
     opts.batch = 8;
-    opts.seq_len = 256;
+    opts.seq_len = kDefaultSeq;
   }
+  static constexpr int64_t kDefaultSeq = 256;
 };
 
 RunStart run_start(const TrainCli& cli) { return cli::run_start(cli.resume, cli.overwrite); }
@@ -115,7 +121,9 @@ class Parallel {
 
 // The trainer's options from the command line (any rank, any parallelism), every flag checked.
 TrainOptions train_options(const TrainCli& cli, const GptConfig& cfg) {
-  TrainOptions o = checked_gpt_train_options(cli.opts, cli.schedule, cli.tokens, cfg);
+  TrainOptions flags = cli.opts;
+  if (!cli.seq_given) flags.seq_len = std::min(TrainCli::kDefaultSeq, cfg.max_position_embeddings);
+  TrainOptions o = checked_gpt_train_options(flags, cli.schedule, cli.tokens, cfg);
   o.out_dir = cli.out;
   o.start = run_start(cli);
   return o;
@@ -185,7 +193,8 @@ void add_train_command(CLI::App& app) {
   gpt->add_option("--out", cli->out, "Run directory (model, checkpoints, log.csv; see docs/reliability.md)")->required();
   gpt->add_option("--steps", cli->opts.steps, "Optimizer steps")->capture_default_str()->excludes(tokens);
   gpt->add_option("--batch", cli->opts.batch, "Windows per step")->capture_default_str();
-  gpt->add_option("--seq", cli->opts.seq_len, "Tokens per window")->capture_default_str();
+  gpt->add_option("--seq", cli->opts.seq_len,
+                  "Tokens per window (default: the model's context max_position_embeddings, at most 256)");
   gpt->add_option("--lr", cli->schedule.lr, "Peak learning rate")->capture_default_str();
   gpt->add_option("--min-lr", cli->schedule.min_lr, "Final learning rate of the cosine decay")->capture_default_str();
   gpt->add_option("--warmup", cli->schedule.warmup, "Linear warmup steps")->capture_default_str();
@@ -213,6 +222,7 @@ void add_train_command(CLI::App& app) {
   gpt->callback([cli, gpt] {
     cli->model.shape_given = gpt->count("--preset") + gpt->count("--config") > 0;
     cli->schedule.warmup_given = gpt->count("--warmup") > 0;
+    cli->seq_given = gpt->count("--seq") > 0;
     run_train(*cli);
   });
 
@@ -230,11 +240,13 @@ void add_train_command(CLI::App& app) {
   ev->add_option("--data-dir", *data_dir, "Image models: MNIST-style IDX directory (its test split is scored)")
       ->capture_default_str();
   auto windows_set = std::make_shared<bool>(false);
-  ev->callback([model, data, windows, split, data_dir, windows_set, ev] {
+  auto json = std::make_shared<bool>(false);
+  add_json_flag(*ev, *json, "Print the results as one JSON object");
+  ev->callback([model, data, windows, split, data_dir, windows_set, json, ev] {
     *windows_set = ev->count("--windows") > 0;
     const ModelKind kind = model_type_of_dir(*model).kind;  // models/model_registry.hpp
-    if (kind == ModelKind::kBert) return run_bert_eval(*model, *data, *windows);  // masked LM / task
-    if (kind == ModelKind::kImage) return run_image_eval(*model, *data_dir, *windows_set ? *windows : 0);
+    if (kind == ModelKind::kBert) return run_bert_eval(*model, *data, *windows, *json);  // masked LM / task
+    if (kind == ModelKind::kImage) return run_image_eval(*model, *data_dir, *windows_set ? *windows : 0, *json);
     GptModel m = GptModel::load(*model);
     const std::vector<int32_t> tokens = load_split_tokens(*data, *split);
     const int64_t seq = m.config().max_position_embeddings;
@@ -242,6 +254,13 @@ void add_train_command(CLI::App& app) {
     check(int64_t(tokens.size()) >= needed, "--data: the ", *split, " split has ", tokens.size(),
           " tokens; eval needs at least ", needed, " (the model's context + 1)");
     const double loss = evaluate_loss(m, tokens, seq, *windows);
+    if (*json) {
+      const nlohmann::ordered_json j{{"model_type", "llama"}, {"loss", loss}, {"perplexity", std::exp(loss)},
+                                     {"bits_per_byte", loss / std::log(2.0)}, {"split", *split},
+                                     {"window_tokens", seq}};
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
     std::printf("loss %.4f  perplexity %.3f  bits per byte %.4f  (%s split, windows of %lld tokens)\n",
                 loss, std::exp(loss), loss / std::log(2.0), split->c_str(), (long long)seq);
   });

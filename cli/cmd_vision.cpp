@@ -130,11 +130,17 @@ void run_classify(const ClassifyFlags& f) {
 
 }  // namespace
 
-void run_image_eval(const std::string& dir, const std::string& data_dir, int64_t limit) {
+void run_image_eval(const std::string& dir, const std::string& data_dir, int64_t limit, bool json) {
   std::unique_ptr<ImageClassifier> model = load_image_classifier(dir);
   const ImageNormalization norm = load_image_normalization(dir);
   const ImageDataset test = load_fashion_mnist(data_dir, DatasetSplit::kTest);
   const ImageEvalResult r = evaluate_images(*model, test, norm, limit);
+  if (json) {
+    const nlohmann::ordered_json j{{"model_type", model->model_type()}, {"accuracy", r.accuracy},
+                                   {"loss", r.loss}, {"images", r.count}, {"data_dir", data_dir}};
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
   std::printf("%s: test accuracy %.4f  loss %.4f  (%lld images of %s)\n", model->model_type().c_str(),
               r.accuracy, r.loss, (long long)r.count, data_dir.c_str());
 }

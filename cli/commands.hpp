@@ -20,7 +20,7 @@ void add_bert_commands(CLI::App& app);     // cmd_bert.cpp (train bert, finetune
 
 // `attnkit eval` for a BERT directory: masked-LM loss (+ NSP accuracy) on --data's validation
 // split, or the fortune-file accuracy of a sequence classifier (cmd_bert.cpp).
-void run_bert_eval(const std::string& dir, const std::vector<std::string>& data, int64_t examples);
+void run_bert_eval(const std::string& dir, const std::vector<std::string>& data, int64_t examples, bool json);
 void add_convert_gqa_command(CLI::App& app);  // cmd_convert_gqa.cpp
 void add_demo_command(CLI::App& app);      // cmd_demo.cpp
 void add_dataset_command(CLI::App& app);   // cmd_dataset.cpp (IDX data sets)
@@ -32,6 +32,6 @@ void add_report_command(CLI::App& app);    // cmd_report.cpp (runs python -m att
 
 // `attnkit eval` for an image model: accuracy and loss on the test split of data_dir (first
 // `limit` images; 0 = all) (cmd_vision.cpp).
-void run_image_eval(const std::string& dir, const std::string& data_dir, int64_t limit);
+void run_image_eval(const std::string& dir, const std::string& data_dir, int64_t limit, bool json);
 
 }  // namespace attnkit::cli

@@ -2,6 +2,8 @@
 reproduces the uninterrupted losses bit for bit, bf16 training (GPT and BERT), divergence stops with a clear message and keeps
 the last checkpoint, and generation with a sink cache keeps constant memory."""
 import csv
+import json
+import math
 import os
 import subprocess
 
@@ -62,13 +64,18 @@ def test_bert_trains_in_bf16_and_refuses_a_bad_precision(tmp_path):
     r = bert(tmp_path / "bad", "--precision", "fp8")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--precision" in r.stderr, r.stderr
     assert not (tmp_path / "bad").exists()
+    r = bert(tmp_path / "f32", "--precision", "f32")
+    assert r.returncode == 0, r.stderr
+    e = subprocess.run([CLI, "eval", "--model", str(tmp_path / "f32"), "--windows", "8", "--json"],
+                       capture_output=True, text=True)
+    assert e.returncode == 0, e.stderr
+    e = json.loads(e.stdout)
+    assert e["model_type"] == "bert" and e["objective"] == "mlm" and e["masked_positions"] > 0
+    r = bert(tmp_path / "bf16", "--precision", "bf16")
     if not attnkit.bf16_available():
-        r = bert(tmp_path / "bf16", "--precision", "bf16")
         assert r.returncode == 2 and "bf16" in r.stderr, r.stderr
         return
-    for p in ("f32", "bf16"):
-        r = bert(tmp_path / p, "--precision", p)
-        assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, r.stderr
     assert ((tmp_path / "f32" / "model.safetensors").read_bytes() !=
             (tmp_path / "bf16" / "model.safetensors").read_bytes())
 
@@ -83,11 +90,34 @@ def test_divergence_stops_with_a_message_and_keeps_the_checkpoint(tmp_path):
     assert (out / "model.safetensors").read_bytes() == before
 
 
+def test_seq_defaults_to_the_models_context(tmp_path):
+    """Without --seq a window is the model's context up to 256 tokens: the tiny preset (128) trains
+    and resumes without naming it; a --seq past the context is still refused."""
+    base = [CLI, "train", "gpt", "--preset", "tiny", "--batch", "2", "--eval-every", "0", "--quiet",
+            "--threads", "1", "--out", str(tmp_path / "r")]
+    r = subprocess.run(base + ["--steps", "2"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    with open(tmp_path / "r" / "log.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2
+    r = subprocess.run([CLI, "train", "gpt", "--out", str(tmp_path / "r"), "--resume", "--steps", "3",
+                        "--eval-every", "0", "--quiet", "--threads", "1", "--batch", "2"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(base[:-1] + [str(tmp_path / "s"), "--seq", "129", "--steps", "1"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--seq: must be in [1, max_position_embeddings = 128]" in r.stderr, r.stderr
+
+
 def test_eval_and_streaming_generation(tmp_path):
     out = tmp_path / "m"
     assert train(out, "--steps", "4").returncode == 0
     r = subprocess.run([CLI, "eval", "--model", str(out), "--windows", "4"], capture_output=True, text=True)
     assert r.returncode == 0 and "bits per byte" in r.stdout
+    j = subprocess.run([CLI, "eval", "--model", str(out), "--windows", "4", "--json"], capture_output=True, text=True)
+    assert j.returncode == 0, j.stderr
+    j = json.loads(j.stdout)
+    assert f"loss {j['loss']:.4f}" in r.stdout and j["model_type"] == "llama" and j["split"] == "validation"
+    assert math.isclose(j["perplexity"], math.exp(j["loss"]), rel_tol=1e-12)
     g = subprocess.run([CLI, "generate", "--model", str(out), "--prompt", "Q: ", "--max-tokens",
                         "600", "--sink-tokens", "4", "--window", "32", "--no-stop", "--seed", "3"],
                        capture_output=True)
@@ -96,7 +126,6 @@ def test_eval_and_streaming_generation(tmp_path):
 
 
 def test_python_presets_are_the_cli_presets(tmp_path):
-    import json
     from attnkit import train as t
     assert t.GPT_PRESETS == ("tiny", "small") and t.BERT_PRESETS == ("tiny", "mini", "small")
     out = tmp_path / "run"

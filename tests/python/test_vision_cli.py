@@ -53,6 +53,10 @@ def test_train_cnn_learns_and_resume_is_exact(data, tmp_path):
     r = run("eval", "--model", str(tmp_path / "full"), "--data-dir", str(data), "--windows", "500")
     assert r.returncode == 0, r.stderr
     assert f"test accuracy {j['test_accuracy']:.4f}" in r.stdout
+    r = run("eval", "--model", str(tmp_path / "full"), "--data-dir", str(data), "--windows", "500", "--json")
+    assert r.returncode == 0, r.stderr
+    e = json.loads(r.stdout)
+    assert e["accuracy"] == j["test_accuracy"] and e["images"] == 500 and e["model_type"] == "cnn"
 
 
 @pytest.mark.skipif(not attnkit.bf16_available(), reason="no AVX512-BF16 / AMX, or built without oneDNN")
