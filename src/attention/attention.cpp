@@ -78,6 +78,8 @@ int64_t num_sequences(const AttentionArgs& a) {
 }
 
 SeqSpan sequence_span(const AttentionArgs& a, int64_t b) {
+  const int64_t count = num_sequences(a);
+  check(b >= 0 && b < count, "sequence_span: sequence ", b, " out of range [0, ", count, ")");
   if (a.cu_seqlens_q.empty()) return {0, a.q.shape[0], 0, a.k.shape[0]};
   return {a.cu_seqlens_q[b], a.cu_seqlens_q[b + 1], a.cu_seqlens_k[b], a.cu_seqlens_k[b + 1]};
 }

@@ -114,6 +114,10 @@ TEST(AttentionReference, RejectsBadArguments) {
   Problem good({{3}, {3}, 2, 1, 4}, 1);
   EXPECT_THROW(attention_reference({.dropout_p = 1.0f}, good.args()), Error);
   EXPECT_THROW(attention_reference({.window_left = -2}, good.args()), Error);
+  // sequence_span of a sequence past the last read past cu_seqlens.
+  EXPECT_EQ(sequence_span(ok.args(), 2).q_end, 4);
+  expect_error([&] { sequence_span(ok.args(), 3); }, "sequence_span: sequence 3 out of range [0, 3)");
+  expect_error([&] { sequence_span(good.args(), 1); }, "out of range [0, 1)");
 }
 
 }  // namespace

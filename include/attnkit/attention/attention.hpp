@@ -52,7 +52,8 @@ struct AttentionGrads {        // backward: gradient of the loss w.r.t. out in, 
 
 // Number of sequences described by args (1 when cu_seqlens are empty).
 int64_t num_sequences(const AttentionArgs& args);
-// Query/key ranges [begin, end) of sequence b, in packed token indices.
+// Query/key ranges [begin, end) of sequence b (in [0, num_sequences), else attnkit::Error), in
+// packed token indices.
 struct SeqSpan {
   int64_t q_begin, q_end, k_begin, k_end;
 };
