@@ -4,9 +4,8 @@
 // gate sections instead of training models there). The orchestration and
 // the figures are the Python module attnkit.report (matplotlib); this command runs it with
 // Debian's /usr/bin/python3 and the module next to this binary (BUILD/python), passing its own
-// path so every experiment runs this same attnkit, and fails unless the interpreter exits 0 and
-// wrote DIR/index.html.
-#include <fcntl.h>
+// path so every experiment runs this same attnkit (after checking that the interpreter can import
+// the module).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,10 +16,10 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attnkit/core/error.hpp"
-#include "cli_data.hpp"
 #include "commands.hpp"
 #include "flags.hpp"
 
@@ -32,57 +31,58 @@ struct ReportFlags {
   bool quick = false, tiny = false;
 };
 
-struct ChildResult {
-  int status = 0;              // exit status; 128 + the signal's number for a child killed by one
-  bool wrote_stderr = false;   // whether the child (or its children) wrote to stderr
-};
-
-// Runs args (args[0] the interpreter's path) as a child process, passing its stderr through, and
-// returns how it ended. A failed exec is reported through a close-on-exec pipe and thrown here.
-ChildResult run_child(std::vector<std::string> args) {
+// Runs args (args[0] a program's path) and returns its exit status (-1 if it could not be run or
+// was killed) and its stdout and stderr together, at most the first 64 KiB.
+std::pair<int, std::string> run_captured(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  int exec_fds[2], err_fds[2];
-  check(pipe2(exec_fds, O_CLOEXEC) == 0 && pipe(err_fds) == 0, "report: pipe: ", std::strerror(errno));
+  int fds[2];
+  check(pipe(fds) == 0, "report: pipe: ", std::strerror(errno));
   const pid_t pid = fork();
-  check(pid >= 0, "report: cannot start ", args[0], ": ", std::strerror(errno));
-  if (pid == 0) {
-    close(exec_fds[0]);
-    close(err_fds[0]);
-    dup2(err_fds[1], STDERR_FILENO);
-    close(err_fds[1]);
-    execv(argv[0], argv.data());
+  if (pid < 0) {
     const int err = errno;
-    (void)!write(exec_fds[1], &err, sizeof err);
+    close(fds[0]);
+    close(fds[1]);
+    fail("report: cannot start ", args[0], ": ", std::strerror(err));
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[1]);
+    execv(argv[0], argv.data());
+    std::fprintf(stderr, "cannot run %s: %s", argv[0], std::strerror(errno));
     _exit(127);
   }
-  close(exec_fds[1]);
-  close(err_fds[1]);
-  int exec_errno = 0;
-  ssize_t got;
-  while ((got = read(exec_fds[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
-  }
-  close(exec_fds[0]);
-  ChildResult r;
+  close(fds[1]);
+  std::string out;
   char buf[4096];
-  for (ssize_t n; (n = read(err_fds[0], buf, sizeof buf)) != 0;) {
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    r.wrote_stderr = true;
-    (void)!write(STDERR_FILENO, buf, size_t(n));
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    if (out.size() < (64 << 10)) out.append(buf, size_t(n));
   }
-  close(err_fds[0]);
+  close(fds[0]);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) check(errno == EINTR, "report: waitpid: ", std::strerror(errno));
-  check(got != ssize_t(sizeof exec_errno), "report: cannot run ", args[0], ": ", std::strerror(exec_errno));
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
-void run_report(const ReportFlags& f) {
+// Checks that `python` runs and can import the report module (numpy, matplotlib): it must print a
+// token, so a program that exits 0 without running Python (e.g. /bin/true) fails here.
+void check_interpreter(const std::string& python) {
+  constexpr const char* kToken = "attnkit-report-ready";
+  const auto [status, out] =
+      run_captured({python, "-c", std::string("import attnkit.report; print('") + kToken + "')"});
+  if (status == 0 && out == std::string(kToken) + "\n") return;
+  std::string last = out.substr(0, out.find_last_not_of("\n") + 1);
+  if (const size_t nl = last.rfind('\n'); nl != std::string::npos) last = last.substr(nl + 1);
+  fail("report: ", python, " cannot run the report module (it needs Python 3 with numpy and matplotlib)",
+       last.empty() ? std::string() : ": " + last);
+}
+
+[[noreturn]] void run_report(const ReportFlags& f) {
   namespace fs = std::filesystem;
   std::error_code ec;
   check(!f.out.empty(), "--out: empty path");
@@ -106,17 +106,13 @@ void run_report(const ReportFlags& f) {
     require_model_dir(*dir, flag, ModelKind::kGpt, "report");  // a GPT, checked before any section runs
     args.insert(args.end(), {flag, *dir});
   }
-  const fs::path page = fs::path(f.out) / "index.html";
-  const auto started = fs::file_time_type::clock::now();
+  check_interpreter(f.python);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   std::fflush(nullptr);
-  const ChildResult r = run_child(std::move(args));
-  // The report module states its own failures in one line; only a silent failure is named here.
-  if (r.status != 0 && r.wrote_stderr) throw ReportedError("report failed");
-  check(r.status == 0, "report: ", f.python, " -m attnkit.report exited with status ", r.status);
-  // An interpreter that exits 0 without running the module (e.g. --python /bin/true) wrote no page.
-  check(fs::exists(page, ec) && fs::last_write_time(page, ec) >= started, "report: ", f.python,
-        " exited with status 0 but did not write ", page.string(),
-        " (is it a Python with numpy and matplotlib?)");
+  execv(f.python.c_str(), argv.data());  // the module's exit status and messages are the command's
+  fail("report: cannot run ", f.python, ": ", std::strerror(errno));
 }
 
 }  // namespace

@@ -61,12 +61,14 @@ with open({log!r}, "a") as f:
 os.execv({cli!r}, [{cli!r}] + sys.argv[1:])
 """
 # Runs the report module with --cli pointing at the recorder (the CLI passes its own path), in this
-# process (exec keeps the pid, which it writes to pid_file).
+# process (exec keeps the pid, which it writes to pid_file); other calls (the CLI's check that the
+# interpreter can import the module) pass through.
 PYTHON_SHIM = """#!{python}
 import os, sys
-open({pid_file!r}, "w").write(str(os.getpid()))
 args = sys.argv[1:]
-args[args.index("--cli") + 1] = {recorder!r}
+if "--cli" in args:
+    open({pid_file!r}, "w").write(str(os.getpid()))
+    args[args.index("--cli") + 1] = {recorder!r}
 os.execv({python!r}, [{python!r}] + args)
 """
 
@@ -173,21 +175,23 @@ def test_report_needs_out():
 
 
 @pytest.mark.parametrize("python,message", [
-    ("/bin/true", "exited with status 0 but did not write"),   # no module run, no page
-    ("/bin/false", "exited with status 1"),                     # failed without a word
+    ("/bin/true", "/bin/true cannot run the report module"),   # exits 0 without running Python
+    ("/bin/false", "/bin/false cannot run the report module"),
+    ("/bin/echo", "cannot run the report module"),
     ("{tmp}/text", "is not an executable file"),
     ("{tmp}/script", "Exec format error"),                     # executable, but not a program
     ("/", "is not an executable file"),
 ])
-def test_report_fails_when_the_interpreter_writes_no_page(python, message, tmp_path):
+def test_report_refuses_an_interpreter_that_cannot_run_it(python, message, tmp_path):
     (tmp_path / "text").write_text("x")
     (tmp_path / "script").write_text("x")
     (tmp_path / "script").chmod(0o755)
     python = python.format(tmp=tmp_path)
     r = subprocess.run([CLI, "report", "--out", str(tmp_path / "out"), "--tiny", "--python", python],
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0 and message in r.stderr, (r.returncode, r.stderr)
+    assert r.returncode == 2 and message in r.stderr, (r.returncode, r.stderr)
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "out").exists()  # refused before the module ran
 
 
 def test_every_section_says_what_it_means_for_the_notes_claims(report):
