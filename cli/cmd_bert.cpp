@@ -23,7 +23,7 @@
 namespace attnkit::cli {
 namespace {
 
-// One line of task metrics.
+// Task metrics: one line, or a JSON object with json.
 void print_task_metrics(const std::string& task, const BertEvalResult& r, const BertTaskData& data,
                         bool json = false) {
   if (json) {

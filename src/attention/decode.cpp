@@ -389,7 +389,6 @@ int64_t DecodeTiles::sub_block_bytes() {
 
 void decode_attention(const DecodeOptions& o, const DecodeArgs& a) {
   validate(o, a);
-  check(a.out.inner_contiguous(), "out: last dimension must be contiguous");
   const Plan plan = decode::make_plan(a);
   const Decoder dec(o, a, plan);
   const int64_t items = int64_t(plan.items.size()), pf = dec.partial_floats();

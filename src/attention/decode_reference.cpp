@@ -25,6 +25,7 @@ void validate(const DecodeOptions& o, const DecodeArgs& a) {
         c.kv_heads);
   check(a.out.shape == a.q.shape, "out: shape must equal q's");
   check(a.q.inner_contiguous(), "q: last dimension must be contiguous");
+  check(a.out.inner_contiguous(), "out: last dimension must be contiguous");
   if (!a.lse.empty()) {
     check_view_extents(a.lse, "lse");
     check(a.lse.shape[0] == a.q.shape[1] && a.lse.shape[1] == a.q.shape[0], "lse: expected [H, B·n] = [",

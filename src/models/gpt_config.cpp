@@ -38,10 +38,10 @@ void validate(const GptConfig& c) {
   check(c.head_dim >= 2 && c.head_dim % 2 == 0, "config: head_dim must be even and >= 2 (RoPE), got ",
         c.head_dim);
   check(c.max_position_embeddings >= 1, "config: max_position_embeddings must be >= 1");
-  // Both are used as float32: they must be positive and finite there.
-  check(c.rms_norm_eps > 0 && std::isfinite(float(c.rms_norm_eps)),
+  // Both are used as float32: they must be positive (not rounded to 0) and finite there.
+  check(float(c.rms_norm_eps) > 0 && std::isfinite(float(c.rms_norm_eps)),
         "config: rms_norm_eps must be > 0 and finite in float32, got ", c.rms_norm_eps);
-  check(c.rope_theta > 0 && std::isfinite(float(c.rope_theta)),
+  check(float(c.rope_theta) > 0 && std::isfinite(float(c.rope_theta)),
         "config: rope_theta must be > 0 and finite in float32, got ", c.rope_theta);
   // The attention options hold window sizes as int.
   check(c.window >= -1 && c.window <= std::numeric_limits<int>::max(), "config: attnkit_window must be in [-1, ",

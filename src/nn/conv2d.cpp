@@ -37,7 +37,9 @@ namespace nn {
 Conv2dGeometry check_conv2d(const char* fn, ConstView4 out, const char* out_name, ConstView4 x,
                             ConstView4 w, std::span<const float> b, const Conv2dOptions& opts) {
   check_positive(fn, "stride", opts.stride);
-  check(opts.padding >= 0, fn, ": padding: expected >= 0, got ", opts.padding);
+  // Sizes below 2^40 keep H + 2·padding and every output extent within int64.
+  check(opts.padding >= 0 && opts.padding <= (int64_t(1) << 40), fn, ": padding: expected in [0, 2^40], got ",
+        opts.padding);
   Conv2dGeometry g;
   g.n = x.shape[0], g.c = x.shape[1], g.h = x.shape[2], g.w = x.shape[3];
   g.o = w.shape[0], g.kh = w.shape[2], g.kw = w.shape[3];

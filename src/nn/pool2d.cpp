@@ -28,7 +28,7 @@ PoolGeometry check_pool_shape(const char* fn, const std::array<int64_t, 4>& x_sh
                               const char* y_name, const Pool2dOptions& opts) {
   nn::check_positive(fn, "kernel", opts.kernel);
   check(opts.stride >= 0, fn, ": stride: expected >= 1 (or 0 for kernel), got ", opts.stride);
-  check(opts.padding >= 0 && 2 * opts.padding <= opts.kernel, fn, ": padding: expected 0 <= 2·padding <= kernel = ",
+  check(opts.padding >= 0 && opts.padding <= opts.kernel / 2, fn, ": padding: expected 0 <= 2·padding <= kernel = ",
         opts.kernel, ", got ", opts.padding);
   PoolGeometry g;
   const int64_t n = x_shape[0], c = x_shape[1];

@@ -38,8 +38,10 @@ inline void check_positive(const char* fn, const char* name, int64_t v) {
 // Checks that a KH×KW kernel fits in an H×W plane padded by `padding` on each side, as PyTorch
 // does (a larger kernel would give an empty output).
 inline void check_kernel_fits(const char* fn, int64_t kh, int64_t kw, int64_t h, int64_t w, int64_t padding) {
-  const int64_t ph = h + 2 * padding, pw = w + 2 * padding;
-  check(kh <= ph && kw <= pw, fn, ": kernel ", kh, "×", kw, " is larger than the padded input ", ph, "×", pw);
+  const __int128 ph = __int128(h) + 2 * __int128(padding), pw = __int128(w) + 2 * __int128(padding);
+  // A failing check has ph or pw below an int64 kernel size, so both print as int64.
+  check(kh <= ph && kw <= pw, fn, ": kernel ", kh, "×", kw, " is larger than the padded input ", int64_t(ph), "×",
+        int64_t(pw));
 }
 
 // Throws attnkit::Error naming the first entry of `argmax` outside [0, hw). The common case (all

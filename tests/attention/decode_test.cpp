@@ -445,6 +445,8 @@ TEST(Decode, FastPathRejectsWhatTheReferenceRejects) {
     expect_error([&] { call(qv, ov, View2::contiguous(lse.data(), {4, 2})); }, "lse: expected");
     expect_error([&] { call({nullptr, qv.shape, qv.stride}, ov, {}); }, "q: null data");
     expect_error([&] { call(qv, {nullptr, ov.shape, ov.stride}, {}); }, "out: null data");
+    std::vector<float> wide(2 * q.size());  // the reference wrote a strided out as if contiguous
+    expect_error([&] { call(qv, {wide.data(), ov.shape, {64, 16, 2}}, {}); }, "out: last dimension must be contiguous");
   }
 }
 

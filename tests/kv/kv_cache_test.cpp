@@ -196,6 +196,10 @@ TEST(KVCache, RefusesMalformedViewsAndUnallocatableSizes) {
   }
   expect_error([] { KVCache({.layers = 2, .kv_heads = int64_t(1) << 31, .head_dim = int64_t(1) << 31, .capacity = 8}); },
                "overflows 64 bits");
+  // int8's per-row scales: 8 bytes per token and head, more than the 1-byte, 1-dim rows themselves.
+  expect_error([] { KVCache({.layers = int64_t(1) << 20, .kv_heads = int64_t(1) << 20, .head_dim = 1,
+                             .capacity = int64_t(1) << 21, .dtype = DType::i8}); },
+               "KVCache: scale bytes overflows 64 bits");
 }
 
 }  // namespace

@@ -69,6 +69,8 @@ TEST(GptConfig, BadValuesNameTheKey) {
             std::string::npos);
   EXPECT_NE(message("{" + heads + R"(, "rope_theta": 1e39})").find("rope_theta must be > 0 and finite"),
             std::string::npos);
+  EXPECT_NE(message("{" + heads + R"(, "rope_theta": 1e-50})").find("rope_theta must be > 0"), std::string::npos);
+  EXPECT_NE(message("{" + heads + R"(, "rms_norm_eps": 1e-50})").find("rms_norm_eps must be > 0"), std::string::npos);
   EXPECT_EQ(message("{" + heads + R"(, "attnkit_window": 2147483647})"), "no error");
 }
 

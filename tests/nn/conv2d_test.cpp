@@ -88,7 +88,10 @@ TEST(Conv2d, BadArgumentsNameTheArgument) {
   expect_error([&] { conv2d_forward(y.v4(pr.ys()), pr.x.c4(pr.xs()), pr.w.c4(pr.ws()), pr.b.cspan(), {.stride = 0}); },
                "conv2d_forward: stride: expected >= 1, got 0");
   expect_error([&] { conv2d_forward(y.v4(pr.ys()), pr.x.c4(pr.xs()), pr.w.c4(pr.ws()), pr.b.cspan(), {.padding = -1}); },
-               "padding: expected >= 0");
+               "padding: expected in [0, 2^40]");
+  expect_error([&] { conv2d_forward(y.v4(pr.ys()), pr.x.c4(pr.xs()), pr.w.c4(pr.ws()), pr.b.cspan(),
+                                    {.padding = int64_t(1) << 62}); },
+               "padding: expected in [0, 2^40]");
   expect_error([&] { conv2d_forward(y.v4(pr.ys()), pr.x.c4({1, 1, 4, 8}), pr.w.c4(pr.ws()), pr.b.cspan(), pr.opts()); },
                "w: expected [O, C, KH, KW] with C = 1");
   expect_error([&] { conv2d_forward(y.v4({1, 3, 4, 3}), pr.x.c4(pr.xs()), pr.w.c4(pr.ws()), pr.b.cspan(), pr.opts()); },

@@ -164,6 +164,10 @@ TEST(Pool2d, BadArguments) {
                "avg_pool2d_forward: kernel 5×5 is larger than the padded input 4×4");
   expect_error([&] { max_pool2d_forward(y.v4({1, 1, 0, 0}), {}, x.c4({1, 1, 4, 4}), {.kernel = 5}); },
                "kernel 5×5 is larger");
+  // 2·padding overflowed int64 and passed the padding check.
+  expect_error([&] { max_pool2d_forward(y.v4({1, 1, 2, 2}), am, x.c4({1, 1, 4, 4}),
+                                        {.kernel = 3, .padding = int64_t(1) << 62}); },
+               "padding: expected 0 <= 2·padding <= kernel = 3");
   am[0] = 16;
   EXPECT_THROW(max_pool2d_backward(x.v4({1, 1, 4, 4}), y.c4({1, 1, 2, 2}), am), Error);
   am[0] = -1;  // negative indices too
