@@ -4,6 +4,8 @@ numpy in, numpy out. Attention functions take float32 arrays either batched ``[B
 packed ``[T, H, D]`` with ``cu_seqlens_q`` / ``cu_seqlens_k`` (int32, B+1 entries from 0).
 Errors raise ``attnkit.Error``, a subclass of ``ValueError``.
 """
+import re as _re
+
 import numpy as _np
 
 from . import _attnkit
@@ -63,6 +65,24 @@ def _packed(q, k, v, cu_seqlens_q, cu_seqlens_k):
     return flat(q), flat(k), flat(v), cu_q, cu_k, unflat_q, unflat_k
 
 
+_NON_FINITE = _re.compile(r"(\w+): non-finite value (\S+) at \[(\d+), (\d+), (\d+)\]")
+
+
+def _in_batch_layout(call, lengths):
+    """call(); the compiled code names a non-finite entry of a flattened [B·L, H, D] argument by
+    its token row, so for the arguments in `lengths` (name → L of [B, L, H, D]) the error is
+    raised again naming the entry in the caller's [B, L, H, D] layout."""
+    try:
+        return call()
+    except Error as e:
+        m = _NON_FINITE.fullmatch(str(e))
+        if m is None or m.group(1) not in lengths or not lengths[m.group(1)]:
+            raise
+        row, length = int(m.group(3)), lengths[m.group(1)]
+        raise Error(f"{m.group(1)}: non-finite value {m.group(2)} at [{row // length}, {row % length}, "
+                    f"{m.group(4)}, {m.group(5)}]") from None
+
+
 def _empty_batch_slopes(alibi_slopes, q):
     """alibi_slopes for the packed call: [B, H] slopes of an empty batch (run as one empty
     sequence) are checked here and dropped (they have no row to apply)."""
@@ -89,8 +109,11 @@ def _call_forward(fn, q, k, v, causal, window, scale, softcap, sink_logits, alib
     qp, kp, vp, cu_q, cu_k, unflat_q, _ = _packed(q, k, v, cu_seqlens_q, cu_seqlens_k)
     batched = _np.ndim(q) == 4
     alibi_slopes = _empty_batch_slopes(alibi_slopes, q)
-    out, lse = fn(qp, kp, vp, cu_q, cu_k, sink_logits, alibi_slopes, left, right,
-                  0.0 if scale is None else float(scale), float(softcap), float(dropout_p), seed)
+    lengths = {"q": _np.shape(q)[1], "k": _np.shape(k)[1], "v": _np.shape(v)[1]} if batched else {}
+    out, lse = _in_batch_layout(
+        lambda: fn(qp, kp, vp, cu_q, cu_k, sink_logits, alibi_slopes, left, right,
+                   0.0 if scale is None else float(scale), float(softcap), float(dropout_p), seed),
+        lengths)
     out = unflat_q(out)
     return (out, _lse_layout(lse, unflat_q, batched)) if return_lse else out
 
@@ -131,9 +154,11 @@ def _call_backward(fn, dout, q, k, v, out, lse, causal, window, scale, softcap, 
         raise Error(f"dout: shape {dout.shape} != q shape {_np.shape(q)}")
     opts = (sink_logits, _empty_batch_slopes(alibi_slopes, q), left, right,
             0.0 if scale is None else float(scale), float(softcap), float(dropout_p), seed)
+    lengths = ({"q": _np.shape(q)[1], "k": _np.shape(k)[1], "v": _np.shape(v)[1], "d_out": _np.shape(q)[1]}
+               if batched else {})
     if fn is None:
-        dq, dk, dv, ds = _attnkit._attention_reference_backward(
-            dout.reshape(qp.shape), qp, kp, vp, cu_q, cu_k, *opts)
+        dq, dk, dv, ds = _in_batch_layout(lambda: _attnkit._attention_reference_backward(
+            dout.reshape(qp.shape), qp, kp, vp, cu_q, cu_k, *opts), lengths)
     else:
         out = _checks.float_array(out, "out")
         lse = _checks.float_array(lse, "lse")
@@ -143,8 +168,8 @@ def _call_backward(fn, dout, q, k, v, out, lse, causal, window, scale, softcap, 
             if lse.ndim != 3:
                 raise Error(f"lse: expected [B, H, L] for batched inputs, got {lse.shape}")
             lse = lse.transpose(1, 0, 2).reshape(lse.shape[1], -1)
-        dq, dk, dv, ds = fn(dout.reshape(qp.shape), qp, kp, vp, out.reshape(qp.shape), lse,
-                            cu_q, cu_k, *opts)
+        dq, dk, dv, ds = _in_batch_layout(lambda: fn(dout.reshape(qp.shape), qp, kp, vp, out.reshape(qp.shape),
+                                                     lse, cu_q, cu_k, *opts), lengths)
     return unflat_q(dq), unflat_k(dk), unflat_k(dv), ds
 
 

@@ -29,6 +29,15 @@ def check_tensor(x, name, ranks):
         raise attnkit.Error(f"{name}: expected {want} dimensions, got shape {tuple(x.shape)}")
 
 
+def check_finite(x, name):
+    """attnkit.Error naming the first NaN or infinite entry of tensor x by its index in x."""
+    with torch.no_grad():
+        bad = ~torch.isfinite(x)
+        if bool(bad.any()):
+            index = [int(i) for i in bad.nonzero()[0]]
+            raise attnkit.Error(f"{name}: non-finite value {float(x[tuple(index)])} at {index}")
+
+
 def check_same_dtype(named):
     """All tensors in {name: tensor} share one dtype (FlashAttention's rule)."""
     items = list(named.items())
@@ -76,6 +85,8 @@ def check_cu_seqlens(cu, name, total):
 def check_max_seqlen(value, cu, name):
     """max_seqlen must be an int at least the longest sequence in cu (int32 numpy)."""
     if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise attnkit.Error(f"{name}: expected an int or a one-element tensor, got shape {tuple(value.shape)}")
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")

@@ -104,7 +104,9 @@ def _locate(block_table, k_cache, seqlens, n_new, batch, paged):
             if used.size and (used.min() < 0 or used.max() >= k_cache.shape[0]):
                 raise attnkit.Error(f"block_table: row {b} names blocks outside [0, "
                                  f"{k_cache.shape[0]})")
-    if np.any(seqlens < 0) or np.any(seqlens + n_new > capacity):
+    if np.any(seqlens < 0):
+        raise attnkit.Error(f"cache_seqlens: entries must be >= 0, got {seqlens.tolist()}")
+    if np.any(seqlens + n_new > capacity):
         raise attnkit.Error(f"cache_seqlens: cache_seqlens + seqlen_new must be in [0, {capacity}], "
                          f"got {(seqlens + n_new).tolist()}")
     return capacity
@@ -155,6 +157,17 @@ def _check_caches(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cac
     n_new = _check_new(k, v, k_cache, batch)
     if k is not None:
         c.check_same_dtype({"k_cache": k_cache, "k": k, "v": v})
+    if n_new and cache_seqlens is None:
+        raise attnkit.Error("cache_seqlens: needed to append new k and v (without it every cache row "
+                            "counts as full)")
+    if not paged and cache_batch_idx is None and batch > k_cache.shape[0]:
+        raise attnkit.Error(f"k_cache: {k_cache.shape[0]} cache rows for a batch of {batch} (pass "
+                            "cache_batch_idx to map sequences to rows)")
+    if n_new:  # written in place: rows must not share memory (PyTorch refuses such writes too)
+        for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
+            if any(st == 0 and n > 1 for st, n in zip(x.stride(), x.shape)):
+                raise attnkit.Error(f"{name}: an expanded tensor (stride 0, shape {tuple(x.shape)}) "
+                                    "cannot take the new k and v in place")
     seqlens = _seqlens(cache_seqlens, batch, k_cache.shape[1])
     rows = _index_vector(cache_batch_idx, "cache_batch_idx", batch, np.arange(batch))
     if not paged and (rows.min(initial=0) < 0 or rows.max(initial=0) >= k_cache.shape[0]):
@@ -184,6 +197,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     _, scale, window, softcap = c.check_options(0.0, softmax_scale, window_size, softcap)
     alibi = c.check_alibi(alibi_slopes, batch, h)
 
+    # Every value the attention will read is checked before the caches are written, so a failing
+    # call leaves them as they were.
+    c.check_finite(q, "q")
+    if n_new:
+        c.check_finite(k, "k")
+        c.check_finite(v, "v")
+    for b in range(batch):
+        for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+            c.check_finite(_cache_rows(cache, b, rows[b], int(leftpad[b]), int(seqlens[b]), block_table),
+                           f"{name} (sequence {b})")
     with torch.no_grad():
         q32 = q
         if rotary:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import attnkit
 import attnkit.torch as fa
 import torch_api_ref as ref
 import torch_deform as td
@@ -467,6 +468,54 @@ def test_bad_kvcache_input_leaves_cache_untouched():
         fa.flash_attn_with_kvcache(randn(3, 1, 4, 16), k_cache, v_cache, randn(3, 5, 2, 16),
                                    randn(3, 5, 2, 16), cache_seqlens=torch.tensor([0, 10, 44]))
     assert torch.equal(k_cache, before)
+
+
+def test_kvcache_refusals_name_the_cause_and_leave_the_cache():
+    """Non-finite q, new k/v or cached values fail before the cache is written (the new k/v were
+    written, then q's NaN refused); each misuse names its own cause."""
+    k_cache, v_cache, _ = _cache_case(False)
+    before_k, before_v = k_cache.clone(), v_cache.clone()
+    seqlens = torch.tensor([3, 10, 20], dtype=torch.int32)
+    q, k, v = randn(3, 1, 4, 16), randn(3, 5, 2, 16), randn(3, 5, 2, 16)
+    bad_q, bad_k = q.clone(), k.clone()
+    bad_q[1, 0, 2, 3] = float("nan")
+    bad_k[2, 4, 1, 7] = float("inf")
+    cases = [
+        (dict(q=bad_q, k=k, v=v, cache_seqlens=seqlens), r"q: non-finite value nan at \[1, 0, 2, 3\]"),
+        (dict(q=q, k=bad_k, v=v, cache_seqlens=seqlens), r"k: non-finite value inf at \[2, 4, 1, 7\]"),
+        (dict(q=q, k=k, v=v), "cache_seqlens: needed to append new k and v"),
+        (dict(q=q, k=k, v=v, cache_seqlens=torch.tensor([-1, 2, 3], dtype=torch.int32)),
+         r"cache_seqlens: entries must be >= 0, got \[-1, 2, 3\]"),
+        (dict(q=randn(4, 1, 4, 16), k=None, v=None), "k_cache: 3 cache rows for a batch of 4"),
+    ]
+    for kw, match in cases:
+        with pytest.raises(attnkit.Error, match=match):
+            fa.flash_attn_with_kvcache(kw.pop("q"), k_cache, v_cache, **kw)
+        assert torch.equal(k_cache, before_k) and torch.equal(v_cache, before_v), match
+    k_cache[1, 4, 0, 0] = float("nan")  # inside sequence 1's cached tokens
+    before_k = k_cache.clone()
+    with pytest.raises(attnkit.Error, match=r"k_cache \(sequence 1\): non-finite value nan"):
+        fa.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens)
+    assert torch.equal(k_cache.nan_to_num(7.0), before_k.nan_to_num(7.0)) and torch.equal(v_cache, before_v)
+    # An expanded cache would take every sequence's new tokens in the same memory.
+    shared = randn(1, 48, 2, 16).expand(3, 48, 2, 16)
+    with pytest.raises(attnkit.Error, match="k_cache: an expanded tensor"):
+        fa.flash_attn_with_kvcache(q, shared, shared.clone(), k, v, cache_seqlens=seqlens)
+
+
+def test_non_finite_inputs_are_named_in_the_callers_layout():
+    q, k, v = randn(2, 5, 4, 8), randn(2, 7, 2, 8), randn(2, 7, 2, 8)
+    k[1, 2, 1, 5] = float("nan")
+    with pytest.raises(attnkit.Error, match=r"k: non-finite value nan at \[1, 2, 1, 5\]"):
+        fa.flash_attn_func(q, k, v)
+    qkv = randn(2, 5, 3, 4, 8)
+    qkv[1, 3, 2, 0, 4] = float("inf")
+    with pytest.raises(attnkit.Error, match=r"v: non-finite value inf at \[1, 3, 0, 4\]"):
+        fa.flash_attn_qkvpacked_func(qkv)
+    cu = torch.tensor([0, 5], dtype=torch.int32)
+    with pytest.raises(attnkit.Error, match="max_seqlen_q: expected an int or a one-element tensor"):
+        fa.flash_attn_varlen_func(q[0], k[0], v[0], cu, torch.tensor([0, 7], dtype=torch.int32),
+                                  torch.tensor([5, 5]), 7)
 
 
 def test_import_attnkit_does_not_import_torch():
