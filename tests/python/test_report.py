@@ -169,6 +169,17 @@ def test_headless_chromium_loads_every_image(report, tmp_path):
         shutil.copy(shot, os.environ["ATTNKIT_REPORT_SCREENSHOT"])
 
 
+def test_report_runs_again_into_the_same_out(report):
+    """A second run into a finished report's --out replaces its page and its models (the GQA
+    conversions and training runs under work/ are redone, not refused as existing outputs)."""
+    page = report / "index.html"
+    first = page.stat().st_mtime_ns
+    r = subprocess.run([CLI, "report", "--out", str(report), "--tiny"], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert page.stat().st_mtime_ns > first and "failed" not in r.stderr, r.stderr[-3000:]
+
+
 def test_report_needs_out():
     r = subprocess.run([CLI, "report"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--out" in r.stderr
