@@ -19,6 +19,7 @@
 #include "attnkit/core/error.hpp"
 #include "test_errors.hpp"
 #include "test_random.hpp"
+#include "test_compare.hpp"
 
 namespace attnkit {
 namespace {
@@ -67,7 +68,7 @@ std::pair<double, double> gradient_error(Problem& p, const AttentionOptions& o) 
   auto sweep = [&](testing::Guarded& x, const std::vector<float>& g) {
     for (int64_t i = 0; i < x.size(); ++i) {
       const double num = numeric(&x.data()[i]);
-      worst = std::max(worst, std::abs(num - g[size_t(i)]));
+      worst = worse_error(worst, std::abs(num - g[size_t(i)]));
       scale = std::max(scale, std::abs(num));
     }
   };
@@ -76,7 +77,7 @@ std::pair<double, double> gradient_error(Problem& p, const AttentionOptions& o) 
   sweep(p.v, dv);
   for (size_t h = 0; h < p.sinks.size(); ++h) {
     const double num = numeric(&p.sinks[h]);
-    worst = std::max(worst, std::abs(num - ds[h]));
+    worst = worse_error(worst, std::abs(num - ds[h]));
     scale = std::max(scale, std::abs(num));
   }
   return {worst, scale};

@@ -114,13 +114,14 @@ struct Problem {
   }
 };
 
-// Max |a - b| over n elements where both are finite or equal infinities.
+// Max |a - b| over n elements where both are finite or equal infinities; +inf if either holds a
+// NaN (two NaNs at the same place are not a match).
 inline double max_abs_diff(const float* a, const float* b, int64_t n) {
   double m = 0;
   for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) return INFINITY;
     if (std::isinf(a[i]) && a[i] == b[i]) continue;
     m = std::max(m, std::abs(double(a[i]) - double(b[i])));
-    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
   }
   return m;
 }

@@ -11,6 +11,7 @@
 #include "attention/attention_problem.hpp"
 #include "attnkit/core/error.hpp"
 #include "test_errors.hpp"
+#include "test_compare.hpp"
 
 namespace attnkit {
 namespace {
@@ -34,7 +35,7 @@ void check_gradients(const GradientCase& c) {
       if (i % row >= used) continue;  // padding between strided rows is not an input
       const double num = testing::reference_numeric_grad(p, c.opts, &x.data()[i]);
       const double ana = g.data()[(i / row) * used + i % row];
-      worst = std::max(worst, std::abs(num - ana));
+      worst = worse_error(worst, std::abs(num - ana));
       scale = std::max(scale, std::abs(num));
     }
   };
@@ -44,7 +45,7 @@ void check_gradients(const GradientCase& c) {
   sweep(p.v, p.d_v, p.row(s.hkv), s.hkv * s.d);
   for (size_t h = 0; h < p.sinks.size(); ++h) {
     const double num = testing::reference_numeric_grad(p, c.opts, &p.sinks[h]);
-    worst = std::max(worst, std::abs(num - p.d_sink[h]));
+    worst = worse_error(worst, std::abs(num - p.d_sink[h]));
     scale = std::max(scale, std::abs(num));
   }
   // Central differences with h = 1e-2 on float inputs: truncation O(h²) and float rounding of the

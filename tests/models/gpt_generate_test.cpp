@@ -12,6 +12,7 @@
 
 #include "attnkit/core/error.hpp"
 #include "test_errors.hpp"
+#include "test_compare.hpp"
 
 namespace attnkit {
 namespace {
@@ -51,7 +52,7 @@ struct FullForward {
   }
   void compare(std::span<const float> got, int64_t t) {
     for (int64_t v = 0; v < full.shape()[1]; ++v) {
-      worst = std::max(worst, std::abs(double(got[size_t(v)]) - full.view()(t, v)));
+      worst = worse_error(worst, std::abs(double(got[size_t(v)]) - full.view()(t, v)));
       scale = std::max(scale, std::abs(double(full.view()(t, v))));
     }
   }
@@ -109,7 +110,7 @@ TEST(GptGenerate, PromptPastASinkCacheEqualsTokenByToken) {
   std::span<const float> b;
   for (int32_t t : prompt) b = single.feed(t);
   double worst = 0;
-  for (size_t v = 0; v < a.size(); ++v) worst = std::max(worst, std::abs(double(a[v]) - b[v]));
+  for (size_t v = 0; v < a.size(); ++v) worst = worse_error(worst, std::abs(double(a[v]) - b[v]));
   EXPECT_LT(worst, 1e-5);
   EXPECT_EQ(batched.position(), 50);
   EXPECT_EQ(batched.cache().positions(0, 0), single.cache().positions(0, 0));

@@ -15,6 +15,7 @@
 #include "attnkit/core/parallel.hpp"
 #include "nn/nn_testing.hpp"
 #include "test_errors.hpp"
+#include "test_compare.hpp"
 
 namespace attnkit {
 namespace {
@@ -159,8 +160,8 @@ TEST_P(VitPoolings, LogitsMatchThePlainLoopReference) {
   const std::vector<float> f32 = reference_logits<float>(m, x, n);
   double err = 0, err32 = 0, scale = 0;
   for (int64_t i = 0; i < n * c.num_labels; ++i) {
-    err = std::max(err, std::abs(double(got.data[i]) - ref[size_t(i)]));
-    err32 = std::max(err32, std::abs(double(f32[size_t(i)]) - ref[size_t(i)]));
+    err = worse_error(err, std::abs(double(got.data[i]) - ref[size_t(i)]));
+    err32 = worse_error(err32, std::abs(double(f32[size_t(i)]) - ref[size_t(i)]));
     scale = std::max(scale, std::abs(ref[size_t(i)]));
   }
   // FlashAttention's bar: at most a small multiple of plain float32's own error (+ rounding).

@@ -20,6 +20,7 @@
 
 #include "attnkit/core/tensor.hpp"
 #include "test_random.hpp"
+#include "test_compare.hpp"
 
 namespace attnkit::nn_testing {
 
@@ -133,7 +134,7 @@ inline double numeric_grad(const std::function<double()>& loss, float* x, float 
 struct GradCheck {
   double worst = 0, scale = 0;
   void add(double numeric, double analytic) {
-    worst = std::max(worst, std::abs(numeric - analytic));
+    worst = worse_error(worst, std::abs(numeric - analytic));
     scale = std::max(scale, std::abs(numeric));
   }
   // Every logical element of x against the analytic gradient g (same shape).

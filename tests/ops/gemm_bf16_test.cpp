@@ -22,6 +22,7 @@
 #include "attnkit/ops/gemm.hpp"
 #include "ops/gemm_operands.hpp"
 #include "attnkit/ops/matmul_precision.hpp"
+#include "test_compare.hpp"
 
 namespace attnkit {
 namespace {
@@ -131,7 +132,7 @@ TEST(GemmBf16, ErrorIsThatOfBf16InputsNotFloat32) {
   double worst = 0;  // largest |error| / Σ|ab|
   for (int64_t i = 0; i < cs.m; ++i)
     for (int64_t j = 0; j < cs.n; ++j)
-      worst = std::max(worst, std::fabs(double(o.c[size_t(i * o.ldc + j)]) - exact[size_t(i * o.ldc + j)]) /
+      worst = worse_error(worst, std::fabs(double(o.c[size_t(i * o.ldc + j)]) - exact[size_t(i * o.ldc + j)]) /
                                   magnitude(cs, o, i, j));
   EXPECT_GT(worst, 16 * 256 * kU32);  // above any float32 rounding of a 256-term sum
   EXPECT_LT(worst, 2 * kU16);

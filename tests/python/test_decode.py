@@ -100,9 +100,10 @@ def test_batched_paged_decode_equals_dense():
     for step in range(12):  # interleaved appends of different lengths
         for s in range(3):
             n = (s + 1) * 3
-            kv = rng.standard_normal((n, hkv, d), dtype=np.float32)
-            dense.append(kv, kv, seq=s)
-            paged.append(kv, kv, seq=s)
+            k = rng.standard_normal((n, hkv, d), dtype=np.float32)
+            v = rng.standard_normal((n, hkv, d), dtype=np.float32)  # its own values: a K/V swap shows
+            dense.append(k, v, seq=s)
+            paged.append(k, v, seq=s)
     q = rng.standard_normal((3, 2, 4, d), dtype=np.float32)
     np.testing.assert_allclose(attnkit.decode_attention(q, paged),
                                attnkit.decode_attention(q, dense), atol=1e-6)

@@ -74,13 +74,14 @@ def test_linear_on_either_gemm_path(packed):
     """300 tokens: y and d_x on the packed-weight GEMM (oneDNN builds) or on OpenBLAS."""
     rng = np.random.default_rng(11)
     x, w, d_y, b = randn(rng, 300, 64), randn(rng, 96, 64), randn(rng, 300, 96), randn(rng, 96)
+    saved = attnkit.packed_gemm()
     attnkit.set_packed_gemm(packed)
     try:
         assert attnkit.packed_gemm() == packed
         y = nn.linear(x, w, b)
         d_x, d_w, d_b = nn.linear_backward(d_y, x, w)
     finally:
-        attnkit.set_packed_gemm(True)
+        attnkit.set_packed_gemm(saved)
     check({"out0": y, "d_x": d_x, "d_w": d_w, "d_b": d_b}, lambda x, w, b: F.linear(x, w, b),
           {"x": x, "w": w, "b": b}, [d_y])
 

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "attnkit/core/error.hpp"
+#include "test_compare.hpp"
 
 namespace attnkit {
 namespace {
@@ -72,14 +73,14 @@ TEST(SinkProfile, RowsSumToOneMinusSinkAndReproduceTheKernel) {
           double s = 0;
           for (int64_t d = 0; d < D; ++d) s += double(cache.qkv(N, h * D + d)) * cache.qkv(j, kc + d);
           const double expect = visible ? std::exp(s / std::sqrt(double(D)) - lse) : 0.0;
-          worst_p = std::max(worst_p, std::abs(expect - p[size_t(h * (N + 1) + j)]));
+          worst_p = worse_error(worst_p, std::abs(expect - p[size_t(h * (N + 1) + j)]));
         }
         // Σ_j p_j·v_j is the attention output before the gate (float32 flash result).
         for (int64_t d = 0; d < D; ++d) {
           double o = 0;
           for (int64_t j = 0; j <= N; ++j) o += p[size_t(h * (N + 1) + j)] * cache.qkv(j, vc + d);
           for (int64_t j = 0; j <= N; ++j) out_scale = std::max(out_scale, std::abs(double(cache.qkv(j, vc + d))));
-          worst_out = std::max(worst_out, std::abs(o - cache.attn(N, h * D + d)));
+          worst_out = worse_error(worst_out, std::abs(o - cache.attn(N, h * D + d)));
         }
         // float32 lse carries a relative error of a few ulps; scores are O(10) here.
         EXPECT_LT(worst_p, 1e-5) << "layer " << l << " head " << h;

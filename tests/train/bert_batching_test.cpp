@@ -12,6 +12,7 @@
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/parallel.hpp"
 #include "attnkit/io/tokenizer.hpp"
+#include "test_compare.hpp"
 
 namespace attnkit {
 namespace {
@@ -56,7 +57,7 @@ void expect_same_rows(const std::vector<float>& want, const std::vector<float>& 
   ASSERT_EQ(want.size(), got.size()) << layout << ", example " << example;
   double worst = 0;
   for (size_t j = 0; j < want.size(); ++j)
-    worst = std::max(worst, std::abs(double(got[j]) - want[j]) / (1.0 + std::abs(want[j])));
+    worst = worse_error(worst, std::abs(double(got[j]) - want[j]) / (1.0 + std::abs(want[j])));
   // Seen: at most 7.5e-8 (one rounding step) with OpenBLAS's Zen kernels, 0 with its SkylakeX ones.
   EXPECT_LE(worst, 8 * double(FLT_EPSILON)) << layout << ", example " << example;
 }

@@ -17,6 +17,7 @@
 #include "attnkit/ops/gemm.hpp"
 #include "test_dirs.hpp"
 #include "attnkit/core/file_io.hpp"
+#include "test_compare.hpp"
 
 namespace attnkit {
 namespace {
@@ -198,8 +199,8 @@ class LinearLayerTask : public Quadratic {
     const double bar_dx = double(kC + 2) * u * double(kC) * max_abs(y_ref) * max_abs(p);
     double loss = 0;
     for (size_t i = 0; i < y.size(); ++i) {
-      worst = std::max(worst, std::fabs(double(y[i]) - y_ref[i]) / bar_y);
-      worst = std::max(worst, std::fabs(double(d_x[i]) - d_x_ref[i]) / bar_dx);
+      worst = worse_error(worst, std::fabs(double(y[i]) - y_ref[i]) / bar_y);
+      worst = worse_error(worst, std::fabs(double(d_x[i]) - d_x_ref[i]) / bar_dx);
       loss += 0.5 * double(y_ref[i]) * y_ref[i];
     }
     return float(loss);
