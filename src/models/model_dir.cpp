@@ -2,6 +2,7 @@
 #include "attnkit/models/model_dir.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -58,6 +59,11 @@ void load_model_tensors(const std::string& dir, const std::vector<ParameterInfo>
     check(p.offset >= 0 && p.offset + p.numel <= int64_t(dst.size()), who, ": tensor '", p.name,
           "' lies outside its buffer");
     const std::vector<float> values = file.read_f32(p.name);
+    // A NaN or infinite weight would make every output NaN without a word; refuse it by name.
+    const auto bad = std::find_if(values.begin(), values.end(), [](float v) { return !std::isfinite(v); });
+    if (bad != values.end())
+      fail(who, ": tensor '", p.name, "' in ", path, " holds a non-finite value (", *bad, ") at element ",
+           bad - values.begin());
     std::copy(values.begin(), values.end(), dst.begin() + p.offset);
   }
 }

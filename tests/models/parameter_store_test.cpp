@@ -1,14 +1,16 @@
 // ParameterStore (models/parameter_store.hpp): layout in insertion order, look-ups by name that
 // name a missing tensor, views onto parameters and gradients, and a save/load round trip of
-// parameters and buffers through a model directory.
+// parameters and buffers through a model directory, which refuses non-finite values.
 #include "attnkit/models/parameter_store.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <numeric>
 
 #include "attnkit/core/error.hpp"
+#include "test_errors.hpp"
 
 namespace attnkit {
 namespace {
@@ -101,6 +103,22 @@ TEST(ParameterStore, SaveLoadRoundTripsParametersAndBuffers) {
   other.add("a.weight", {2, 3});  // same name, wrong shape
   other.allocate();
   EXPECT_THROW(other.load(dir), Error);
+  std::filesystem::remove_all(dir);
+}
+
+// A NaN or infinite weight loaded without a word and made every output NaN; it is refused by name.
+TEST(ParameterStore, LoadRefusesNonFiniteValues) {
+  const std::string dir = (std::filesystem::temp_directory_path() / "attnkit_store_nan_test").string();
+  for (const float bad : {NAN, INFINITY}) {
+    ParameterStore s = make();
+    std::iota(s.parameters().begin(), s.parameters().end(), 1.0f);
+    s.parameter("conv.weight")[3] = bad;
+    s.save(dir, "{}\n");
+    ParameterStore back = make();
+    expect_error([&] { back.load(dir); }, "TestModel.load: tensor 'conv.weight' in ");
+    expect_error([&] { back.load(dir); }, "holds a non-finite value");
+    expect_error([&] { back.load(dir); }, "at element 3");
+  }
   std::filesystem::remove_all(dir);
 }
 
