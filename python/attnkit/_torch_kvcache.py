@@ -197,16 +197,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     _, scale, window, softcap = c.check_options(0.0, softmax_scale, window_size, softcap)
     alibi = c.check_alibi(alibi_slopes, batch, h)
 
-    # Every value the attention will read is checked before the caches are written, so a failing
-    # call leaves them as they were.
+    # The inputs are checked before the caches are written; what the attention itself refuses
+    # (a non-finite cached token, a rotation that overflows float16) is refused after the write,
+    # and the overwritten slots are restored, so a failing call leaves the caches as they were.
     c.check_finite(q, "q")
     if n_new:
         c.check_finite(k, "k")
         c.check_finite(v, "v")
-    for b in range(batch):
-        for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
-            c.check_finite(_cache_rows(cache, b, rows[b], int(leftpad[b]), int(seqlens[b]), block_table),
-                           f"{name} (sequence {b})")
+    if rotary:
+        c.check_finite(rotary_cos, "rotary_cos")
+        c.check_finite(rotary_sin, "rotary_sin")
     with torch.no_grad():
         q32 = q
         if rotary:
@@ -216,21 +216,33 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             qpos = torch.from_numpy(seqlens)[:, None] + (torch.arange(n) if local else
                                                          torch.zeros(n, dtype=torch.int64))[None, :]
             q32 = _rotate(q, rotary_cos, rotary_sin, qpos, rotary_interleaved)
+        overwritten = []  # (sequence, start, old k slots, old v slots), in write order
         for b in range(batch):
             if n_new:
-                _write(k_cache, k[b], b, rows[b], int(seqlens[b]), block_table)
-                _write(v_cache, v[b], b, rows[b], int(seqlens[b]), block_table)
+                start = int(seqlens[b])
+                overwritten.append((b, start,
+                                    _cache_rows(k_cache, b, rows[b], start, start + n_new, block_table).clone(),
+                                    _cache_rows(v_cache, b, rows[b], start, start + n_new, block_table).clone()))
+                _write(k_cache, k[b], b, rows[b], start, block_table)
+                _write(v_cache, v[b], b, rows[b], start, block_table)
         out = torch.empty(batch, n, h, d, dtype=torch.float32)
         lse = torch.empty(batch, h, n, dtype=torch.float32)
-        for b in range(batch):
-            end = int(seqlens[b]) + n_new
-            kb = _cache_rows(k_cache, b, rows[b], int(leftpad[b]), end, block_table)
-            vb = _cache_rows(v_cache, b, rows[b], int(leftpad[b]), end, block_table)
-            kw = {} if alibi is None else {"alibi_slopes": alibi if alibi.ndim == 1 else alibi[b]}
-            o, l = attnkit.flash_attention(c.to_numpy32(q32[b]), c.to_numpy32(kb),
-                                           c.to_numpy32(vb), causal=bool(causal), window=window,
-                                           scale=scale, softcap=softcap, return_lse=True, **kw)
-            out[b] = torch.from_numpy(o)
-            lse[b] = torch.from_numpy(l)
+        try:
+            for b in range(batch):
+                end = int(seqlens[b]) + n_new
+                kb = _cache_rows(k_cache, b, rows[b], int(leftpad[b]), end, block_table)
+                vb = _cache_rows(v_cache, b, rows[b], int(leftpad[b]), end, block_table)
+                kw = {} if alibi is None else {"alibi_slopes": alibi if alibi.ndim == 1 else alibi[b]}
+                o, l = attnkit.flash_attention(c.to_numpy32(q32[b]), c.to_numpy32(kb),
+                                               c.to_numpy32(vb), causal=bool(causal), window=window,
+                                               scale=scale, softcap=softcap, return_lse=True, **kw)
+                out[b] = torch.from_numpy(o)
+                lse[b] = torch.from_numpy(l)
+        except attnkit.Error as e:
+            failed = b  # k, v in the message: the sequence's cached tokens from cache_leftpad on
+            for seq, start, old_k, old_v in reversed(overwritten):  # reversed: repeated rows end as they began
+                _write(k_cache, old_k, seq, rows[seq], start, block_table)
+                _write(v_cache, old_v, seq, rows[seq], start, block_table)
+            raise attnkit.Error(f"sequence {failed}: {e}") from None
     out = out if q.dtype == torch.float32 else out.to(q.dtype)
     return (out, lse) if return_softmax_lse else out

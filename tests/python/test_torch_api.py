@@ -495,10 +495,17 @@ def test_kvcache_refusals_name_the_cause_and_leave_the_cache():
         with pytest.raises(attnkit.Error, match=match):
             fa.flash_attn_with_kvcache(kw.pop("q"), k_cache, v_cache, **kw)
         assert torch.equal(k_cache, before_k) and torch.equal(v_cache, before_v), match
-    k_cache[1, 4, 0, 0] = float("nan")  # inside sequence 1's cached tokens
-    before_k = k_cache.clone()
-    with pytest.raises(attnkit.Error, match=r"k_cache \(sequence 1\): non-finite value nan"):
+    k_cache[1, 4, 0, 0] = float("nan")  # inside sequence 1's cached tokens: refused by the attention
+    before_k = k_cache.clone()           # after the new tokens were written, which are restored
+    with pytest.raises(attnkit.Error, match=r"sequence 1: k: non-finite value nan at \[4, 0, 0\]"):
         fa.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens)
+    assert torch.equal(k_cache.nan_to_num(7.0), before_k.nan_to_num(7.0)) and torch.equal(v_cache, before_v)
+    # A rotation table with a NaN is refused before anything is written.
+    cos, sin = torch.ones(64, 4), torch.zeros(64, 4)
+    cos[5, 1] = float("nan")
+    with pytest.raises(attnkit.Error, match=r"rotary_cos: non-finite value nan at \[5, 1\]"):
+        fa.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos=cos, rotary_sin=sin,
+                                   cache_seqlens=seqlens)
     assert torch.equal(k_cache.nan_to_num(7.0), before_k.nan_to_num(7.0)) and torch.equal(v_cache, before_v)
     # An expanded cache would take every sequence's new tokens in the same memory.
     shared = randn(1, 48, 2, 16).expand(3, 48, 2, 16)
