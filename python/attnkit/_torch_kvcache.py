@@ -170,7 +170,7 @@ def _check_caches(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cac
                                     "cannot take the new k and v in place")
     seqlens = _seqlens(cache_seqlens, batch, k_cache.shape[1])
     rows = _index_vector(cache_batch_idx, "cache_batch_idx", batch, np.arange(batch))
-    if not paged and (rows.min(initial=0) < 0 or rows.max(initial=0) >= k_cache.shape[0]):
+    if not paged and rows.size and (rows.min() < 0 or rows.max() >= k_cache.shape[0]):
         raise attnkit.Error(f"cache_batch_idx: entries must be in [0, {k_cache.shape[0]})")
     leftpad = _index_vector(cache_leftpad, "cache_leftpad", batch, np.zeros(batch, np.int64))
     _locate(block_table, k_cache, seqlens, n_new, batch, paged)

@@ -359,6 +359,7 @@ def test_linear_cross_entropy_matches_plain_cross_entropy_on_logits():
     fused = nn.linear_cross_entropy(h, w, targets, b)
     plain = nn.cross_entropy(z, targets)
     np.testing.assert_allclose(fused[0], plain[0], rtol=1e-5)
+    np.testing.assert_allclose(fused[1], plain[1], rtol=1e-5)  # the per-token losses
     np.testing.assert_allclose(fused[2], plain[2], rtol=1e-5)
 
 

@@ -513,6 +513,12 @@ def test_kvcache_refusals_name_the_cause_and_leave_the_cache():
         fa.flash_attn_with_kvcache(q, shared, shared.clone(), k, v, cache_seqlens=seqlens)
 
 
+def test_kvcache_with_an_empty_batch_and_no_cache_rows():
+    out, lse = fa.flash_attn_with_kvcache(randn(0, 1, 4, 16), torch.zeros(0, 8, 2, 16), torch.zeros(0, 8, 2, 16),
+                                          return_softmax_lse=True)
+    assert out.shape == (0, 1, 4, 16) and lse.shape == (0, 4, 1)
+
+
 def test_non_finite_inputs_are_named_in_the_callers_layout():
     q, k, v = randn(2, 5, 4, 8), randn(2, 7, 2, 8), randn(2, 7, 2, 8)
     k[1, 2, 1, 5] = float("nan")
