@@ -31,8 +31,8 @@ struct ReportFlags {
   bool quick = false, tiny = false;
 };
 
-// Runs args (args[0] a program's path) and returns its exit status (-1 if it could not be run or
-// was killed) and its stdout and stderr together, at most the first 64 KiB.
+// Runs args (args[0] a program's path) and returns its exit status (127 if it could not be run,
+// -1 if it was killed) and its stdout and stderr together, at most the first 64 KiB.
 std::pair<int, std::string> run_captured(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());

@@ -41,7 +41,6 @@ struct TrainCli {
   TrainCli() {  // the default run: about 16 minutes on 2 cores (docs/models.md)
     opts.steps = 2000;
     opts.batch = 8;
-    opts.seq_len = kDefaultSeq;
   }
   static constexpr int64_t kDefaultSeq = 256;
 };

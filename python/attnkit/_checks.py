@@ -1,6 +1,6 @@
-"""Argument checks shared by the Python wrappers: a short TypeError or ValueError naming the
-argument (ValueError as attnkit.Error), before anything reaches the compiled module (whose own conversion errors would print
-the repr of every argument)."""
+"""Argument checks shared by the Python wrappers: a short TypeError or ValueError (as
+attnkit.Error) naming the argument, before anything reaches the compiled module (whose own
+conversion errors would print the repr of every argument)."""
 import operator
 
 import numpy as _np

@@ -29,14 +29,13 @@ def _x_shape(x_shape, d_y):
     return shape
 
 
-def _conv_args(fn, x_shape, w, stride, padding):
+def _conv_args(stride, padding):
     """(stride, padding) of conv2d after checking them (the compiled code checks that w's kernel
     fits in the padded input)."""
-    stride, padding = _checks.integer(stride, "stride", 1), _checks.integer(padding, "padding", 0)
-    return stride, padding
+    return _checks.integer(stride, "stride", 1), _checks.integer(padding, "padding", 0)
 
 
-def _pool_args(fn, x_shape, kernel, stride, padding):
+def _pool_args(kernel, stride, padding):
     """(kernel, stride, padding) of a pool: stride None means the kernel (passed as 0)."""
     kernel = _checks.integer(kernel, "kernel", 1)
     stride = 0 if stride is None else _checks.integer(stride, "stride", 1)
@@ -52,19 +51,19 @@ def _check_plane(fn, x):
 
 def conv2d(x, w, b=None, *, stride=1, padding=0, reference=False):
     """y[N, O, OH, OW] = torch.nn.functional.conv2d(x, w, b, stride, padding)."""
-    stride, padding = _conv_args("conv2d", _np.shape(x), w, stride, padding)
+    stride, padding = _conv_args(stride, padding)
     return _C.nn_conv2d_forward(x, w, b, stride, padding, bool(reference))
 
 
 def conv2d_backward(d_y, x, w, *, has_bias=True, stride=1, padding=0, reference=False):
     """Gradients of conv2d: (d_x, d_w, d_b or None)."""
-    stride, padding = _conv_args("conv2d_backward", _np.shape(x), w, stride, padding)
+    stride, padding = _conv_args(stride, padding)
     return _C.nn_conv2d_backward(d_y, x, w, bool(has_bias), stride, padding, bool(reference))
 
 
 def max_pool2d(x, kernel, stride=None, padding=0):
     """(y, argmax) of torch.nn.functional.max_pool2d(x, kernel, stride, padding)."""
-    args = _pool_args("max_pool2d", _np.shape(x), kernel, stride, padding)
+    args = _pool_args(kernel, stride, padding)
     return _C.nn_max_pool2d_forward(x, *args)
 
 
@@ -76,14 +75,14 @@ def max_pool2d_backward(d_y, argmax, x_shape):
 
 def avg_pool2d(x, kernel, stride=None, padding=0, count_include_pad=True):
     """torch.nn.functional.avg_pool2d(x, kernel, stride, padding, count_include_pad=...)."""
-    args = _pool_args("avg_pool2d", _np.shape(x), kernel, stride, padding)
+    args = _pool_args(kernel, stride, padding)
     return _C.nn_avg_pool2d_forward(x, *args, bool(count_include_pad))
 
 
 def avg_pool2d_backward(d_y, x_shape, kernel, stride=None, padding=0, count_include_pad=True):
     """d_x [x_shape] of avg_pool2d."""
     x_shape = _x_shape(x_shape, d_y)
-    args = _pool_args("avg_pool2d_backward", x_shape, kernel, stride, padding)
+    args = _pool_args(kernel, stride, padding)
     return _C.nn_avg_pool2d_backward(d_y, x_shape[2], x_shape[3], *args, bool(count_include_pad))
 
 
