@@ -92,7 +92,9 @@ TEST(DecodePlan, ItemsCoverTheCacheInChunks) {
     const std::string name = policy == KVPolicy::paged ? "paged" : "dense";
     const size_t runs = expect_plan_covers(cache, ids, lens, name);
     // Paged: about one run per 48-token page.
-    if (policy == KVPolicy::paged) EXPECT_GT(runs, 100u);
+    if (policy == KVPolicy::paged) {
+      EXPECT_GT(runs, 100u);
+    }
     expect_plan_covers(cache, {ids[0]}, {lens[0]}, name + ", one sequence of 700");
     expect_plan_covers(cache, {ids[2], ids[1]}, {lens[2], lens[1]}, name + ", reordered");
   }

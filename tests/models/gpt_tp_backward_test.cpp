@@ -115,7 +115,9 @@ void expect_backward_matches(const GptConfig& cfg, int64_t ranks) {
     squares_total += squares[size_t(r)];
   }
   // Without the KV sum, replicas of a KV head hold different partial gradients (Hkv < P only).
-  if (ranks > cfg.num_key_value_heads) EXPECT_GT(stale_diff, 0.0f);
+  if (ranks > cfg.num_key_value_heads) {
+    EXPECT_GT(stale_diff, 0.0f);
+  }
   EXPECT_NEAR(squares_total, norm2, 1e-5 * norm2);
   // Each tensor: the whole model's gradient, up to float32 rounding of regrouped sums.
   for (const auto& p : model.parameter_info()) {

@@ -278,7 +278,9 @@ TEST(Vit, FanInInitIsPyTorchsModuleDefault) {
     const double std = std::sqrt(sq / double(p.size()));
     EXPECT_LE(top, bound) << name;
     EXPECT_GE(top, 0.8 * bound) << name;
-    if (p.size() >= 256) EXPECT_NEAR(std, bound / std::sqrt(3.0), 0.12 * bound / std::sqrt(3.0)) << name;
+    if (p.size() >= 256) {
+      EXPECT_NEAR(std, bound / std::sqrt(3.0), 0.12 * bound / std::sqrt(3.0)) << name;
+    }
   };
   check_uniform("vit.embeddings.patch_embeddings.projection.weight", 2 * 4 * 4);
   check_uniform("vit.embeddings.patch_embeddings.projection.bias", 2 * 4 * 4);

@@ -313,7 +313,9 @@ TEST(BatchNorm2d, StatisticsThenAffineReluPoolEqualBatchNormReluThenPool) {
       EXPECT_EQ(ia, ib);
       for (int64_t i = 0; i < m; ++i)  // bitwise, NaN included
         ASSERT_EQ(std::memcmp(&pa.raw[size_t(i)], &pb.raw[size_t(i)], sizeof(float)), 0) << i;
-      if (!training) EXPECT_TRUE(std::any_of(pb.raw.begin(), pb.raw.end(), [](float v) { return std::isnan(v); }));
+      if (!training) {
+        EXPECT_TRUE(std::any_of(pb.raw.begin(), pb.raw.end(), [](float v) { return std::isnan(v); }));
+      }
     }
   BnProblem p(2, 3, 4, 4);
   Buf y(2 * 3 * 2 * 2), scale(3), shift(2);

@@ -82,7 +82,9 @@ TEST(Threads, SgemmUsesAttnkitsCountAndRestoresTheCallersOpenMpValue) {
   parallel_for(2, [&](int64_t i) {
     if (i == 0) inside = blas_threads();
   });
-  if (num_threads() > 1) EXPECT_EQ(inside, 1);  // never nested BLAS threads
+  if (num_threads() > 1) {  // never nested BLAS threads
+    EXPECT_EQ(inside, 1);
+  }
 }
 
 TEST(Threads, BlasLibraryIsNamed) {

@@ -102,7 +102,9 @@ TEST(SgemmOnednn, ShapeRuleSwitchAndBadBeta) {
   const bool blas_avx512 = blas_kernels().rfind("SkylakeX", 0) == 0 ||
                            blas_kernels().rfind("Cooperlake", 0) == 0 ||
                            blas_kernels().rfind("SapphireRapids", 0) == 0;
-  if (blas_avx512) EXPECT_FALSE(wider) << blas_kernels();
+  if (blas_avx512) {
+    EXPECT_FALSE(wider) << blas_kernels();
+  }
   std::vector<float> a(16 * 16, 1.0f), b(16 * 16, 1.0f), c(16 * 16, 0.0f);
   expect_error([&] { sgemm_onednn(true, false, 16, 16, 16, a.data(), 16, b.data(), 16, 0.5f, c.data(), 16); },
                "sgemm_onednn: beta = 0.5 (0 or 1 only)");

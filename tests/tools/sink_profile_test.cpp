@@ -62,7 +62,9 @@ TEST(SinkProfile, RowsSumToOneMinusSinkAndReproduceTheKernel) {
       for (int64_t h = 0; h < H; ++h) {
         double sum = 0, worst_p = 0, out_scale = 0, worst_out = 0;
         for (int64_t j = 0; j <= N; ++j) sum += p[size_t(h * (N + 1) + j)];
-        if (cfg.sink_logits == SinkLogits::kNone) EXPECT_EQ(sink[size_t(h)], 0.0);
+        if (cfg.sink_logits == SinkLogits::kNone) {
+          EXPECT_EQ(sink[size_t(h)], 0.0);
+        }
         else EXPECT_GT(sink[size_t(h)], 1e-6);
         EXPECT_NEAR(sum + sink[size_t(h)], 1.0, 1e-12);
         // p_j = exp(scale·q·k_j - lse): lse from the flash kernel (float32, includes the sink).
