@@ -88,13 +88,24 @@ float effective_scale(const AttentionOptions& o, int64_t head_dim) {
   return o.scale != 0 ? o.scale : float(1.0 / std::sqrt(double(head_dim)));
 }
 
+void check_inputs_finite(const AttentionArgs& a) {
+  check_finite(a.q, "q");
+  check_finite(a.k, "k");
+  check_finite(a.v, "v");
+}
+
 void validate(const AttentionOptions& o, const AttentionArgs& a) {
   check_view(a.q, "q");
   check_view(a.k, "k");
   check_view(a.v, "v");
-  check_finite(a.q, "q");
-  check_finite(a.k, "k");
-  check_finite(a.v, "v");
+  check_inputs_finite(a);
+  validate_layout(o, a);
+}
+
+void validate_layout(const AttentionOptions& o, const AttentionArgs& a) {
+  check_view(a.q, "q");
+  check_view(a.k, "k");
+  check_view(a.v, "v");
   const int64_t h = a.q.shape[1], d = a.q.shape[2], hkv = a.k.shape[1];
   check(h >= 1, "q: needs at least one head, got H = ", h);
   check(d >= 1, "q: head dim must be >= 1, got ", d);

@@ -24,6 +24,20 @@ namespace {
 namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
+using DU = hn::RebindToUnsigned<DF>;
+using VU = hn::Vec<DU>;
+
+constexpr uint32_t kExponentBits = 0x7f800000u;  // all set in NaN and ±inf only
+
+// acc with the exponent fields of x's lanes folded in by an unsigned max: it reaches
+// kExponentBits iff some lane was NaN or ±inf.
+HWY_INLINE VU max_exponent(VU acc, VF x) {
+  const DU du;
+  return hn::Max(acc, hn::And(hn::BitCast(du, x), hn::Set(du, kExponentBits)));
+}
+HWY_INLINE bool no_exponent_overflow(VU acc) {
+  return hn::GetLane(hn::MaxOfLanes(DU(), acc)) != kExponentBits;
+}
 
 constexpr int kMR = int(kRowBlock);
 static_assert(hn::MaxLanes(DF()) == size_t(kLanes), "kLanes must match Highway's static target");
@@ -170,10 +184,13 @@ HWY_INLINE void transpose_8x8(const float* HWY_RESTRICT src, int64_t lds, float*
 }
 #endif
 
-void pack_keys(const float* k, int64_t ld, int64_t s, int64_t d, float* kp) {
+bool pack_keys(const float* k, int64_t ld, int64_t s, int64_t d, float* kp) {
   // Blocks of 8 keys × 8 columns of D are transposed in registers (each K row's 8 floats read
   // contiguously); the keys and columns past the last whole block are copied one by one. The
-  // panel (D × NK floats) stays in L1 while it is written.
+  // panel (D × NK floats) stays in L1 while it is written, and is scanned there for NaN and inf
+  // (an exact copy of the keys, zero-padded).
+  const DF df;
+  VU exps = hn::Zero(DU());
   for (int64_t p0 = 0; p0 < s; p0 += kKeyPanel) {
     float* panel = kp + p0 * d;
     const int64_t nk = std::min(kKeyPanel, s - p0);
@@ -187,34 +204,42 @@ void pack_keys(const float* k, int64_t ld, int64_t s, int64_t d, float* kp) {
 #endif
     for (int64_t j = 0; j < nk; ++j)
       for (int64_t e = j < jb ? eb : 0; e < d; ++e) panel[e * kKeyPanel + j] = k[(p0 + j) * ld + e];
+    for (int64_t i = 0; i < d * kKeyPanel; i += kLanes) exps = max_exponent(exps, hn::Load(df, panel + i));
   }
+  return no_exponent_overflow(exps);
 }
 
 namespace {
 
-// dst[0:2V] = factor·src[0:n] followed by zeros (n <= 2V = kValuePanel): one padded panel row.
-// Whole vectors are read with plain loads, a mask only for a partial one (the policy of
+// dst[0:2V] = factor·src[0:n] followed by zeros (n <= 2V = kValuePanel): one padded panel row;
+// src's exponent fields are folded into exps (before the factor, which may overflow). Whole
+// vectors are read with plain loads, a mask only for a partial one (the policy of
 // src/ops/vector_loop.hpp).
 HWY_INLINE void panel_row(const float* HWY_RESTRICT src, int64_t n, float factor,
-                          float* HWY_RESTRICT dst) {
+                          float* HWY_RESTRICT dst, VU& exps) {
   const DF df;
   const VF f = hn::Set(df, factor);
   auto part = [&](const float* p, int64_t m) {
     if (m >= kLanes) return hn::LoadU(df, p);
     return m > 0 ? hn::MaskedLoad(hn::FirstN(df, size_t(m)), df, p) : hn::Zero(df);
   };
-  hn::Store(hn::Mul(f, part(src, n)), df, dst);
-  hn::Store(hn::Mul(f, part(src + kLanes, n - kLanes)), df, dst + kLanes);
+  const VF x0 = part(src, n), x1 = part(src + kLanes, n - kLanes);
+  exps = max_exponent(max_exponent(exps, x0), x1);
+  hn::Store(hn::Mul(f, x0), df, dst);
+  hn::Store(hn::Mul(f, x1), df, dst + kLanes);
 }
 
 }  // namespace
 
-void pack_values(const float* v, int64_t ld, int64_t s, int64_t d, float* vp) {
+bool pack_values(const float* v, int64_t ld, int64_t s, int64_t d, float* vp) {
+  VU exps = hn::Zero(DU());
   for (int64_t c0 = 0; c0 < d; c0 += kValuePanel) {
     float* panel = vp + c0 * s;
     const int64_t nc = std::min(kValuePanel, d - c0);
-    for (int64_t j = 0; j < s; ++j) panel_row(v + j * ld + c0, nc, 1.0f, panel + j * kValuePanel);
+    for (int64_t j = 0; j < s; ++j)
+      panel_row(v + j * ld + c0, nc, 1.0f, panel + j * kValuePanel, exps);
   }
+  return no_exponent_overflow(exps);
 }
 
 void tile_accumulate(const float* p, int64_t rows, const float* vp, int64_t s, int64_t j0,
@@ -227,9 +252,11 @@ void tile_accumulate(const float* p, int64_t rows, const float* vp, int64_t s, i
                                         int(std::min(kRowBlock, rows - r0)));
 }
 
-void pack_panel_row(const float* x, float factor, int64_t d, float* dst, int64_t panel_stride) {
+bool pack_panel_row(const float* x, float factor, int64_t d, float* dst, int64_t panel_stride) {
+  VU exps = hn::Zero(DU());
   for (int64_t c0 = 0; c0 < d; c0 += kValuePanel, dst += panel_stride)
-    panel_row(x + c0, std::min(kValuePanel, d - c0), factor, dst);
+    panel_row(x + c0, std::min(kValuePanel, d - c0), factor, dst, exps);
+  return no_exponent_overflow(exps);
 }
 
 void zero_panel_rows(float* ap, int64_t panel_stride, int64_t r0, int64_t r1, int64_t d) {

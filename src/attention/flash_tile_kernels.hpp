@@ -47,10 +47,12 @@ inline int64_t padded_dim(int64_t d) { return round_up(d, kValuePanel); }
 inline int64_t packed_keys_size(int64_t s, int64_t d) { return round_up(s, kKeyPanel) * d; }
 inline int64_t packed_values_size(int64_t s, int64_t d) { return s * padded_dim(d); }
 
-// Packs K rows [s, D] (row j at k + j·ld) as Kᵀ panels (layout above) into kp.
-void pack_keys(const float* k, int64_t ld, int64_t s, int64_t d, float* kp);
-// Packs V rows [s, D] (row j at v + j·ld) as column panels (layout above) into vp.
-void pack_values(const float* v, int64_t ld, int64_t s, int64_t d, float* vp);
+// Packs K rows [s, D] (row j at k + j·ld) as Kᵀ panels (layout above) into kp; returns whether
+// every value was finite (the packing pass doubles as the input check).
+bool pack_keys(const float* k, int64_t ld, int64_t s, int64_t d, float* kp);
+// Packs V rows [s, D] (row j at v + j·ld) as column panels (layout above) into vp; returns
+// whether every value was finite.
+bool pack_values(const float* v, int64_t ld, int64_t s, int64_t d, float* vp);
 // o[r, e] += Σ_j p[r, j]·V[j0 + j, e] for r < rows, j < n, e < padded_dim(d): p has row stride
 // kScoreStride, o row stride padded_dim(d); vp is the packed V of all s keys of the head. Rows of
 // p from `rows` to the end of the last row block are read and must be finite (their products are
@@ -63,8 +65,8 @@ inline constexpr int64_t kBwdScoreStride = FlashTiles::kBwdKeyTile + 16;
 static_assert(kBwdScoreStride % kLanes == 0);
 
 // Writes factor·x[0:d] as one row of a panel-packed matrix: x[e] to dst[(e / NV)·panel_stride +
-// e % NV], columns zero-padded to padded_dim(d).
-void pack_panel_row(const float* x, float factor, int64_t d, float* dst, int64_t panel_stride);
+// e % NV], columns zero-padded to padded_dim(d); returns whether x[0:d] was finite.
+bool pack_panel_row(const float* x, float factor, int64_t d, float* dst, int64_t panel_stride);
 // Zeroes rows [r0, r1) of the panel-packed matrix at ap (panel stride panel_stride, D = d): the
 // pad rows of a last row block, which the score kernels read.
 void zero_panel_rows(float* ap, int64_t panel_stride, int64_t r0, int64_t r1, int64_t d);

@@ -132,7 +132,7 @@ void point_grads(const MsDeformAttnArgs& a, const MsDeformAttnGrads& g,
       for (int64_t p = 0; p < pn; ++p) {
         const float w = a.attention_weights(b, q, h, l, p);
         const Taps t = taps(lv[size_t(l)], loc(b, q, h, l, p, 0), loc(b, q, h, l, p, 1), w);
-        const float* rows[4];
+        const float* rows[4] = {};
         for (int k = 0; k < t.n; ++k) rows[k] = a.value.ptr(b, t.row[k], h);
         double dots[4];
         dots4(dots, grow + h * dh, rows, t.n, dh);

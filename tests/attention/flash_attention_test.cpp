@@ -7,8 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
+#include <sstream>
 #include <string>
 
 #include "attention/attention_problem.hpp"
@@ -161,6 +163,42 @@ TEST(FlashAttention, BitwiseIdenticalForAnyThreadCount) {
       EXPECT_EQ(x->raw, y->raw) << name;
     EXPECT_EQ(one.d_sink, three.d_sink) << name;
   }
+}
+
+// The packed path finds NaN and inf in q, k and v while packing them; either path names the
+// first offending element. Strided views, a head dim that ends inside a panel, varlen, GQA, and a
+// key that no query sees (causal, window 1, Lk > Lq): bad values there are refused as well.
+TEST(FlashAttention, NonFiniteInputsAreNamedOnEitherProductPath) {
+  const ProblemShape shape{.lq = {5, 40}, .lk = {37, 40}, .h = 4, .hkv = 2, .d = 20, .token_pad = 3};
+  AttentionOptions opts = AttentionOptions::causal();
+  opts.window_left = 1;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const FlashProducts path : {FlashProducts::automatic, FlashProducts::blas})
+    for (const int threads : {1, 2})
+      for (const char* name : {"q", "k", "v"})
+        for (const float bad : {std::numeric_limits<float>::quiet_NaN(), inf, -inf}) {
+          Problem p(shape, 3);
+          Guarded& g = name[0] == 'q' ? p.q : name[0] == 'k' ? p.k : p.v;
+          const int64_t tokens = name[0] == 'q' ? p.tq : p.tk, heads = name[0] == 'q' ? 4 : 2;
+          // (token, head, element): first, last, the unseen key 0 of sequence 0, mid-panel.
+          for (const auto& [t, h, e] : {std::array<int64_t, 3>{0, 0, 0}, {tokens - 1, heads - 1, 19},
+                                        {0, 1, 7}, {tokens / 2, heads - 1, 17}}) {
+            SCOPED_TRACE(::testing::Message() << name << " = " << bad << " at [" << t << ", " << h
+                                              << ", " << e << "], threads " << threads
+                                              << (path == FlashProducts::blas ? ", OpenBLAS" : ""));
+            ThreadCountScope scope(threads);
+            FlashProductsScope products(path);
+            const int64_t at = t * p.row(heads) + h * shape.d + e;
+            const float kept = g.data()[at];
+            g.data()[at] = bad;
+            std::ostringstream want;
+            want << name << ": non-finite value " << bad << " at [" << t << ", " << h << ", " << e << "]";
+            expect_error([&] { flash_attention(opts, p.args()); }, want.str());
+            g.data()[at] = kept;
+          }
+          flash_attention(opts, p.args());  // all finite again: no error
+          EXPECT_TRUE(p.guards_intact());
+        }
 }
 
 TEST(FlashAttention, FullyMaskedRowsAreZeroNotNaN) {

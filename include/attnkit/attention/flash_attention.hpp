@@ -42,7 +42,9 @@ using FlashProductsScope = ScopedSetting<FlashProducts, flash_products, set_flas
 // Forward: fills args.out [Tq, H, D] and, if given, args.lse [H, Tq] (needed by the backward).
 // Parallel over (sequence, KV head, query tile); bitwise identical for any thread count. The
 // packed path keeps its packed K and V buffer (about the size of K and V, at most 128 MiB at a
-// time) per calling thread between calls.
+// time) per calling thread between calls. NaN or inf in q, k or v throws attnkit::Error naming
+// the first such element; the packed path finds them while packing, so out and lse may have been
+// written when it throws.
 void flash_attention(const AttentionOptions& opts, const AttentionArgs& args);
 
 // Backward from args.out and args.lse of the forward: assigns grads.d_q, d_k, d_v and d_sink.
