@@ -39,11 +39,12 @@ class _FlashAttn(torch.autograd.Function):
         out32, lse = torch.from_numpy(out), torch.from_numpy(lse)
         ctx.packing, ctx.kw = packing, kw
         ctx.save_for_backward(a, b, d, sink, out32, lse)
-        return out32 if q.dtype == torch.float32 else out32.to(q.dtype)
+        ctx.mark_non_differentiable(lse)
+        return (out32 if q.dtype == torch.float32 else out32.to(q.dtype)), lse
 
     @staticmethod
     @once_differentiable  # first-order gradients, also under create_graph=True; no double backward
-    def backward(ctx, dout):
+    def backward(ctx, dout, _dlse):
         a, b, d, sink, out32, lse = ctx.saved_tensors
         q, k, v = _UNPACK[ctx.packing](a, b, d)
         sink_np = None if sink is None else c.to_numpy32(sink)
@@ -104,10 +105,14 @@ def unpacked(x, name, parts, rank):
     return tuple(x.select(-3, i) for i in range(parts))
 
 
-def attend(packing, tensors, sink, kw):
-    """Runs _FlashAttn on (a, b, d) tensor slots."""
+def attend(packing, tensors, sink, kw, return_attn_probs=False):
+    """Runs _FlashAttn on (a, b, d) tensor slots: out, or with return_attn_probs FlashAttention's
+    (out, softmax_lse, None); softmax_lse is float32 [B, H, Lq] (varlen [H, total_q]) and carries
+    no gradient."""
+    with_lse = c.attn_probs(return_attn_probs, kw["dropout_p"])
     a, b, d = (tuple(tensors) + (None, None))[:3]
-    return _FlashAttn.apply(packing, kw, a, b, d, sink)
+    out, lse = _FlashAttn.apply(packing, kw, a, b, d, sink)
+    return (out, lse, None) if with_lse else out
 
 
 def gather_pages(k, v, block_table, cu_seqlens_k):

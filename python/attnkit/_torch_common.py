@@ -111,11 +111,15 @@ def check_options(dropout_p, softmax_scale, window_size, softcap):
     return dropout_p, softmax_scale, (left, right), softcap
 
 
-def refuse_attn_probs(return_attn_probs):
-    """attnkit never materialises the probability matrix."""
-    if return_attn_probs:
+def attn_probs(return_attn_probs, dropout_p):
+    """Whether to return (out, softmax_lse, None) as FlashAttention does for return_attn_probs
+    without dropout (its S_dmask exists only with dropout_p > 0, which attnkit, never forming the
+    probability matrix, refuses)."""
+    if return_attn_probs and dropout_p > 0:
         raise NotImplementedError(
-            "return_attn_probs: attnkit does not materialise the attention probabilities")
+            "return_attn_probs: with dropout_p > 0 FlashAttention returns the dropped-out "
+            "probabilities, which attnkit does not materialise")
+    return bool(return_attn_probs)
 
 
 def check_sink(sink, nheads):

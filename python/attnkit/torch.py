@@ -14,9 +14,11 @@ computed in float32 and returned in their dtype. Extra keyword ``learnable_sink`
 FlashAttention 4's name, kept here to mirror its API) adds a per-head logit to each softmax
 denominator, with its gradient: attnkit's own functions call it ``sink_logits`` (not the KV
 cache's ``sink_tokens``).
-Not computed (NotImplementedError naming the argument): return_attn_probs=True, alibi_slopes
-while the attention kernels lack ALiBi, rotary_cos together with cache_leftpad, cache_leftpad
-together with block_table. ``deterministic`` is accepted: attnkit's backward is always
+return_attn_probs=True returns (out, softmax_lse, None) as FlashAttention does without dropout:
+softmax_lse float32 [batch, nheads, seqlen_q] (varlen [nheads, total_q]), without gradient.
+Not computed (NotImplementedError naming the argument): return_attn_probs=True with dropout_p > 0
+(FlashAttention's dropped-out probabilities), alibi_slopes while the attention kernels lack ALiBi,
+rotary_cos together with cache_leftpad, cache_leftpad together with block_table. ``deterministic`` is accepted: attnkit's backward is always
 deterministic (bitwise identical for any thread count). Importing this module imports torch;
 ``import attnkit`` does not.
 """
@@ -43,10 +45,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     """
     h, _, _ = _a.check_qkv(q, k, v, 4)
     _c.check_sink(learnable_sink, h)
-    _c.refuse_attn_probs(return_attn_probs)
     alibi = _c.check_alibi(alibi_slopes, q.shape[0], h)
     kw = _a.kernel_kw(dropout_p, softmax_scale, causal, window_size, softcap, alibi)
-    return _a.attend("separate", (q, k, v), learnable_sink, kw)
+    return _a.attend("separate", (q, k, v), learnable_sink, kw, return_attn_probs)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -62,10 +63,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     h, _, _ = _a.check_qkv(q, k, v, 3)
     cu_q, cu_k = _a.check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     _c.check_sink(learnable_sink, h)
-    _c.refuse_attn_probs(return_attn_probs)
     alibi = _c.check_alibi(alibi_slopes, cu_q.size - 1, h)
     kw = _a.kernel_kw(dropout_p, softmax_scale, causal, window_size, softcap, alibi, cu_q, cu_k)
-    return _a.attend("separate", (q, k, v), learnable_sink, kw)
+    return _a.attend("separate", (q, k, v), learnable_sink, kw, return_attn_probs)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -77,10 +77,9 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
     q, k, v = _a.unpacked(qkv, "qkv", 3, 5)
     h, _, _ = _a.check_qkv(q, k, v, 4)
     _c.check_sink(learnable_sink, h)
-    _c.refuse_attn_probs(return_attn_probs)
     alibi = _c.check_alibi(alibi_slopes, qkv.shape[0], h)
     kw = _a.kernel_kw(dropout_p, softmax_scale, causal, window_size, softcap, alibi)
-    return _a.attend("qkv", (qkv,), learnable_sink, kw)
+    return _a.attend("qkv", (qkv,), learnable_sink, kw, return_attn_probs)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -89,10 +88,9 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
     """q [B, Lq, H, D], kv [B, Lk, 2, Hkv, D] (k, v stacked on dim 2) -> out [B, Lq, H, D]."""
     k, v = _a.unpacked(kv, "kv", 2, 5)
     h, _, _ = _a.check_qkv(q, k, v, 4)
-    _c.refuse_attn_probs(return_attn_probs)
     alibi = _c.check_alibi(alibi_slopes, q.shape[0], h)
     kw = _a.kernel_kw(dropout_p, softmax_scale, causal, window_size, softcap, alibi)
-    return _a.attend("kv", (q, kv), None, kw)
+    return _a.attend("kv", (q, kv), None, kw, return_attn_probs)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
@@ -103,10 +101,9 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
     q, k, v = _a.unpacked(qkv, "qkv", 3, 4)
     h, _, _ = _a.check_qkv(q, k, v, 3)
     cu, _ = _a.check_varlen(q, k, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen)
-    _c.refuse_attn_probs(return_attn_probs)
     alibi = _c.check_alibi(alibi_slopes, cu.size - 1, h)
     kw = _a.kernel_kw(dropout_p, softmax_scale, causal, window_size, softcap, alibi, cu, cu)
-    return _a.attend("qkv", (qkv,), None, kw)
+    return _a.attend("qkv", (qkv,), None, kw, return_attn_probs)
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -117,7 +114,6 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
     k, v = _a.unpacked(kv, "kv", 2, 4)
     h, _, _ = _a.check_qkv(q, k, v, 3)
     cu_q, cu_k = _a.check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    _c.refuse_attn_probs(return_attn_probs)
     alibi = _c.check_alibi(alibi_slopes, cu_q.size - 1, h)
     kw = _a.kernel_kw(dropout_p, softmax_scale, causal, window_size, softcap, alibi, cu_q, cu_k)
-    return _a.attend("kv", (q, kv), None, kw)
+    return _a.attend("kv", (q, kv), None, kw, return_attn_probs)

@@ -62,6 +62,59 @@ CU_Q = [0, 5, 5, 17, 30, 30]
 CU_K = [0, 9, 9, 9, 25, 31]
 
 
+def _lse_bar(ours, inputs, **kw):
+    """softmax_lse [H, T] against the float64 and float32 naive references (equal infinities, as
+    for queries without keys, count as exact)."""
+    lse64 = ref.ta.attention(*(inputs[n].double() for n in "qkv"), **kw)[1].numpy()
+    lse32 = ref.ta.attention(*(inputs[n] for n in "qkv"), **kw)[1].numpy()
+    ref.ta.assert_within_bar(ours.numpy(), lse64, lse32, 2, "softmax_lse")
+
+
+@pytest.mark.parametrize("sink", [False, True])
+def test_return_attn_probs_gives_lse(sink):
+    """FlashAttention returns (out, softmax_lse, S_dmask) for return_attn_probs; without dropout
+    S_dmask is None and softmax_lse is float32 [B, H, Lq] (varlen [H, total_q])."""
+    b, lq, lk, h = 2, 7, 12, 4
+    x = qkv(b, lq, lk, h, 2, 16, seed=21)
+    s = randn(h, seed=22) if sink else None
+    out, lse, probs = fa.flash_attn_func(x["q"], x["k"], x["v"], causal=True, learnable_sink=s,
+                                         return_attn_probs=True)
+    assert probs is None and lse.dtype == torch.float32 and lse.shape == (b, h, lq)
+    assert torch.equal(out, fa.flash_attn_func(x["q"], x["k"], x["v"], causal=True,
+                                               learnable_sink=s))
+    flat = {"q": x["q"].reshape(b * lq, h, 16), "k": x["k"].reshape(b * lk, 2, 16),
+            "v": x["v"].reshape(b * lk, 2, 16)}
+    cu = {"cu_q": [i * lq for i in range(b + 1)], "cu_k": [i * lk for i in range(b + 1)]}
+    _lse_bar(lse.permute(1, 0, 2).reshape(h, b * lq), flat, window=(-1, 0), sinks=s, **cu)
+    # The gradient through out is the one without return_attn_probs; lse carries none.
+    q = x["q"].clone().requires_grad_()
+    o, lse, _ = fa.flash_attn_func(q, x["k"], x["v"], causal=True, return_attn_probs=True)
+    assert not lse.requires_grad
+    o.square().sum().backward()
+    q2 = x["q"].clone().requires_grad_()
+    fa.flash_attn_func(q2, x["k"], x["v"], causal=True).square().sum().backward()
+    assert torch.equal(q.grad, q2.grad)
+
+
+def test_return_attn_probs_varlen_and_packed():
+    inputs = {"q": randn(30, 4, 16, seed=1), "k": randn(31, 2, 16, seed=2),
+              "v": randn(31, 2, 16, seed=3)}
+    cu_q, cu_k = torch.tensor(CU_Q, dtype=torch.int32), torch.tensor(CU_K, dtype=torch.int32)
+    out, lse, probs = fa.flash_attn_varlen_func(inputs["q"], inputs["k"], inputs["v"], cu_q, cu_k,
+                                                13, 16, causal=True, return_attn_probs=True)
+    assert probs is None and lse.shape == (4, 30)
+    assert torch.isinf(lse[:, 5:17]).all() and (lse[:, 5:17] < 0).all()  # queries without keys
+    _lse_bar(lse, inputs, window=(-1, 0), cu_q=CU_Q, cu_k=CU_K)
+    x = randn(2, 9, 3, 4, 16, seed=4)
+    out, lse, _ = fa.flash_attn_qkvpacked_func(x, return_attn_probs=True)
+    assert torch.equal(out, fa.flash_attn_qkvpacked_func(x)) and lse.shape == (2, 4, 9)
+    half = fa.flash_attn_func(x[:, :, 0].half(), x[:, :, 1].half(), x[:, :, 2].half(),
+                              return_attn_probs=True)
+    assert half[0].dtype == torch.float16 and half[1].dtype == torch.float32
+    with pytest.raises(NotImplementedError, match="^return_attn_probs: with dropout_p > 0"):
+        fa.flash_attn_qkvpacked_func(x, dropout_p=0.1, return_attn_probs=True)
+
+
 @pytest.mark.parametrize("causal,with_sink", [(False, False), (True, True), (True, False)])
 def test_varlen_empty_sequences(causal, with_sink):
     inputs = {"q": randn(30, 4, 16, seed=1), "k": randn(31, 2, 16, seed=2),
@@ -432,7 +485,7 @@ BAD = [
     (ValueError, "softcap", lambda: fa.flash_attn_func(Q, K, V, softcap=-1.0)),
     (ValueError, "learnable_sink", lambda: fa.flash_attn_func(Q, K, V, learnable_sink=torch.zeros(3))),
     (TypeError, "learnable_sink", lambda: fa.flash_attn_func(Q, K, V, learnable_sink=torch.zeros(4, dtype=torch.int64))),
-    (NotImplementedError, "return_attn_probs", lambda: fa.flash_attn_func(Q, K, V, return_attn_probs=True)),
+    (NotImplementedError, "return_attn_probs", lambda: fa.flash_attn_func(Q, K, V, dropout_p=0.5, return_attn_probs=True)),
     (ValueError, "cu_seqlens_q", lambda: fa.flash_attn_varlen_func(Q[0], K[0], V[0], torch.tensor([0, 5, 3, 8]), torch.tensor([0, 2, 4, 8]), 8, 8)),
     (ValueError, "cu_seqlens_k", lambda: fa.flash_attn_varlen_func(Q[0], K[0], V[0], CU, torch.tensor([0, 7]), 8, 8)),
     (TypeError, "cu_seqlens_q", lambda: fa.flash_attn_varlen_func(Q[0], K[0], V[0], CU.float(), CU, 8, 8)),
