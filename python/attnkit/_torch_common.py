@@ -131,28 +131,8 @@ def check_sink(sink, nheads):
         raise attnkit.Error(f"learnable_sink: expected shape [{nheads}], got {tuple(sink.shape)}")
 
 
-_ALIBI_SUPPORTED = None
-
-
-def alibi_supported():
-    """True when attnkit.flash_attention and its backward accept ``alibi_slopes`` (probed once on
-    a 1-token problem: a TypeError means the keyword does not exist yet)."""
-    global _ALIBI_SUPPORTED
-    if _ALIBI_SUPPORTED is None:
-        x = np.zeros((1, 1, 1, 8), np.float32)
-        slopes = np.ones(1, np.float32)
-        try:
-            out, lse = attnkit.flash_attention(x, x, x, alibi_slopes=slopes, return_lse=True)
-            attnkit.flash_attention_backward(x, x, x, x, out, lse, alibi_slopes=slopes)
-            _ALIBI_SUPPORTED = True
-        except TypeError:
-            _ALIBI_SUPPORTED = False
-    return _ALIBI_SUPPORTED
-
-
 def check_alibi(alibi_slopes, batch, nheads):
-    """alibi_slopes [nheads] or [batch, nheads] → float32 numpy (None → None); raises
-    NotImplementedError while attnkit's kernels lack ALiBi."""
+    """alibi_slopes [nheads] or [batch, nheads] → float32 numpy (None → None)."""
     if alibi_slopes is None:
         return None
     if not isinstance(alibi_slopes, torch.Tensor) or not alibi_slopes.is_floating_point():
@@ -162,9 +142,6 @@ def check_alibi(alibi_slopes, batch, nheads):
     if tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads)):
         raise attnkit.Error(f"alibi_slopes: expected [{nheads}] or [{batch}, {nheads}], got "
                          f"{tuple(alibi_slopes.shape)}")
-    if not alibi_supported():
-        raise NotImplementedError("alibi_slopes: this attnkit build's attention kernels have no "
-                                  "ALiBi bias")
     return np.ascontiguousarray(alibi_slopes.detach().to(torch.float32).numpy())
 
 

@@ -67,17 +67,15 @@ def _check_new(k, v, k_cache, batch):
     return k.shape[1]
 
 
-def _check_rotary(rotary_cos, rotary_sin, has_new, leftpad, head_dim, positions_needed):
-    """rotary_cos/sin [seqlen_ro, rotary_dim/2], only with new k, v and without cache_leftpad."""
+def _check_rotary(rotary_cos, rotary_sin, has_new, head_dim, positions_needed):
+    """rotary_cos/sin [seqlen_ro, rotary_dim/2], only with new k, v. Positions are cache
+    positions (cache_seqlens[b] + i), left padding included, as in FlashAttention."""
     if rotary_cos is None and rotary_sin is None:
         return False
     if rotary_cos is None or rotary_sin is None:
         raise attnkit.Error("rotary_cos, rotary_sin: pass both or neither")
     if not has_new:
         raise attnkit.Error("rotary_cos: rotary embedding applies only when new k and v are passed")
-    if leftpad is not None:
-        raise NotImplementedError("rotary_cos: rotary embedding together with cache_leftpad is "
-                                  "not implemented")
     for name, x in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
         c.check_tensor(x, name, (2,))
     if rotary_sin.shape != rotary_cos.shape:
@@ -190,7 +188,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     seqlens, rows, leftpad, n_new = _check_caches(q, k_cache, v_cache, k, v, cache_seqlens,
                                                   cache_batch_idx, cache_leftpad, block_table)
     batch, n, h, d = q.shape
-    rotary = _check_rotary(rotary_cos, rotary_sin, k is not None, cache_leftpad, d,
+    rotary = _check_rotary(rotary_cos, rotary_sin, k is not None, d,
                            int((seqlens + max(n_new, n)).max(initial=0)))
     if isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer)) or num_splits < 0:
         raise attnkit.Error(f"num_splits: expected an int >= 0, got {num_splits!r}")

@@ -335,25 +335,32 @@ def _rotary_reference(x, cos, sin, pos, interleaved):
 
 
 @pytest.mark.parametrize("interleaved", [True, False])
-def test_kvcache_rotary(interleaved):
+@pytest.mark.parametrize("leftpad", [False, True])
+def test_kvcache_rotary(interleaved, leftpad):
+    """The new k and the queries rotate at their cache positions cache_seqlens[b] + i, with or
+    without cache_leftpad (FlashAttention's rule: positions count the left padding), and attend to
+    cache tokens [cache_leftpad[b], cache_seqlens[b] + seqlen_new)."""
     k_cache, v_cache, _ = _cache_case(False, seed=8)
     before = k_cache.clone()
     q, k, v = randn(3, 2, 4, 16, seed=1), randn(3, 2, 2, 16, seed=2), randn(3, 2, 2, 16, seed=3)
     ang = torch.arange(64)[:, None] * 10000.0 ** (-torch.arange(6) / 6.0)
     cos, sin = ang.cos(), ang.sin()
     seqlens = torch.tensor([4, 20, 46])
+    pad = torch.tensor([3, 0, 17]) if leftpad else torch.zeros(3, dtype=torch.int64)
     out = fa.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cos, sin, cache_seqlens=seqlens,
-                                     causal=True, rotary_interleaved=interleaved)
+                                     cache_leftpad=pad if leftpad else None, causal=True,
+                                     rotary_interleaved=interleaved)
     pos = seqlens[:, None] + torch.arange(2)[None, :]
     k_rot = _rotary_reference(k, cos, sin, pos, interleaved)
     q_rot = _rotary_reference(q, cos, sin, pos, interleaved)
-    for i, s in enumerate(seqlens.tolist()):
+    for i, (s, p) in enumerate(zip(seqlens.tolist(), pad.tolist())):
         assert torch.allclose(k_cache[i, s:s + 2].double(), k_rot[i], atol=1e-6)
         assert torch.equal(k_cache[i, :s], before[i, :s])
         kk = k_cache[i:i + 1, :s + 2].double()
         kk[0, s:] = k_rot[i]
-        r64 = ref.reference(q_rot[i:i + 1], kk, v_cache[i:i + 1, :s + 2].double(), causal=True)
-        r32 = ref.reference(q_rot[i:i + 1].float(), kk.float(), v_cache[i:i + 1, :s + 2], causal=True)
+        kk, vv = kk[:, p:], v_cache[i:i + 1, p:s + 2]
+        r64 = ref.reference(q_rot[i:i + 1], kk, vv.double(), causal=True)
+        r32 = ref.reference(q_rot[i:i + 1].float(), kk.float(), vv, causal=True)
         ref.ta.assert_within_bar(out[i:i + 1].numpy(), r64.numpy(), r32.numpy(), 2, f"out[{i}]")
 
 
@@ -432,8 +439,6 @@ def _alibi_inputs():
     return qkv(2, 21, 29, 4, 4, 16, seed=40)
 
 
-@pytest.mark.skipif(not _torch_common.alibi_supported(),
-                    reason="attnkit.flash_attention has no alibi_slopes keyword in this build")
 @pytest.mark.parametrize("per_batch", [False, True])
 def test_alibi_against_torch(per_batch):
     slopes = torch.rand((2, 4) if per_batch else (4,), generator=GEN.manual_seed(3)) * 0.5
@@ -442,8 +447,6 @@ def test_alibi_against_torch(per_batch):
         lambda q, k, v: ref.alibi_reference(q, k, v, slopes, causal=True), _alibi_inputs())
 
 
-@pytest.mark.skipif(not _torch_common.alibi_supported(),
-                    reason="attnkit.flash_attention has no alibi_slopes keyword in this build")
 def test_alibi_varlen_and_kvcache():
     slopes = torch.rand(2, 4, generator=GEN.manual_seed(4)) * 0.5
     cu = torch.tensor([0, 21, 42])
@@ -459,12 +462,6 @@ def test_alibi_varlen_and_kvcache():
     r64, r32 = (ref.alibi_reference(x["q"][:, -1:].to(dt), x["k"].to(dt), x["v"].to(dt),
                                     slopes[0], causal=True) for dt in (torch.float64, torch.float32))
     ref.ta.assert_within_bar(out.numpy(), r64.numpy(), r32.numpy(), 2, "out")
-
-
-@pytest.mark.skipif(_torch_common.alibi_supported(), reason="this build has ALiBi")
-def test_alibi_refused_without_kernel_support():
-    with pytest.raises(NotImplementedError, match="alibi_slopes"):
-        fa.flash_attn_func(*_alibi_inputs().values(), alibi_slopes=torch.ones(4))
 
 
 Q, K, V = randn(1, 8, 4, 16, seed=1), randn(1, 8, 2, 16, seed=2), randn(1, 8, 2, 16, seed=3)
@@ -498,7 +495,6 @@ BAD = [
     (ValueError, "cache_batch_idx", lambda: fa.flash_attn_with_kvcache(Q, K, V, cache_seqlens=2, cache_batch_idx=torch.tensor([1]))),
     (ValueError, "block_table", lambda: fa.flash_attn_with_kvcache(Q, K, V, cache_seqlens=9, block_table=torch.tensor([[0, 5]]))),
     (ValueError, "rotary_cos", lambda: fa.flash_attn_with_kvcache(Q, K, V, rotary_cos=torch.ones(8, 4), rotary_sin=torch.ones(8, 4), cache_seqlens=2)),
-    (NotImplementedError, "rotary_cos", lambda: fa.flash_attn_with_kvcache(Q, K, V, K[:, :1], V[:, :1], torch.ones(9, 4), torch.ones(9, 4), cache_seqlens=2, cache_leftpad=torch.tensor([1]))),
     (ValueError, "num_splits", lambda: fa.flash_attn_with_kvcache(Q, K, V, cache_seqlens=2, num_splits=-1)),
     (ValueError, "im2col_step", lambda: fa.ms_deform_attn(*_bad_deform(), 0)),
     (TypeError, "value_spatial_shapes", lambda: fa.ms_deform_attn(_bad_deform()[0], torch.ones(2, 2), *_bad_deform()[2:])),
