@@ -146,8 +146,8 @@ def _check_caches(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cac
         raise attnkit.Error(f"k_cache: head dim {k_cache.shape[3]} != q head dim {d}")
     c.check_heads(h, k_cache.shape[2], "k_cache")
     paged = block_table is not None
-    if paged and cache_seqlens is None:
-        raise attnkit.Error("cache_seqlens: required with block_table")
+    if paged:
+        c.check_index_tensor(block_table, "block_table", (batch, None))
     if paged and cache_batch_idx is not None:
         raise attnkit.Error("cache_batch_idx: not allowed with block_table (the table maps sequences)")
     if paged and cache_leftpad is not None:
@@ -166,7 +166,10 @@ def _check_caches(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cac
             if any(st == 0 and n > 1 for st, n in zip(x.stride(), x.shape)):
                 raise attnkit.Error(f"{name}: an expanded tensor (stride 0, shape {tuple(x.shape)}) "
                                     "cannot take the new k and v in place")
-    seqlens = _seqlens(cache_seqlens, batch, k_cache.shape[1])
+    # Without cache_seqlens every slot counts: the dense row, or every page the table maps (as
+    # FlashAttention does).
+    full = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
+    seqlens = _seqlens(cache_seqlens, batch, full)
     rows = _index_vector(cache_batch_idx, "cache_batch_idx", batch, np.arange(batch))
     if not paged and rows.size and (rows.min() < 0 or rows.max() >= k_cache.shape[0]):
         raise attnkit.Error(f"cache_batch_idx: entries must be in [0, {k_cache.shape[0]})")

@@ -304,6 +304,20 @@ def test_kvcache_append_in_place(paged, causal):
         ref.ta.assert_within_bar(lse[i].numpy(), lses[0], lses[1], 2, f"lse[{i}]")
 
 
+def test_kvcache_without_seqlens_reads_every_slot():
+    """Without cache_seqlens a dense cache row counts as full, and a paged sequence as every slot
+    of the pages its block_table row maps (FlashAttention's rule)."""
+    kp, vp, table = _cache_case(True)
+    kc, vc, _ = _cache_case(False)
+    q = randn(3, 2, 4, 16, seed=9)
+    paged = fa.flash_attn_with_kvcache(q, kp, vp, block_table=table, causal=True)
+    dense = fa.flash_attn_with_kvcache(q, kc, vc, causal=True)
+    assert torch.equal(paged, dense)
+    r64 = ref.reference(q.double(), kc.double(), vc.double(), causal=True)
+    ref.ta.assert_within_bar(dense.numpy(), r64.numpy(),
+                             ref.reference(q, kc, vc, causal=True).numpy(), 2, "out")
+
+
 def test_kvcache_batch_idx_leftpad_window_no_new():
     k_cache, v_cache, _ = _cache_case(False, seed=3)
     q = randn(2, 1, 4, 16, seed=4)
