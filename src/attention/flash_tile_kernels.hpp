@@ -36,8 +36,9 @@ inline constexpr int64_t kValuePanel = 2 * kLanes;  // columns of D per packed V
 // (2 KiB) would put the MR rows a micro-kernel reads into two L1 sets.
 inline constexpr int64_t kScoreStride = FlashTiles::kKeyTile + 16;
 // Query positions per masked sub-block on the diagonal: a multiple of MR rows for any G, so
-// every sub-block starts on a row block.
-inline constexpr int64_t kPackedDiagonalBlock = 24;
+// every sub-block starts on a row block. Each sub-block computes the keys up to its last row, so
+// half a sub-block per row is wasted: 12 positions ran causal forwards 1-3 % faster than 24.
+inline constexpr int64_t kPackedDiagonalBlock = 12;
 static_assert(FlashTiles::kKeyTile % kKeyPanel == 0 && kPackedDiagonalBlock % kRowBlock == 0);
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
