@@ -105,11 +105,10 @@ def unpacked(x, name, parts, rank):
     return tuple(x.select(-3, i) for i in range(parts))
 
 
-def attend(packing, tensors, sink, kw, return_attn_probs=False):
-    """Runs _FlashAttn on (a, b, d) tensor slots: out, or with return_attn_probs FlashAttention's
-    (out, softmax_lse, None); softmax_lse is float32 [B, H, Lq] (varlen [H, total_q]) and carries
-    no gradient."""
-    with_lse = c.attn_probs(return_attn_probs, kw["dropout_p"])
+def attend(packing, tensors, sink, kw, with_lse=False):
+    """Runs _FlashAttn on (a, b, d) tensor slots: out, or with with_lse FlashAttention's
+    (out, softmax_lse, None) of return_attn_probs (c.attn_probs); softmax_lse is float32
+    [B, H, Lq] (varlen [H, total_q]) and carries no gradient."""
     a, b, d = (tuple(tensors) + (None, None))[:3]
     out, lse = _FlashAttn.apply(packing, kw, a, b, d, sink)
     return (out, lse, None) if with_lse else out

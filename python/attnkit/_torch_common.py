@@ -115,7 +115,7 @@ def attn_probs(return_attn_probs, dropout_p):
     """Whether to return (out, softmax_lse, None) as FlashAttention does for return_attn_probs
     without dropout (its S_dmask exists only with dropout_p > 0, which attnkit, never forming the
     probability matrix, refuses)."""
-    if return_attn_probs and dropout_p > 0:
+    if return_attn_probs and _checks.number(dropout_p, "dropout_p") > 0:
         raise NotImplementedError(
             "return_attn_probs: with dropout_p > 0 FlashAttention returns the dropped-out "
             "probabilities, which attnkit does not materialise")

@@ -45,8 +45,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     h, _, _ = _a.check_qkv(q, k, v, 4)
     _c.check_sink(learnable_sink, h)
     alibi = _c.check_alibi(alibi_slopes, q.shape[0], h)
+    probs = _c.attn_probs(return_attn_probs, dropout_p)  # before kernel_kw draws a seed
     kw = _a.kernel_kw(dropout_p, softmax_scale, causal, window_size, softcap, alibi)
-    return _a.attend("separate", (q, k, v), learnable_sink, kw, return_attn_probs)
+    return _a.attend("separate", (q, k, v), learnable_sink, kw, probs)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -63,8 +64,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     cu_q, cu_k = _a.check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     _c.check_sink(learnable_sink, h)
     alibi = _c.check_alibi(alibi_slopes, cu_q.size - 1, h)
+    probs = _c.attn_probs(return_attn_probs, dropout_p)  # before kernel_kw draws a seed
     kw = _a.kernel_kw(dropout_p, softmax_scale, causal, window_size, softcap, alibi, cu_q, cu_k)
-    return _a.attend("separate", (q, k, v), learnable_sink, kw, return_attn_probs)
+    return _a.attend("separate", (q, k, v), learnable_sink, kw, probs)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -77,8 +79,9 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
     h, _, _ = _a.check_qkv(q, k, v, 4)
     _c.check_sink(learnable_sink, h)
     alibi = _c.check_alibi(alibi_slopes, qkv.shape[0], h)
+    probs = _c.attn_probs(return_attn_probs, dropout_p)  # before kernel_kw draws a seed
     kw = _a.kernel_kw(dropout_p, softmax_scale, causal, window_size, softcap, alibi)
-    return _a.attend("qkv", (qkv,), learnable_sink, kw, return_attn_probs)
+    return _a.attend("qkv", (qkv,), learnable_sink, kw, probs)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -88,8 +91,9 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
     k, v = _a.unpacked(kv, "kv", 2, 5)
     h, _, _ = _a.check_qkv(q, k, v, 4)
     alibi = _c.check_alibi(alibi_slopes, q.shape[0], h)
+    probs = _c.attn_probs(return_attn_probs, dropout_p)  # before kernel_kw draws a seed
     kw = _a.kernel_kw(dropout_p, softmax_scale, causal, window_size, softcap, alibi)
-    return _a.attend("kv", (q, kv), None, kw, return_attn_probs)
+    return _a.attend("kv", (q, kv), None, kw, probs)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
@@ -101,8 +105,9 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
     h, _, _ = _a.check_qkv(q, k, v, 3)
     cu, _ = _a.check_varlen(q, k, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen)
     alibi = _c.check_alibi(alibi_slopes, cu.size - 1, h)
+    probs = _c.attn_probs(return_attn_probs, dropout_p)  # before kernel_kw draws a seed
     kw = _a.kernel_kw(dropout_p, softmax_scale, causal, window_size, softcap, alibi, cu, cu)
-    return _a.attend("qkv", (qkv,), None, kw, return_attn_probs)
+    return _a.attend("qkv", (qkv,), None, kw, probs)
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -114,5 +119,6 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
     h, _, _ = _a.check_qkv(q, k, v, 3)
     cu_q, cu_k = _a.check_varlen(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     alibi = _c.check_alibi(alibi_slopes, cu_q.size - 1, h)
+    probs = _c.attn_probs(return_attn_probs, dropout_p)  # before kernel_kw draws a seed
     kw = _a.kernel_kw(dropout_p, softmax_scale, causal, window_size, softcap, alibi, cu_q, cu_k)
-    return _a.attend("kv", (q, kv), None, kw, return_attn_probs)
+    return _a.attend("kv", (q, kv), None, kw, probs)

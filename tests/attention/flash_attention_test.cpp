@@ -166,10 +166,11 @@ TEST(FlashAttention, BitwiseIdenticalForAnyThreadCount) {
 }
 
 // The packed path finds NaN and inf in q, k and v while packing them; either path names the
-// first offending element. Strided views, a head dim that ends inside a panel, varlen, GQA, and a
-// key that no query sees (causal, window 1, Lk > Lq): bad values there are refused as well.
+// first offending element. Strided views, a head dim that ends inside a panel, varlen, GQA, a key
+// that no query sees (causal, window 1, Lk > Lq) and the keys of a sequence without queries: bad
+// values there are refused as well.
 TEST(FlashAttention, NonFiniteInputsAreNamedOnEitherProductPath) {
-  const ProblemShape shape{.lq = {5, 40}, .lk = {37, 40}, .h = 4, .hkv = 2, .d = 20, .token_pad = 3};
+  const ProblemShape shape{.lq = {5, 0, 40}, .lk = {37, 9, 40}, .h = 4, .hkv = 2, .d = 20, .token_pad = 3};
   AttentionOptions opts = AttentionOptions::causal();
   opts.window_left = 1;
   const float inf = std::numeric_limits<float>::infinity();
@@ -180,9 +181,11 @@ TEST(FlashAttention, NonFiniteInputsAreNamedOnEitherProductPath) {
           Problem p(shape, 3);
           Guarded& g = name[0] == 'q' ? p.q : name[0] == 'k' ? p.k : p.v;
           const int64_t tokens = name[0] == 'q' ? p.tq : p.tk, heads = name[0] == 'q' ? 4 : 2;
-          // (token, head, element): first, last, the unseen key 0 of sequence 0, mid-panel.
+          // (token, head, element): first, last, the unseen key 0 of sequence 0, mid-panel, and
+          // for k and v the first key of sequence 1, which has no queries (q: a middle token).
+          const int64_t other = name[0] == 'q' ? tokens / 3 : 37;
           for (const auto& [t, h, e] : {std::array<int64_t, 3>{0, 0, 0}, {tokens - 1, heads - 1, 19},
-                                        {0, 1, 7}, {tokens / 2, heads - 1, 17}}) {
+                                        {0, 1, 7}, {tokens / 2, heads - 1, 17}, {other, 1, 11}}) {
             SCOPED_TRACE(::testing::Message() << name << " = " << bad << " at [" << t << ", " << h
                                               << ", " << e << "], threads " << threads
                                               << (path == FlashProducts::blas ? ", OpenBLAS" : ""));

@@ -7,7 +7,7 @@
 // Schedule: the G query heads of a KV group are stacked into one tile (rows = query positions ×
 // G, position-major), so each K/V tile is read once per group and the GEMMs are G times taller.
 // Key tiles outside the mask are skipped; tiles crossing the mask edge are cut into sub-blocks of
-// kDiagonalBlock positions (24 on the packed path), each multiplied only against the keys it can
+// kDiagonalBlock positions (12 on the packed path), each multiplied only against the keys it can
 // see.
 #include <cstdint>
 
