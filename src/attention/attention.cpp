@@ -160,15 +160,25 @@ void validate_sink_logits(std::span<const float> sink_logits, int64_t heads) {
   for (float b : sink_logits) check(std::isfinite(b), "sink_logits: must be finite, got ", b);
 }
 
+void check_backward_inputs_finite(const AttentionArgs& a, const AttentionGrads& g) {
+  check_inputs_finite(a);
+  check_finite(g.d_out, "d_out");
+}
+
 void validate_backward(const AttentionOptions& o, const AttentionArgs& a,
                        const AttentionGrads& g) {
-  validate(o, a);
+  validate_backward_layout(o, a, g);
+  check_backward_inputs_finite(a, g);
+}
+
+void validate_backward_layout(const AttentionOptions& o, const AttentionArgs& a,
+                              const AttentionGrads& g) {
+  validate_layout(o, a);
   check_view(g.d_out, "d_out");
   check_view(g.d_q, "d_q");
   check_view(g.d_k, "d_k");
   check_view(g.d_v, "d_v");
   check(g.d_out.shape == a.q.shape, "d_out: shape must equal q's");
-  check_finite(g.d_out, "d_out");
   check(g.d_q.shape == a.q.shape, "d_q: shape must equal q's");
   check(g.d_k.shape == a.k.shape, "d_k: shape must equal k's");
   check(g.d_v.shape == a.v.shape, "d_v: shape must equal v's");

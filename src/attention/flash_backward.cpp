@@ -14,6 +14,7 @@
 // place for the transposed products. FlashProductsScope(blas) runs all five on OpenBLAS sgemm.
 // PyTorch: torch.autograd.grad of softmax(q @ k.T * scale + mask) @ v.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -121,10 +122,12 @@ class Backward {
   // delta: Δ [H, Tq] precomputed (row_deltas), or null: each load of query rows forms its rows'
   // Δ as it reads their dO (the fused path, which loads every row once), and writes them to
   // delta_out [H, Tq] if that is given (for the sinks' gradient).
+  // nonfinite: null, or set when a packing finds NaN or inf in q, dO, k or v (the fused packed
+  // path, which packs every element once, checks the inputs that way).
   Backward(const Context& c, const AttentionGrads& g, const float* delta, float* delta_out,
-           int64_t positions, bool packed)
+           int64_t positions, bool packed, std::atomic<bool>* nonfinite)
       : c_(c), g_(g), delta_(delta), delta_out_(delta_out), positions_(positions),
-        packed_(packed), ldo_(packed ? flash::padded_dim(c.d) : c.d) {}
+        packed_(packed), ldo_(packed ? flash::padded_dim(c.d) : c.d), nonfinite_(nonfinite) {}
 
   int64_t ldo() const { return ldo_; }
 
@@ -276,8 +279,10 @@ class Backward {
       const float* qs = c_.args.q.ptr(token, h);
       const float* ds = g_.d_out.ptr(token, h);
       if (packed_) {
-        flash::pack_panel_row(qs, c_.scale, c_.d, q.q + r * flash::kValuePanel, q.stride);
-        flash::pack_panel_row(ds, 1.0f, c_.d, q.dout + r * flash::kValuePanel, q.stride);
+        const bool finite =
+            flash::pack_panel_row(qs, c_.scale, c_.d, q.q + r * flash::kValuePanel, q.stride) &
+            flash::pack_panel_row(ds, 1.0f, c_.d, q.dout + r * flash::kValuePanel, q.stride);
+        if (!finite) note_nonfinite();
       } else {
         for (int64_t e = 0; e < c_.d; ++e) q.q[r * c_.d + e] = c_.scale * qs[e];
         std::copy_n(ds, c_.d, q.dout + r * c_.d);
@@ -301,9 +306,11 @@ class Backward {
     kb.j0 = j0;
     kb.j1 = j1;
     if (packed_) {
-      flash::pack_keys(a.k.ptr(s.k_begin + j0, hk), c_.ld(a.k), j1 - j0, c_.d, kb.kp);
-      flash::pack_keys(a.v.ptr(s.k_begin + j0, hk), c_.ld(a.v), j1 - j0, c_.d, kb.vp);
+      const bool finite =
+          flash::pack_keys(a.k.ptr(s.k_begin + j0, hk), c_.ld(a.k), j1 - j0, c_.d, kb.kp) &
+          flash::pack_keys(a.v.ptr(s.k_begin + j0, hk), c_.ld(a.v), j1 - j0, c_.d, kb.vp);
       flash::pack_values(a.k.ptr(s.k_begin + j0, hk), c_.ld(a.k), j1 - j0, c_.d, kb.kc);
+      if (!finite) note_nonfinite();
     }
     std::fill(kb.dk, kb.dk + (j1 - j0) * ldo_, 0.0f);
     std::fill(kb.dv, kb.dv + (j1 - j0) * ldo_, 0.0f);
@@ -380,7 +387,12 @@ class Backward {
   float* delta_out_;    // [H, Tq] or null: where load_rows leaves the Δ it forms
   int64_t positions_;
   bool packed_;
-  int64_t ldo_;  // row stride of dQ, dK and dV buffers
+  int64_t ldo_;                   // row stride of dQ, dK and dV buffers
+  std::atomic<bool>* nonfinite_;  // or null: the inputs were checked before
+
+  void note_nonfinite() const {
+    if (nonfinite_) nonfinite_->store(true, std::memory_order_relaxed);
+  }
 };
 
 // Δ[h, t] = dO·out per row.
@@ -411,13 +423,15 @@ void sink_gradients(const Context& c, const AttentionGrads& g, const std::vector
 
 void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs& args,
                               const AttentionGrads& grads) {
-  validate_backward(opts, args, grads);
+  // The fused packed schedule (chosen below from the shape) packs every element of q, dO, k and
+  // v once and checks them for NaN and inf as it does; the other schedules scan them first.
+  const bool packed = flash_products() != FlashProducts::blas;
+  validate_backward_layout(opts, args, grads);
   check(!args.out.empty() || args.q.numel() == 0, "out: the backward needs the forward's output");
   check(!args.lse.empty() || args.q.numel() == 0, "lse: the backward needs the forward's lse");
   for (const auto* v : {&grads.d_q, &grads.d_k, &grads.d_v})
     check(v->inner_contiguous(), "d_q, d_k, d_v: last dimension must be contiguous");
   const Context c(opts, args);
-  const bool packed = flash_products() != FlashProducts::blas;
   const int64_t positions = block_positions(c.g);
   const int64_t kt = FlashTiles::kBwdKeyTile, d = c.d, mr = flash::kRowBlock;
   const int64_t ldo = packed ? flash::padded_dim(d) : d;
@@ -430,6 +444,9 @@ void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs&
   const int64_t pair_rows = flash::round_up(longest * c.g, mr);
   const bool fuse_dq =
       nseq * c.hkv >= kFusedMinPairs && 3 * pair_rows * flash::padded_dim(d) <= kFusedBudget;
+  const bool check_while_packing = packed && fuse_dq;
+  if (!check_while_packing) check_backward_inputs_finite(args, grads);
+  std::atomic<bool> nonfinite{false};
   // Rows a QueryRows holds: a whole pair when fused, one block of positions otherwise. A block
   // holds at most min(positions, longest) positions: short sequences (a ViT's patches) get small
   // buffers.
@@ -445,7 +462,8 @@ void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs&
     delta = row_deltas(c, grads);
   }
   const Backward bwd(c, grads, fuse_dq ? nullptr : delta.data(),
-                     fuse_dq && c.has_sink ? delta.data() : nullptr, positions, packed);
+                     fuse_dq && c.has_sink ? delta.data() : nullptr, positions, packed,
+                     check_while_packing ? &nonfinite : nullptr);
   auto& spaces = thread_workspaces(plan.bytes());
   auto buffers = [&]() { return plan.take(spaces[size_t(thread_index())]); };
   BlasThreadsScope blas(1);
@@ -460,6 +478,10 @@ void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs&
       Buffers w = buffers();
       bwd.pair(idx / c.hkv, idx % c.hkv, w);
     });
+    if (nonfinite.load()) {
+      check_backward_inputs_finite(args, grads);  // throws, naming the first NaN or inf
+      check(false, "q, k, v or d_out: non-finite value");
+    }
     if (c.has_sink) sink_gradients(c, grads, delta);
     return;
   }

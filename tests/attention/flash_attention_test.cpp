@@ -204,6 +204,48 @@ TEST(FlashAttention, NonFiniteInputsAreNamedOnEitherProductPath) {
         }
 }
 
+// The backward's fused packed schedule (at least 8 (sequence, KV head) pairs) checks q, dO, k and
+// v while packing them; the two-pass schedule and the OpenBLAS path scan them first. Either way
+// the first offending element is named.
+TEST(FlashAttention, NonFiniteBackwardInputsAreNamedOnEverySchedule) {
+  AttentionOptions opts = AttentionOptions::causal();
+  opts.window_left = 1;
+  const float inf = std::numeric_limits<float>::infinity();
+  // 3 × 2 pairs: two-pass schedule; 3 × 4 pairs: fused.
+  for (const int64_t hkv : {2, 4})
+    for (const FlashProducts path : {FlashProducts::automatic, FlashProducts::blas})
+      for (const int threads : {1, 2})
+        for (const char* name : {"q", "k", "v", "d_out"})
+          for (const float bad : {std::numeric_limits<float>::quiet_NaN(), inf, -inf}) {
+            const ProblemShape shape{.lq = {5, 0, 40}, .lk = {37, 9, 40}, .h = 2 * hkv, .hkv = hkv,
+                                     .d = 20, .token_pad = 3};
+            Problem p(shape, 5);
+            ThreadCountScope scope(threads);
+            FlashProductsScope products(path);
+            flash_attention(opts, p.args());  // out and lse of finite inputs
+            const bool is_q = name[0] == 'q' || name[0] == 'd';
+            Guarded& g = name[0] == 'q' ? p.q : name[0] == 'k' ? p.k : name[0] == 'v' ? p.v : p.d_out;
+            const int64_t tokens = is_q ? p.tq : p.tk, heads = is_q ? shape.h : hkv;
+            const int64_t row = name[0] == 'd' ? shape.h * shape.d : p.row(heads);  // d_out is dense
+            const int64_t other = is_q ? tokens / 3 : 37;
+            for (const auto& [t, h, e] : {std::array<int64_t, 3>{0, 0, 0}, {tokens - 1, heads - 1, 19},
+                                          {0, 1, 7}, {tokens / 2, heads - 1, 17}, {other, 1, 11}}) {
+              SCOPED_TRACE(::testing::Message() << name << " = " << bad << " at [" << t << ", " << h
+                                                << ", " << e << "], Hkv " << hkv << ", threads " << threads
+                                                << (path == FlashProducts::blas ? ", OpenBLAS" : ""));
+              const int64_t at = t * row + h * shape.d + e;
+              const float kept = g.data()[at];
+              g.data()[at] = bad;
+              std::ostringstream want;
+              want << name << ": non-finite value " << bad << " at [" << t << ", " << h << ", " << e << "]";
+              expect_error([&] { flash_attention_backward(opts, p.args(), p.grads()); }, want.str());
+              g.data()[at] = kept;
+            }
+            flash_attention_backward(opts, p.args(), p.grads());  // all finite again: no error
+            EXPECT_TRUE(p.guards_intact());
+          }
+}
+
 TEST(FlashAttention, FullyMaskedRowsAreZeroNotNaN) {
   Problem p({{40}, {10}, 2, 1, 8}, 2);  // bottom-right causal: queries 0..29 see no key
   flash_attention(AttentionOptions::causal(), p.args());

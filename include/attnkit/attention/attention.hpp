@@ -84,9 +84,15 @@ void validate_sink_logits(std::span<const float> sink_logits, int64_t heads);
 // Rejects NaN and ±inf in t (threads split its tokens); the error names `name` and the first
 // offending element.
 void check_finite(const ConstView3& t, const char* name);
-// Checks the gradient views against args (shapes, sink presence); throws attnkit::Error.
+// validate, then checks the gradient views against args (shapes, sink presence) and that d_out
+// is finite; throws attnkit::Error.
 void validate_backward(const AttentionOptions& opts, const AttentionArgs& args,
                        const AttentionGrads& grads);
+// validate_backward without the scans for NaN and inf (validate_layout's counterpart).
+void validate_backward_layout(const AttentionOptions& opts, const AttentionArgs& args,
+                              const AttentionGrads& grads);
+// check_finite of q, k, v and d_out, in that order.
+void check_backward_inputs_finite(const AttentionArgs& args, const AttentionGrads& grads);
 
 // Visible key range of query i (0-based in its sequence): keys [lo, hi) of Lk, possibly empty.
 struct KeyRange {

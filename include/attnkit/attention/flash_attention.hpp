@@ -49,7 +49,9 @@ void flash_attention(const AttentionOptions& opts, const AttentionArgs& args);
 
 // Backward from args.out and args.lse of the forward: assigns grads.d_q, d_k, d_v and d_sink.
 // dK/dV are accumulated per KV head over its group with no H-sized temporary. Bitwise identical
-// for any thread count (the schedule depends only on the shape).
+// for any thread count (the schedule depends only on the shape). NaN or inf in q, k, v or d_out
+// throws attnkit::Error naming the first such element; the fused packed schedule finds them while
+// packing, so the gradients may have been written when it throws.
 void flash_attention_backward(const AttentionOptions& opts, const AttentionArgs& args,
                               const AttentionGrads& grads);
 
