@@ -7,8 +7,9 @@
 
 #include <cmath>
 #include <limits>
-#include <random>
 #include <vector>
+
+#include "test_random.hpp"
 
 namespace attnkit {
 namespace {
@@ -20,12 +21,8 @@ std::vector<int64_t> vec_math_lengths() {
   return n;
 }
 
-std::vector<float> vec_math_row(int64_t n, uint32_t seed, float scale = 4.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> g(0.0f, scale);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (float& v : x) v = g(rng);
-  return x;
+std::vector<float> vec_math_row(int64_t n, uint32_t seed, float sigma = 4.0f) {
+  return randn(n, seed, sigma);
 }
 
 TEST(VecMath, RowMaxFindsTheMaximumAtEveryPosition) {
