@@ -17,7 +17,9 @@ constexpr float kExpFloor = -64.0f;  // exp_sub_sum: x - m below this gives 0
 }
 
 // Four running maxima: one would chain every vector through the max's latency (a 512-key row of
-// the flash forward took 32 dependent steps). The max is exact, so the order does not matter.
+// the flash forward took 32 dependent steps). For rows without NaN the max is exact and the order
+// does not matter; a NaN may or may not reach the result (x86's max returns its second operand),
+// which the callers' inputs, checked finite, do not produce.
 float row_max(const float* x, int64_t n) {
   const D d;
   const int64_t lanes = int64_t(hn::Lanes(d));

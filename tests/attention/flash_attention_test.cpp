@@ -206,7 +206,8 @@ TEST(FlashAttention, NonFiniteInputsAreNamedOnEitherProductPath) {
 
 // The backward's fused packed schedule (at least 8 (sequence, KV head) pairs) checks q, dO, k and
 // v while packing them; the two-pass schedule and the OpenBLAS path scan them first. Either way
-// the first offending element is named.
+// the first offending element is named. Sequence 2 has two backward key tiles (140 keys),
+// sequence 3 queries but no keys.
 TEST(FlashAttention, NonFiniteBackwardInputsAreNamedOnEverySchedule) {
   AttentionOptions opts = AttentionOptions::causal();
   opts.window_left = 1;
@@ -217,8 +218,8 @@ TEST(FlashAttention, NonFiniteBackwardInputsAreNamedOnEverySchedule) {
       for (const int threads : {1, 2})
         for (const char* name : {"q", "k", "v", "d_out"})
           for (const float bad : {std::numeric_limits<float>::quiet_NaN(), inf, -inf}) {
-            const ProblemShape shape{.lq = {5, 0, 40}, .lk = {37, 9, 40}, .h = 2 * hkv, .hkv = hkv,
-                                     .d = 20, .token_pad = 3};
+            const ProblemShape shape{.lq = {5, 0, 40, 3}, .lk = {37, 9, 140, 0}, .h = 2 * hkv,
+                                     .hkv = hkv, .d = 20, .token_pad = 3};
             Problem p(shape, 5);
             ThreadCountScope scope(threads);
             FlashProductsScope products(path);
@@ -227,9 +228,12 @@ TEST(FlashAttention, NonFiniteBackwardInputsAreNamedOnEverySchedule) {
             Guarded& g = name[0] == 'q' ? p.q : name[0] == 'k' ? p.k : name[0] == 'v' ? p.v : p.d_out;
             const int64_t tokens = is_q ? p.tq : p.tk, heads = is_q ? shape.h : hkv;
             const int64_t row = name[0] == 'd' ? shape.h * shape.d : p.row(heads);  // d_out is dense
-            const int64_t other = is_q ? tokens / 3 : 37;
+            // q, d_out: a middle token and the last sequence's; k, v: sequence 1's first key and
+            // a key in sequence 2's second key tile.
+            const int64_t other = is_q ? tokens / 3 : 37, late = is_q ? 46 : 46 + 130;
             for (const auto& [t, h, e] : {std::array<int64_t, 3>{0, 0, 0}, {tokens - 1, heads - 1, 19},
-                                          {0, 1, 7}, {tokens / 2, heads - 1, 17}, {other, 1, 11}}) {
+                                          {0, 1, 7}, {tokens / 2, heads - 1, 17}, {other, 1, 11},
+                                          {late, heads - 1, 3}}) {
               SCOPED_TRACE(::testing::Message() << name << " = " << bad << " at [" << t << ", " << h
                                                 << ", " << e << "], Hkv " << hkv << ", threads " << threads
                                                 << (path == FlashProducts::blas ? ", OpenBLAS" : ""));

@@ -49,7 +49,8 @@ TEST(VecMath, ExpSubSumMatchesDoubleAndCutsOffBelowEToTheMinus64) {
   for (const int64_t n : vec_math_lengths()) {
     std::vector<float> x = vec_math_row(n, uint32_t(n) + 7, 30.0f);  // many terms below e^-64
     if (n > 2) x[1] = -inf;
-    const float m = n > 0 ? row_max(x.data(), n) : 0.0f;
+    // m above the row's maximum too: the flash backward passes lse, the forward a running max.
+    const float m = (n > 0 ? row_max(x.data(), n) : 0.0f) + (n % 2 ? 3.0f : 0.0f);
     std::vector<float> y = x;
     const float sum = exp_sub_sum(y.data(), n, m);
     double want_sum = 0;
@@ -78,7 +79,8 @@ TEST(VecMath, SoftcapScaleAndDotMatchDouble) {
     double want_dot = 0, magnitude = 0;
     for (int64_t j = 0; j < n; ++j) {
       const double c = 15.0 * std::tanh(double(x[size_t(j)]) / 15.0);
-      EXPECT_NEAR(capped[size_t(j)], c, 4e-7 * std::max(1.0, std::abs(c))) << "n " << n << " j " << j;
+      // Highway's Tanh is within 4 ulp (about 4.8e-7), plus the rounding of x / c.
+      EXPECT_NEAR(capped[size_t(j)], c, 6e-7 * std::max(1.0, std::abs(c))) << "n " << n << " j " << j;
       EXPECT_EQ(scaled[size_t(j)], x[size_t(j)] * 0.37f) << "n " << n << " j " << j;
       want_dot += double(x[size_t(j)]) * double(z[size_t(j)]);
       magnitude += std::abs(double(x[size_t(j)]) * double(z[size_t(j)]));

@@ -84,8 +84,8 @@ void validate_sink_logits(std::span<const float> sink_logits, int64_t heads);
 // Rejects NaN and ±inf in t (threads split its tokens); the error names `name` and the first
 // offending element.
 void check_finite(const ConstView3& t, const char* name);
-// validate, then checks the gradient views against args (shapes, sink presence) and that d_out
-// is finite; throws attnkit::Error.
+// validate_backward_layout (validate_layout, then the gradient views against args: shapes, sink
+// presence), then the scans of q, k, v and d_out for NaN and inf; throws attnkit::Error.
 void validate_backward(const AttentionOptions& opts, const AttentionArgs& args,
                        const AttentionGrads& grads);
 // validate_backward without the scans for NaN and inf (validate_layout's counterpart).
