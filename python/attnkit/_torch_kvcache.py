@@ -92,8 +92,7 @@ def _locate(block_table, k_cache, seqlens, n_new, batch, paged):
     """Checks capacities and block ids; returns capacity per sequence."""
     if not paged:
         capacity = k_cache.shape[1]
-    else:
-        c.check_index_tensor(block_table, "block_table", (batch, None))
+    else:  # block_table's type and shape were checked by _check_caches
         pbs = k_cache.shape[1]
         capacity = block_table.shape[1] * pbs
         table = block_table.numpy()

@@ -17,9 +17,9 @@ cache's ``sink_tokens``).
 return_attn_probs=True returns (out, softmax_lse, None) as FlashAttention does without dropout:
 softmax_lse float32 [batch, nheads, seqlen_q] (varlen [nheads, total_q]), without gradient.
 Not computed (NotImplementedError naming the argument): return_attn_probs=True with dropout_p > 0
-(FlashAttention's dropped-out probabilities), cache_leftpad together with block_table. ``deterministic`` is accepted: attnkit's backward is
-always deterministic (bitwise identical for any thread count). Importing this module imports torch;
-``import attnkit`` does not.
+(FlashAttention's dropped-out probabilities), cache_leftpad together with block_table.
+``deterministic`` is accepted: attnkit's backward is always deterministic (bitwise identical for
+any thread count). Importing this module imports torch; ``import attnkit`` does not.
 """
 from . import _torch_attn as _a
 from . import _torch_common as _c

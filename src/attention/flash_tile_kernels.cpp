@@ -204,7 +204,8 @@ bool pack_keys(const float* k, int64_t ld, int64_t s, int64_t d, float* kp) {
 #endif
     for (int64_t j = 0; j < nk; ++j)
       for (int64_t e = j < jb ? eb : 0; e < d; ++e) panel[e * kKeyPanel + j] = k[(p0 + j) * ld + e];
-    for (int64_t i = 0; i < d * kKeyPanel; i += kLanes) exps = max_exponent(exps, hn::Load(df, panel + i));
+    for (int64_t i = 0; i < d * kKeyPanel; i += kLanes)
+      exps = max_exponent(exps, hn::Load(df, panel + i));
   }
   return no_exponent_overflow(exps);
 }

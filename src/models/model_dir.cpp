@@ -2,13 +2,13 @@
 #include "attnkit/models/model_dir.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "attnkit/core/error.hpp"
 #include "attnkit/core/file_io.hpp"
 #include "attnkit/io/safetensors.hpp"
+#include "attnkit/nn/parallel_blocks.hpp"  // first_non_finite
 
 namespace attnkit {
 
@@ -60,10 +60,9 @@ void load_model_tensors(const std::string& dir, const std::vector<ParameterInfo>
           "' lies outside its buffer");
     const std::vector<float> values = file.read_f32(p.name);
     // A NaN or infinite weight would make every output NaN without a word; refuse it by name.
-    const auto bad = std::find_if(values.begin(), values.end(), [](float v) { return !std::isfinite(v); });
-    if (bad != values.end())
-      fail(who, ": tensor '", p.name, "' in ", path, " holds a non-finite value (", *bad, ") at element ",
-           bad - values.begin());
+    if (const int64_t bad = nn::first_non_finite(values); bad >= 0)
+      fail(who, ": tensor '", p.name, "' in ", path, " holds a non-finite value (", values[size_t(bad)],
+           ") at element ", bad);
     std::copy(values.begin(), values.end(), dst.begin() + p.offset);
   }
 }

@@ -68,8 +68,8 @@ inline float alibi_slope(const AttentionArgs& a, int64_t b, int64_t h) {
   return a.alibi_slopes[size_t(int64_t(a.alibi_slopes.size()) == heads ? h : b * heads + h)];
 }
 
-// Checks shapes, strides, cu_seqlens, sinks, ALiBi slopes and options, and that q, k and v are
-// finite; throws attnkit::Error naming the argument.
+// validate_layout (shapes, strides, cu_seqlens, sinks, ALiBi slopes and options), then that q, k
+// and v are finite; throws attnkit::Error naming the argument.
 void validate(const AttentionOptions& opts, const AttentionArgs& args);
 // validate without the scans of q, k and v for NaN and inf: for kernels that check the values in
 // a pass they make anyway and call check_inputs_finite when they find one.
